@@ -1,0 +1,114 @@
+"""Deterministic tiny synthetic checkpoints, built offline and cached.
+
+Contract: :func:`checkpoint_dir(spec)` returns a directory holding an HF
+checkpoint (``config.json``, safetensors weights, a WordLevel tokenizer) for
+the family row ``spec``; the same spec always yields the same bytes, and a
+built directory is reused (keyed by a hash of the spec and this module's
+``BUILD_VERSION``).
+
+Every parameter is randomized: HF's default init leaves norm weights at 1
+(Gemma: 0) and biases at 0, which would hide un-fold and bias bugs.  Norm
+weights land in [0.5, 0.9] U [1.1, 1.5] (as an offset from 1 for Gemma-style
+norms), so neither ``÷ w`` nor ``÷ (1 + w)`` can be confused with identity.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from .families import ModelSpec
+
+BUILD_VERSION = 1
+
+
+def cache_root() -> Path:
+    root = os.environ.get("VLLM_PARITY_CACHE")
+    if root:
+        return Path(root)
+    return Path(__file__).resolve().parent.parent / ".cache" / "checkpoints"
+
+
+def spec_key(spec: ModelSpec) -> str:
+    blob = json.dumps(
+        {"v": BUILD_VERSION, "type": spec.model_type, "config": dict(spec.config),
+         "offset": spec.norm_weight_offset, "seed": spec.seed},
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _is_norm_weight(name: str, param: torch.Tensor) -> bool:
+    lowered = name.lower()
+    return param.ndim == 1 and ("norm" in lowered or ".ln" in lowered) and name.endswith("weight")
+
+
+def randomize_(model: torch.nn.Module, spec: ModelSpec) -> None:
+    """Overwrite every parameter with seeded random values (in place)."""
+    gen = torch.Generator().manual_seed(spec.seed)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            shape = param.shape
+            if _is_norm_weight(name, param):
+                # magnitude in [0.1, 0.5], random sign, around 1.
+                mag = 0.1 + 0.4 * torch.rand(shape, generator=gen)
+                sign = torch.where(torch.rand(shape, generator=gen) < 0.5, -1.0, 1.0)
+                value = 1.0 + sign * mag - spec.norm_weight_offset
+            elif param.ndim == 1:  # biases (and layer-norm biases)
+                value = 0.1 * torch.randn(shape, generator=gen)
+            elif "embed" in name or "wte" in name or "wpe" in name:
+                value = torch.randn(shape, generator=gen)
+            else:
+                fan_in = shape[-1]
+                value = torch.randn(shape, generator=gen) / fan_in**0.5
+            param.copy_(value.to(param.dtype))
+
+
+def _write_tokenizer(out: Path, vocab_size: int) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3}
+    for i in range(len(vocab), vocab_size):
+        vocab[f"t{i}"] = i
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+        unk_token="<unk>", pad_token="<pad>",
+    )
+    fast.save_pretrained(out)
+
+
+def build_checkpoint(spec: ModelSpec, out: Path) -> Path:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(spec.model_type, **spec.hf_config_kwargs())
+    torch.manual_seed(spec.seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    randomize_(model, spec)
+    if getattr(config, "tie_word_embeddings", False):
+        model.tie_weights()
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    _write_tokenizer(tmp, config.vocab_size)
+    (tmp / "vllm_parity_spec.json").write_text(
+        json.dumps({"family": spec.name, "key": spec_key(spec)}, indent=2)
+    )
+    tmp.rename(out)
+    return out
+
+
+def checkpoint_dir(spec: ModelSpec) -> Path:
+    """Build (once) and return the synthetic checkpoint for ``spec``."""
+    out = cache_root() / f"{spec.name}-{spec_key(spec)}"
+    if not (out / "config.json").exists():
+        import shutil
+
+        shutil.rmtree(out.with_name(out.name + ".tmp"), ignore_errors=True)
+        build_checkpoint(spec, out)
+    return out

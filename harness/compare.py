@@ -1,0 +1,86 @@
+"""Compare a subject tensor with a reference tensor (pure functions).
+
+Contract: :func:`compare_tensors` returns :class:`Metrics` -- max abs error,
+the reference's scale (RMS), error relative to that scale, the worst
+per-position cosine similarity, and where the worst element sits with both
+sides' values there.  NaNs in the *reference* mark entries to ignore (vLLM
+returned only top-k log-probs); a NaN in the subject where the reference is
+finite counts as an infinite error.  :func:`verdict` applies a tolerance and
+writes a failure message a reader can act on without re-running, in the
+spirit of vLLM's ``check_logprobs_close``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Metrics:
+    max_abs: float
+    ref_scale: float
+    rel_err: float
+    cos_min: float
+    worst_index: tuple[int, ...]
+    subject_at_worst: float
+    reference_at_worst: float
+    shape: tuple[int, ...]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class ShapeMismatch(ValueError):
+    pass
+
+
+def compare_tensors(subject: torch.Tensor, reference: torch.Tensor) -> Metrics:
+    if tuple(subject.shape) != tuple(reference.shape):
+        raise ShapeMismatch(f"subject shape {tuple(subject.shape)} != reference shape {tuple(reference.shape)}")
+    s = subject.detach().to(torch.float64).cpu()
+    r = reference.detach().to(torch.float64).cpu()
+    valid = ~torch.isnan(r)
+    diff = torch.where(valid, (s - r).abs(), torch.zeros_like(r))
+    diff = torch.where(valid & torch.isnan(s), torch.full_like(r, math.inf), diff)
+    rv = r[valid]
+    scale = float(rv.pow(2).mean().sqrt()) if rv.numel() else 0.0
+    flat = int(diff.reshape(-1).argmax()) if diff.numel() else 0
+    idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape)) if diff.numel() else ()
+    max_abs = float(diff.reshape(-1)[flat]) if diff.numel() else 0.0
+    rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
+    # cosine per leading position (token): flatten the rest
+    if s.ndim >= 2 and bool(valid.all()):
+        a, b = s.reshape(s.shape[0], -1), r.reshape(r.shape[0], -1)
+        cos = torch.nn.functional.cosine_similarity(a, b, dim=-1, eps=1e-30)
+        cos_min = float(cos.min())
+    else:
+        cos_min = math.nan
+    return Metrics(max_abs, scale, rel, cos_min, idx,
+                   float(s[idx]) if idx else math.nan, float(r[idx]) if idx else math.nan, tuple(s.shape))
+
+
+def verdict(metrics: Metrics, rel_tol: float) -> bool:
+    return math.isfinite(metrics.rel_err) and metrics.rel_err <= rel_tol
+
+
+def failure_message(label: str, metrics: Metrics, rel_tol: float, position_names: tuple[str, ...] = ()) -> str:
+    where = ", ".join(
+        f"{n}={i}" for n, i in zip(position_names or tuple(f"dim{k}" for k in range(len(metrics.worst_index))),
+                                   metrics.worst_index)
+    )
+    return (
+        f"{label}: rel_err {metrics.rel_err:.3e} > tolerance {rel_tol:.1e} "
+        f"(max_abs {metrics.max_abs:.3e}, reference scale {metrics.ref_scale:.3e}, "
+        f"worst cosine {metrics.cos_min:.6f}); worst at [{where}]: "
+        f"subject {metrics.subject_at_worst:.6g} vs reference {metrics.reference_at_worst:.6g}"
+    )
+
+
+def argmax_agreement(subject_lp: torch.Tensor, reference_lp: torch.Tensor) -> tuple[int, int, bool]:
+    """(positions agreeing on top-1, positions, last position agrees)."""
+    s = torch.nan_to_num(subject_lp, nan=-math.inf).argmax(-1)
+    r = reference_lp.argmax(-1)
+    agree = s == r
+    return int(agree.sum()), int(agree.numel()), bool(agree[-1])

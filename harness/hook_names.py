@@ -1,0 +1,39 @@
+"""Hook-name vocabulary: canonical TransformerBridge names and their
+HookedTransformer-style aliases served by compatibility mode.
+
+Contract: :func:`compat_alias(hook)` returns the legacy name that holds the
+same tensor under ``bridge.enable_compatibility_mode(no_processing=True)``,
+or ``None`` where no one-to-one alias exists.  Data only.
+"""
+from __future__ import annotations
+
+import re
+
+# canonical template -> legacy template (one to one, same tensor)
+COMPAT_ALIASES: dict[str, str] = {
+    "embed.hook_out": "hook_embed",
+    "blocks.{i}.hook_in": "blocks.{i}.hook_resid_pre",
+    "blocks.{i}.hook_resid_mid": "blocks.{i}.hook_resid_mid",
+    "blocks.{i}.hook_out": "blocks.{i}.hook_resid_post",
+    "blocks.{i}.attn.hook_out": "blocks.{i}.hook_attn_out",
+    "blocks.{i}.mlp.hook_out": "blocks.{i}.hook_mlp_out",
+    "blocks.{i}.attn.hook_q": "blocks.{i}.attn.hook_q",
+    "blocks.{i}.attn.hook_k": "blocks.{i}.attn.hook_k",
+    "blocks.{i}.attn.hook_v": "blocks.{i}.attn.hook_v",
+    "blocks.{i}.attn.hook_z": "blocks.{i}.attn.hook_z",
+    "blocks.{i}.mlp.hook_pre": "blocks.{i}.mlp.hook_pre",
+    "blocks.{i}.mlp.hook_post": "blocks.{i}.mlp.hook_post",
+    "ln_final.hook_normalized": "ln_final.hook_normalized",
+}
+
+
+def template_of(hook: str) -> str:
+    return re.sub(r"^blocks\.\d+\.", "blocks.{i}.", hook)
+
+
+def compat_alias(hook: str) -> str | None:
+    legacy = COMPAT_ALIASES.get(template_of(hook))
+    if legacy is None:
+        return None
+    m = re.match(r"^blocks\.(\d+)\.", hook)
+    return legacy.format(i=m.group(1)) if m else legacy

@@ -1,0 +1,140 @@
+"""pytest plugin: options, the parity session fixture, test generation, and
+the end-of-session support matrix.  Nothing else.
+
+Options: ``--model qwen3,gemma`` (families; default set when absent),
+``--model-path DIR`` (a local checkpoint), ``--dtype``, ``--report-dir``.
+Bad values fail at configure time with the list of what is valid.
+
+Tests that take a ``parity_case`` argument are generated as one item per
+(model, reference, hook) -- ids like ``gemma-bridge-ln_final.hook_normalized``
+so ``-k "gemma and ln_final"`` works.  ``nonfiring_case`` items are generated
+skipped, the skip reason naming the hook and why vLLM cannot expose it.  Each
+model's engines run once per session, lazily, when its first item runs; its
+report is written right then, and the matrix at session end.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+@dataclass(frozen=True)
+class ParityCase:
+    model: str
+    reference: str
+    hook: str
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("vllm-parity", "vLLM activation parity")
+    group.addoption("--model", default=None,
+                    help="comma-separated model families to test (default: the default set; see harness/families.py)")
+    group.addoption("--model-path", default=None, help="a local HF checkpoint directory to test (comma-separated for several)")
+    group.addoption("--dtype", default="float32", help="dtype for both engines (default float32)")
+    group.addoption("--report-dir", default=None, help="where reports go (default: <rootdir>/reports)")
+
+
+class ParitySession:
+    """Lazily runs each model once and writes its report."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.model = config.getoption("--model")
+        self.model_path = config.getoption("--model-path")
+        self.dtype = config.getoption("--dtype")
+        rd = config.getoption("--report-dir")
+        self.report_dir = Path(rd) if rd else Path(str(config.rootpath)) / "reports"
+        self._targets = None
+        self._by_name: dict = {}
+        self.runs: dict = {}
+
+    def targets(self):
+        if self._targets is None:
+            from harness.targets import targets_from_options
+
+            self._targets = targets_from_options(self.model, self.model_path)
+            self._by_name.update({t.name: t for t in self._targets})
+        return self._targets
+
+    def target(self, name: str):
+        if name not in self._by_name:
+            from harness.families import FAMILIES
+            from harness.targets import target_for_family
+
+            self.targets()
+            if name not in self._by_name:
+                self._by_name[name] = target_for_family(FAMILIES[name])
+        return self._by_name[name]
+
+    def run(self, name: str):
+        if name not in self.runs:
+            from harness.report import write_report
+            from harness.runner import run_model
+
+            run = run_model(self.target(name), dtype=self.dtype)
+            write_report(run.result.to_dict(), self.report_dir)
+            self.runs[name] = run
+        return self.runs[name]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from harness.families import UnknownFamilyError, resolve_families
+    from harness.targets import TargetError, target_for_path
+    from harness.tolerances import UnsupportedDtypeError, tolerance_for
+
+    try:
+        resolve_families(config.getoption("--model"))
+        for p in filter(None, (config.getoption("--model-path") or "").split(",")):
+            target_for_path(p)
+        tolerance_for(config.getoption("--dtype"), "activation")
+    except (UnknownFamilyError, TargetError, UnsupportedDtypeError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.addinivalue_line("markers", "parity: runs real vLLM and reference engines")
+    config._vllm_parity = ParitySession(config)  # type: ignore[attr-defined]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    session: ParitySession = metafunc.config._vllm_parity  # type: ignore[attr-defined]
+    if "parity_case" in metafunc.fixturenames:
+        from harness.runner import planned_cases
+
+        params = []
+        for t in session.targets():
+            for ref, hook in planned_cases(t.overlay.hook_specs(t.hf_config)):
+                params.append(pytest.param(ParityCase(t.name, ref, hook), id=f"{t.name}-{ref}-{hook}"))
+        metafunc.parametrize("parity_case", params)
+    if "nonfiring_case" in metafunc.fixturenames:
+        from overlays.base import expand_layers
+
+        params = []
+        for t in session.targets():
+            n_layers = int(getattr(t.hf_config, "num_hidden_layers", 0) or 0)
+            for nf in t.overlay.nonfiring():
+                for hook in expand_layers(nf.template, n_layers):
+                    reason = f"{hook} is non-firing in vLLM for {t.name} (overlay {t.overlay.name}): {nf.reason}"
+                    params.append(pytest.param(ParityCase(t.name, "none", hook), id=f"{t.name}-nonfiring-{hook}",
+                                               marks=pytest.mark.skip(reason=reason)))
+        metafunc.parametrize("nonfiring_case", params)
+
+
+@pytest.fixture(scope="session")
+def parity_session(request: pytest.FixtureRequest) -> ParitySession:
+    return request.config._vllm_parity  # type: ignore[attr-defined]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    ps = getattr(session.config, "_vllm_parity", None)
+    if ps is not None and ps.runs:
+        from harness.matrix import write_matrix
+
+        ps.matrix_path, _ = write_matrix(ps.report_dir)
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    ps = getattr(config, "_vllm_parity", None)
+    path = getattr(ps, "matrix_path", None)
+    if path is not None and path.exists():
+        terminalreporter.section("vLLM parity support matrix")
+        terminalreporter.write(path.read_text())
+        terminalreporter.write_line(f"reports: {ps.report_dir}")

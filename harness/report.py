@@ -1,0 +1,138 @@
+"""Per-model parity reports: pure functions from a ModelResult to files.
+
+Contract: :func:`write_report(result, report_dir)` writes
+``<report_dir>/<model>/report.json`` (every field of the result: rows with
+their numbers, non-firing hooks with reasons, timings, versions, dtype, seed,
+prompts) and ``report.md`` beside it, and returns the JSON path.  A variant
+other than CPU fp32 gets a suffix (``report-cuda-bfloat16.json``) so runs of
+one family in several settings sit side by side and the matrix merges them.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+def variant_of(result: dict) -> str:
+    return f"{result.get('device', 'cpu')}-{result['dtype']}"
+
+
+def report_stem(result: dict) -> str:
+    variant = variant_of(result)
+    return "report" if variant == "cpu-float32" else f"report-{variant}"
+
+
+def summarize(result: dict) -> dict:
+    rows = result.get("rows", [])
+    gated = [r for r in rows if r["kind"] != "argmax"]
+    passed = sum(r["status"] == "pass" for r in rows)
+    worst = max(gated, key=lambda r: r["rel_err"] if _finite(r["rel_err"]) else math.inf, default=None)
+    nonfiring = sum(len(n.get("hooks", [])) for n in result.get("nonfiring", []))
+    if result.get("error"):
+        verdict = "error"
+    elif rows and passed == len(rows):
+        verdict = "pass"
+    else:
+        verdict = "fail"
+    return {
+        "rows": len(rows), "passed": passed, "failed": sum(r["status"] == "fail" for r in rows),
+        "errors": sum(r["status"] == "error" for r in rows),
+        "hooks_offered": len({r["hook"] for r in rows if r["reference"] != "hf"}),
+        "hooks_passed": len({r["hook"] for r in rows if r["reference"] != "hf"}
+                            - {r["hook"] for r in rows if r["reference"] != "hf" and r["status"] != "pass"}),
+        "hook_kinds": len({r["kind"] for r in rows if r["reference"] != "hf"}),
+        "nonfiring": nonfiring,
+        "worst_rel_err": worst["rel_err"] if worst else None,
+        "worst_where": f"{worst['hook']} vs {worst['reference']}" if worst else None,
+        "verdict": verdict,
+    }
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def _fmt(x: Any, spec: str = ".2e") -> str:
+    return format(x, spec) if _finite(x) else ("—" if x is None else str(x))
+
+
+def to_markdown(result: dict) -> str:
+    s = summarize(result)
+    v = result.get("versions", {})
+    out = [
+        f"# Parity report: {result['model']} ({result['dtype']}, {result.get('device', 'cpu')})",
+        "",
+        f"**Verdict: {s['verdict'].upper()}** — {s['passed']}/{s['rows']} rows pass; "
+        f"{s['hooks_passed']}/{s['hooks_offered']} hooks pass on every reference; "
+        f"{s['nonfiring']} hooks declared non-firing; worst relative error {_fmt(s['worst_rel_err'])} "
+        f"({s['worst_where']}).",
+        "",
+        "| field | value |", "|---|---|",
+        f"| architecture | `{result['architecture']}` |",
+        f"| overlay | `{result['overlay']}` |",
+        f"| checkpoint | {result['source']}: `{result['checkpoint']}` |",
+        f"| dtype / seed | {result['dtype']} / {result.get('seed')} |",
+        f"| vllm / torch | {v.get('vllm')} / {v.get('torch')} |",
+        f"| transformers / transformer-lens | {v.get('transformers')} / {v.get('transformer-lens')} |",
+        f"| prompts (token ids) | {'; '.join(str(len(p)) + ' tokens' for p in result.get('prompts', []))} |",
+        f"| wall time | {result.get('wall_s', 0):.1f} s |",
+        "",
+    ]
+    if result.get("error"):
+        out += ["## Engine error", "", "```", result["error"].strip(), "```", ""]
+    out += ["## Hooks", "",
+            "`rel_err` = max |vLLM − reference| / RMS(reference); gated at `tol`. "
+            "`cos_min` = worst per-token cosine similarity.", "",
+            "| status | reference | hook | rel_err | tol | max_abs | cos_min | worst (prompt, index) |",
+            "|---|---|---|---|---|---|---|---|"]
+    for r in result.get("rows", []):
+        worst = r.get("worst") or {}
+        where = f"p{worst['prompt']} {worst.get('index')}" if "prompt" in worst else (
+            f"{worst.get('agree_positions')}/{worst.get('positions')} top-1" if worst else "")
+        name = r["hook"] if r["reference_hook"] == r["hook"] else f"{r['hook']} → `{r['reference_hook']}`"
+        out.append(f"| {r['status']} | {r['reference']} | {name} | {_fmt(r['rel_err'])} | {_fmt(r['tolerance'], '.0e')} "
+                   f"| {_fmt(r['max_abs'])} | {_fmt(r['cos_min'], '.7f')} | {where} |")
+    failing = [r for r in result.get("rows", []) if r["status"] != "pass"]
+    if failing:
+        out += ["", "### Failures", ""] + [f"- {r['message']}" for r in failing]
+    out += ["", "## Non-firing hooks", "", "| hook | layers | reason |", "|---|---|---|"]
+    for n in result.get("nonfiring", []):
+        out.append(f"| `{n['template']}` | {len(n['hooks'])} | {n['reason']} |")
+    t = result.get("timings", {})
+    if t:
+        out += ["", "## Timings", "", "| engine | forward latency (median) | boot |", "|---|---|---|"]
+        for eng, label in (("vllm", "vLLM (model forward, capture off)"), ("hf", "HF transformers (forward)")):
+            tt = t.get(eng, {})
+            out.append(f"| {label} | {_fmt(tt.get('forward_ms_median'), '.2f')} ms "
+                       f"| {_fmt(tt.get('boot_s') or tt.get('bridge_boot_s'), '.1f')} s |")
+        for eng in ("vllm", "hf"):
+            ops = (t.get(eng) or {}).get("top_ops") or []
+            if ops:
+                out += ["", f"### Top operators by self time: {eng} (one profiled forward)", "",
+                        "| op | calls | self CPU µs | self device µs |", "|---|---|---|---|"]
+                out += [f"| `{o['op']}` | {o['calls']} | {o['self_cpu_us']:.0f} | {o['self_device_us']:.0f} |"
+                        for o in ops[:10]]
+    return "\n".join(out) + "\n"
+
+
+def write_report(result: dict, report_dir: Path) -> Path:
+    folder = Path(report_dir) / result["model"]
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = report_stem(result)
+    payload = {"schema": SCHEMA_VERSION, **result, "summary": summarize(result)}
+    path = folder / f"{stem}.json"
+    path.write_text(json.dumps(payload, indent=1, default=_json_default, allow_nan=True))
+    (folder / f"{stem}.md").write_text(to_markdown(result))
+    return path
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, tuple):
+        return list(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")

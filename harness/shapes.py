@@ -1,0 +1,22 @@
+"""Shape normalization, in one place.
+
+vLLM flattens a request's tokens (``[T, ...]``) and the overlays split heads to
+``[T, n_heads, head_dim]``; TransformerLens returns ``[batch, T, ...]`` (and
+``[batch, heads, T, T]`` for patterns).  The canonical layout the comparison
+sees is the reference's without its batch dimension.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def reference_to_canonical(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """Drop the batch dim of a single-prompt reference capture."""
+    if tensor.ndim >= 1 and tensor.shape[0] == 1:
+        tensor = tensor[0]
+    return tensor.detach().cpu()
+
+
+def subject_to_canonical(tensor: torch.Tensor, n_tokens: int) -> torch.Tensor:
+    """Keep the request's rows (an engine may pad the token dim)."""
+    return tensor[:n_tokens]

@@ -1,0 +1,70 @@
+"""Host side of the vLLM subject: launch :mod:`harness.subject_vllm` in its own
+process and load what it wrote.
+
+Contract: :func:`capture_vllm` returns a :class:`SubjectCapture` or raises
+:class:`SubjectError` carrying the tail of the engine's log, so one model's
+crash becomes one model's failure, never the run's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+
+class SubjectError(RuntimeError):
+    """The vLLM process failed; the message holds its log tail."""
+
+
+@dataclass
+class SubjectCapture:
+    raw: dict[str, torch.Tensor]  # "{prompt}:{module}|{read}#{call}"
+    params: dict[str, torch.Tensor]
+    logprobs: dict[int, torch.Tensor]
+    meta: dict = field(default_factory=dict)
+
+    def read(self, prompt: int, raw_key: str, call: int = 0) -> torch.Tensor | None:
+        return self.raw.get(f"{prompt}:{raw_key}#{call}")
+
+
+def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], reads: list[tuple[str, str]],
+                 params: list[str], vocab_size: int, max_model_len: int, work_dir: Path,
+                 timeout_s: float = 900, full_logprobs: bool = True) -> SubjectCapture:
+    from safetensors.torch import load_file
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = work_dir / "subject"
+    request = {
+        "checkpoint": str(checkpoint), "dtype": dtype, "prompts": prompts,
+        "reads": sorted({(m, r) for m, r in reads}), "params": sorted(set(params)),
+        "vocab_size": vocab_size, "max_model_len": max_model_len, "out_dir": str(out_dir),
+        "full_logprobs": full_logprobs,
+    }
+    req_path = work_dir / "subject_request.json"
+    req_path.write_text(json.dumps(request, indent=1))
+    log_path = work_dir / "subject.log"
+    repo = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    with open(log_path, "w") as log:
+        try:
+            proc = subprocess.run([sys.executable, "-m", "harness.subject_vllm", str(req_path)],
+                                  stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s, cwd=repo)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    if rc != 0:
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
+        raise SubjectError(f"vLLM subject exited with {rc} (log: {log_path}):\n{tail}")
+    logprobs = {int(k): v for k, v in load_file(str(out_dir / "logprobs.safetensors")).items()}
+    return SubjectCapture(
+        raw=load_file(str(out_dir / "raw.safetensors")),
+        params=load_file(str(out_dir / "params.safetensors")),
+        logprobs=logprobs,
+        meta=json.loads((out_dir / "meta.json").read_text()),
+    )

@@ -1,0 +1,98 @@
+"""What to test: a synthetic family or a user's checkpoint directory.
+
+Contract: :func:`targets_from_options(model, model_path)` returns
+:class:`Target` rows -- name, checkpoint directory, HF architecture, overlay,
+HF config -- or raises :class:`TargetError` with a message naming the bad
+input and the fix (unknown family, missing directory, no ``config.json``,
+architecture without an overlay).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from overlays import NoOverlayError, Overlay, get_overlay
+from overlays.base import config_get
+
+from .families import ModelSpec, UnknownFamilyError, resolve_families
+
+
+class TargetError(ValueError):
+    pass
+
+
+@dataclass
+class Target:
+    name: str
+    checkpoint: Path
+    architecture: str
+    overlay: Overlay
+    source: str  # "synthetic" or "path"
+    seed: int | None = None
+
+    @cached_property
+    def hf_config(self) -> Any:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(str(self.checkpoint))
+
+    @property
+    def vocab_size(self) -> int:
+        return int(config_get(self.hf_config, "vocab_size"))
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return config_get(self.hf_config, "bos_token_id")
+
+    @property
+    def max_model_len(self) -> int:
+        return int(min(config_get(self.hf_config, "max_position_embeddings", "n_positions", default=256), 256))
+
+
+def _architecture(checkpoint: Path) -> str:
+    cfg_path = checkpoint / "config.json"
+    if not cfg_path.is_file():
+        raise TargetError(f"--model-path {checkpoint}: no config.json there; point it at an HF checkpoint directory")
+    archs = json.loads(cfg_path.read_text()).get("architectures") or []
+    if not archs:
+        raise TargetError(f"--model-path {checkpoint}: config.json lists no 'architectures'; add the HF class name")
+    return archs[0]
+
+
+def target_for_family(spec: ModelSpec) -> Target:
+    from .checkpoints import checkpoint_dir
+
+    ckpt = checkpoint_dir(spec)
+    arch = _architecture(ckpt)
+    return Target(spec.name, ckpt, arch, get_overlay(arch), "synthetic", spec.seed)
+
+
+def target_for_path(path: str) -> Target:
+    ckpt = Path(path).expanduser().resolve()
+    if not ckpt.is_dir():
+        raise TargetError(f"--model-path {path}: no such directory; pass a local HF checkpoint directory")
+    arch = _architecture(ckpt)
+    try:
+        overlay = get_overlay(arch)
+    except NoOverlayError as exc:
+        raise TargetError(f"--model-path {path}: {exc}") from None
+    return Target(ckpt.name, ckpt, arch, overlay, "path")
+
+
+def targets_from_options(model: str | None, model_path: str | None) -> list[Target]:
+    if model_path:
+        targets = [target_for_path(p) for p in model_path.split(",") if p]
+        if model:
+            targets = [target_for_family(s) for s in _families(model)] + targets
+        return targets
+    return [target_for_family(s) for s in _families(model)]
+
+
+def _families(model: str | None) -> list[ModelSpec]:
+    try:
+        return resolve_families(model)
+    except UnknownFamilyError as exc:
+        raise TargetError(str(exc)) from None

@@ -1,0 +1,213 @@
+"""vLLM worker extension that records hook reads (mixed into vLLM's Worker).
+
+Contract: vLLM mixes :class:`CaptureExtension` into its worker class through
+``LLM(worker_extension_cls="harness.vllm_worker.CaptureExtension")``; the
+driver calls the ``vp_*`` methods by name with ``llm.collective_rpc``, so no
+insecure serialization is needed.  Files, not tensors, cross the RPC boundary:
+``vp_dump(path)`` writes a safetensors file per rank, which works the same for
+the in-process executor and for multi-process / tensor-parallel workers.
+
+Reads follow ``overlays.base.READ_GRAMMAR``.  Input terms are read in a
+forward *pre*-hook and cloned at once, output terms in a forward hook, cloned
+at once: vLLM's fused add-norm kernels update ``(x, residual)`` in place, so a
+tensor read later would hold someone else's value.
+
+This module and :mod:`harness.subject_vllm` are the only places that touch
+vLLM internals (``self.model_runner.model``).
+"""
+from __future__ import annotations
+
+import inspect
+import re
+import time
+from typing import Any
+
+import torch
+
+_TERM = re.compile(r"^(out|in)(?:\[(\d+)\]|\.(\w+))?$")
+
+
+def resolve_module(root: torch.nn.Module, path: str) -> torch.nn.Module | None:
+    target: Any = root
+    for seg in path.split("."):
+        if seg == "":
+            continue
+        target = target[int(seg)] if seg.isdigit() else getattr(target, seg, None)
+        if target is None:
+            return None
+    return target
+
+
+def natural_key(path: str) -> list:
+    """``model.layers.10`` sorts after ``model.layers.9``."""
+    return [int(s) if s.isdigit() else s for s in re.split(r"(\d+)", path)]
+
+
+def parse_read(read: str) -> tuple[str, list[tuple[int | None, str | None]]]:
+    """``"in.hidden_states+in.residual"`` -> ("in", [(None, "hidden_states"), (None, "residual")])."""
+    sides, terms = set(), []
+    for term in read.split("+"):
+        m = _TERM.match(term)
+        if not m:
+            raise ValueError(f"bad read term {term!r} in {read!r}")
+        sides.add(m.group(1))
+        terms.append((int(m.group(2)) if m.group(2) is not None else None, m.group(3)))
+    if len(sides) != 1:
+        raise ValueError(f"read {read!r} mixes inputs and outputs; read them as two hooks")
+    return sides.pop(), terms
+
+
+def _sum_terms(values: list[Any], read: str) -> torch.Tensor:
+    tensors = [v for v in values if v is not None]
+    if not tensors:
+        raise RuntimeError(f"read {read!r}: every term was None")
+    total = tensors[0].detach().clone()
+    for t in tensors[1:]:
+        total = total + t.detach()
+    return total
+
+
+def eval_output(output: Any, terms: list, read: str) -> torch.Tensor:
+    values = []
+    for index, _ in terms:
+        if index is None:
+            values.append(output)
+        elif isinstance(output, (tuple, list)):
+            values.append(output[index])
+        elif index == 0:
+            values.append(output)  # a norm called without residual returns a bare tensor
+        else:
+            values.append(None)
+    return _sum_terms(values, read)
+
+
+def eval_input(module: torch.nn.Module, args: tuple, kwargs: dict, terms: list, read: str,
+               sig_cache: dict) -> torch.Tensor:
+    values = []
+    for index, name in terms:
+        if index is not None:
+            values.append(args[index] if index < len(args) else None)
+        elif name in kwargs:
+            values.append(kwargs[name])
+        else:
+            sig = sig_cache.get(id(module))
+            if sig is None:
+                sig = sig_cache[id(module)] = inspect.signature(module.forward)
+            bound = sig.bind_partial(*args, **kwargs).arguments
+            values.append(bound.get(name))
+    return _sum_terms(values, read)
+
+
+class CaptureExtension:
+    """Mixed into vLLM's Worker; every method is prefixed ``vp_``."""
+
+    model_runner: Any
+
+    def _vp_model(self) -> torch.nn.Module:
+        return self.model_runner.model
+
+    def vp_install(self, reads: list[list[str]]) -> list[str]:
+        """Install one hook per distinct (module, read); return modules not found."""
+        model = self._vp_model()
+        self._vp_records: dict[str, list[torch.Tensor]] = {}
+        self._vp_handles = getattr(self, "_vp_handles", [])
+        self._vp_forward_s: list[float] = []
+        self._vp_enabled = True
+        self._vp_counters: list[list[int]] = []
+        sig_cache: dict = {}
+        missing = []
+        # Group paths by the module object they resolve to: vLLM shares one
+        # rotary embedding across layers, so the n-th call of a shared module
+        # belongs to the n-th path in forward (natural) order.
+        groups: dict[tuple[int, str], tuple[torch.nn.Module, list[str]]] = {}
+        for module_path, read in reads:
+            module = resolve_module(model, module_path)
+            if module is None:
+                missing.append(module_path)
+                continue
+            groups.setdefault((id(module), read), (module, []))[1].append(module_path)
+        for (_, read), (module, paths) in groups.items():
+            side, terms = parse_read(read)
+            keys = [f"{p}|{read}" for p in sorted(paths, key=natural_key)]
+            counter = [0]
+
+            def record(value, _keys=keys, _counter=counter):
+                n = _counter[0]
+                _counter[0] += 1
+                self._vp_records.setdefault(_keys[n % len(_keys)], []).append(value.cpu())
+
+            if side == "in":
+                def pre(mod, args, kwargs, _t=terms, _r=read, _rec=record):
+                    if self._vp_enabled:
+                        _rec(eval_input(mod, args, kwargs, _t, _r, sig_cache))
+                self._vp_handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+            else:
+                def post(mod, args, output, _t=terms, _r=read, _rec=record):
+                    if self._vp_enabled:
+                        _rec(eval_output(output, _t, _r))
+                self._vp_handles.append(module.register_forward_hook(post))
+            self._vp_counters.append(counter)
+        # Forward latency: wall time of the model's own forward (no scheduling, no sampling).
+        def t0(mod, args):
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self._vp_t0 = time.perf_counter()
+
+        def t1(mod, args, out):
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self._vp_forward_s.append(time.perf_counter() - self._vp_t0)
+        self._vp_handles.append(model.register_forward_pre_hook(t0))
+        self._vp_handles.append(model.register_forward_hook(t1))
+        return missing
+
+    def vp_set_enabled(self, enabled: bool) -> None:
+        self._vp_enabled = enabled
+
+    def vp_reset(self) -> None:
+        self._vp_records = {}
+        self._vp_forward_s = []
+        for counter in self._vp_counters:
+            counter[0] = 0
+
+    def vp_dump(self, path: str) -> dict:
+        """Write this rank's records to ``path`` (+ rank suffix); return a summary."""
+        from safetensors.torch import save_file
+
+        rank = getattr(self, "rank", 0)
+        out = {f"{k}#{n}": t.contiguous() for k, ts in self._vp_records.items() for n, t in enumerate(ts)}
+        target = path if rank == 0 else f"{path}.rank{rank}"
+        save_file(out, target)
+        return {"rank": rank, "path": target, "calls": {k: len(v) for k, v in self._vp_records.items()},
+                "forward_s": list(self._vp_forward_s)}
+
+    def vp_dump_params(self, names: list[str], path: str) -> list[str]:
+        """Save the named parameters/buffers (for host-side conversions); return missing."""
+        from safetensors.torch import save_file
+
+        model = self._vp_model()
+        found, missing = {}, []
+        for name in names:
+            owner, _, attr = name.rpartition(".")
+            mod = resolve_module(model, owner)
+            value = getattr(mod, attr, None) if mod is not None else None
+            if isinstance(value, torch.Tensor):
+                found[name] = value.detach().cpu().contiguous()
+            else:
+                missing.append(name)
+        save_file(found, path)
+        return missing
+
+    def vp_profile(self, action: str, path: str = "") -> list[dict] | None:
+        """``start`` a torch.profiler session; ``stop`` it and return top ops by self time."""
+        from torch.profiler import ProfilerActivity, profile
+
+        if action == "start":
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+            self._vp_prof = profile(activities=acts)
+            self._vp_prof.__enter__()
+            return None
+        self._vp_prof.__exit__(None, None, None)
+        from harness.timing import top_ops
+
+        return top_ops(self._vp_prof)

@@ -1,0 +1,40 @@
+"""Overlay registry: HF architecture name -> overlay, as data.
+
+``get_overlay(architecture)`` raises :class:`NoOverlayError` naming the
+architectures that have one; there is no silent fallback, because a generic
+overlay on the wrong module tree captures the wrong tensors (or none).
+"""
+from __future__ import annotations
+
+from .base import HookSpec, NonFiring, Overlay
+from .decoder_only import DecoderOnlyOverlay
+from .gemma import GemmaOverlay
+
+_DECODER = DecoderOnlyOverlay()
+_GEMMA = GemmaOverlay()
+
+OVERLAYS: dict[str, Overlay] = {
+    "LlamaForCausalLM": _DECODER,
+    "MistralForCausalLM": _DECODER,
+    "Qwen2ForCausalLM": _DECODER,
+    "Qwen3ForCausalLM": _DECODER,
+    "GemmaForCausalLM": _GEMMA,
+}
+
+
+class NoOverlayError(LookupError):
+    """An HF architecture with no overlay in :data:`OVERLAYS`."""
+
+
+def get_overlay(architecture: str) -> Overlay:
+    try:
+        return OVERLAYS[architecture]
+    except KeyError:
+        raise NoOverlayError(
+            f"no vLLM overlay for architecture {architecture!r}; architectures with one: "
+            f"{', '.join(sorted(OVERLAYS))}. Add a row to overlays/__init__.py (and an overlay "
+            "file if its module tree differs from overlays/decoder_only.py)."
+        ) from None
+
+
+__all__ = ["OVERLAYS", "HookSpec", "NonFiring", "Overlay", "NoOverlayError", "get_overlay"]

@@ -1,0 +1,164 @@
+"""The overlay contract: where each canonical hook lives in vLLM, as data.
+
+An overlay never boots an engine.  For an HF config it returns, per canonical
+TransformerLens hook name (``blocks.0.hook_out``), a :class:`HookSpec`:
+
+* ``module``  -- dot path in vLLM's model tree (``model.layers.0``);
+* ``read``    -- what to take from that module's call, in a tiny grammar the
+  worker evaluates (see :data:`READ_GRAMMAR`), e.g. ``out[0]+out[1]`` for the
+  fused ``(delta, residual)`` pair a vLLM decoder layer returns, or
+  ``in.hidden_states`` for a module's input;
+* ``convert`` -- pure conversions applied host-side, in order, to turn the raw
+  read into the TransformerLens value (un-fold a norm weight, apply an
+  embedding scale, slice a fused projection, split heads).
+
+Conversions run on the host, not in the worker, so a planted mapping bug can be
+tested against real captured tensors without rebooting vLLM (fault injection),
+and so each conversion is a pure function with its own unit test.
+
+The seed contract of TransformerLens's vLLM overlay is kept as two derived
+views: :meth:`Overlay.capture_specs` ``-> {hook: (dot_path, width)}`` and
+:meth:`Overlay.nonfiring_hooks` ``-> [template]``.  Non-firing hooks carry the
+reason they cannot be observed (:meth:`Overlay.nonfiring`), and the report
+lists them; they are never dropped silently.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+# read := term ('+' term)*
+# term := 'out' | 'out[' N ']' | 'in[' N ']' | 'in.' NAME
+#   out[N] of a plain tensor output is the tensor itself for N == 0 (a vLLM
+#   norm returns a tensor when called without a residual, a tuple with one);
+#   in.NAME is a keyword argument, or the positional one bound to that name.
+# A term that evaluates to None (vLLM's residual entering layer 0) adds nothing.
+_TERM = r"(out(\[\d+\])?|in\[\d+\]|in\.[A-Za-z_][A-Za-z0-9_]*)"
+READ_GRAMMAR = re.compile(rf"^{_TERM}(\+{_TERM})*$")
+
+
+@dataclass(frozen=True)
+class Mul:
+    """Multiply by a constant cast to the capture's dtype (embedding scale)."""
+
+    factor: float
+
+    def describe(self) -> str:
+        return f"x * {self.factor:.6g}"
+
+
+@dataclass(frozen=True)
+class UnfoldNorm:
+    """Divide by a norm's weight (+ offset): vLLM applies it, TL's
+    ``hook_normalized`` is taken before it.  ``offset`` is 1 for Gemma-style
+    norms, which multiply by ``(1 + w)``."""
+
+    param: str
+    offset: float = 0.0
+
+    def describe(self) -> str:
+        return f"x / ({self.param}{' + %g' % self.offset if self.offset else ''})"
+
+
+@dataclass(frozen=True)
+class Cols:
+    """Keep columns ``[start, stop)`` of the last dim (fused qkv / gate_up)."""
+
+    start: int
+    stop: int
+
+    def describe(self) -> str:
+        return f"x[..., {self.start}:{self.stop}]"
+
+
+@dataclass(frozen=True)
+class Heads:
+    """Split the last dim into ``(n_heads, head_dim)``."""
+
+    n_heads: int
+    head_dim: int
+
+    def describe(self) -> str:
+        return f"x.view(T, {self.n_heads}, {self.head_dim})"
+
+
+Conversion = Mul | UnfoldNorm | Cols | Heads
+
+
+@dataclass(frozen=True)
+class HookSpec:
+    module: str
+    read: str = "out"
+    convert: tuple[Conversion, ...] = ()
+    width: int | None = None
+
+    def __post_init__(self) -> None:
+        if not READ_GRAMMAR.match(self.read):
+            raise ValueError(f"HookSpec.read {self.read!r} does not match the read grammar")
+
+    @property
+    def raw_key(self) -> str:
+        """Key of the raw capture this hook is converted from."""
+        return f"{self.module}|{self.read}"
+
+    def params(self) -> list[str]:
+        return [c.param for c in self.convert if isinstance(c, UnfoldNorm)]
+
+    def with_convert(self, *convert: Conversion) -> "HookSpec":
+        return replace(self, convert=tuple(convert))
+
+
+@dataclass(frozen=True)
+class NonFiring:
+    template: str  # e.g. "blocks.{i}.attn.hook_pattern"
+    reason: str
+
+
+class Overlay:
+    """Base class: subclasses implement :meth:`hook_specs` and :meth:`nonfiring`."""
+
+    name = "base"
+
+    def hook_specs(self, hf_config: Any) -> dict[str, HookSpec]:
+        raise NotImplementedError
+
+    def nonfiring(self) -> list[NonFiring]:
+        return []
+
+    # --- the seed's contract, derived -------------------------------------
+    def capture_specs(self, hf_config: Any) -> dict[str, tuple[str, int | None]]:
+        return {h: (s.module, s.width) for h, s in self.hook_specs(hf_config).items()}
+
+    def nonfiring_hooks(self) -> list[str]:
+        return [n.template for n in self.nonfiring()]
+
+    def describe(self) -> str:
+        return (type(self).__doc__ or self.name).strip().splitlines()[0]
+
+
+def expand_layers(template: str, n_layers: int) -> list[str]:
+    if "{i}" not in template:
+        return [template]
+    return [template.format(i=i) for i in range(n_layers)]
+
+
+def layer_of(hook: str) -> int | None:
+    m = re.match(r"blocks\.(\d+)\.", hook)
+    return int(m.group(1)) if m else None
+
+
+def hook_kind(hook: str) -> str:
+    """``blocks.3.attn.hook_q`` -> ``attn.hook_q``: the layer-free template."""
+    return re.sub(r"^blocks\.\d+\.", "", hook)
+
+
+def config_get(cfg: Any, *names: str, default: Any = None) -> Any:
+    """First attribute of ``cfg`` among ``names`` (HF configs name things differently)."""
+    text = getattr(cfg, "text_config", None)
+    for obj in (cfg, text) if text is not None else (cfg,):
+        for n in names:
+            v = getattr(obj, n, None) if not isinstance(obj, Mapping) else obj.get(n)
+            if v is not None:
+                return v
+    return default
