@@ -43,6 +43,7 @@ class ParitySession:
         self.model = config.getoption("--model")
         self.model_path = config.getoption("--model-path")
         self.dtype = config.getoption("--dtype")
+        self.device = "cpu"
         rd = config.getoption("--report-dir")
         self.report_dir = Path(rd) if rd else Path(str(config.rootpath)) / "reports"
         self._targets = None
@@ -72,7 +73,7 @@ class ParitySession:
             from harness.report import write_report
             from harness.runner import run_model
 
-            run = run_model(self.target(name), dtype=self.dtype)
+            run = run_model(self.target(name), dtype=self.dtype, device=self.device)
             write_report(run.result.to_dict(), self.report_dir)
             self.runs[name] = run
         return self.runs[name]

@@ -67,6 +67,8 @@ class ModelResult:
     checkpoint: str
     dtype: str
     seed: int | None
+    device: str = "cpu"  # "cpu" or "cuda"; the report's variant is f"{device}-{dtype}"
+    device_info: dict = field(default_factory=dict)  # GPU name, driver, CUDA, precision mode
     rows: list[HookResult] = field(default_factory=list)
     nonfiring: list[dict] = field(default_factory=list)
     timings: dict = field(default_factory=dict)
@@ -200,10 +202,12 @@ def _versions() -> dict:
     return out
 
 
-def run_model(target: Target, dtype: str = "float32", work_root: Path | None = None) -> ModelRun:
+def run_model(target: Target, dtype: str = "float32", work_root: Path | None = None, device: str = "cpu",
+              subject_env: dict[str, str] | None = None) -> ModelRun:
+    """``subject_env``: environment for the vLLM process only (e.g. ``TRITON_F32_DEFAULT``)."""
     t0 = time.perf_counter()
     result = ModelResult(target.name, target.architecture, type(target.overlay).__name__, target.source,
-                         str(target.checkpoint), dtype, target.seed, versions=_versions())
+                         str(target.checkpoint), dtype, target.seed, device=device, versions=_versions())
     run = ModelRun(target, result)
     try:
         tolerance_for(dtype, "activation")  # bad dtype fails before any engine boots
@@ -219,11 +223,11 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
             reads=[(s.module, s.read) for s in specs.values()],
             params=[p for s in specs.values() for p in s.params()],
             vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
-            full_logprobs=target.vocab_size <= 8192,
+            full_logprobs=target.vocab_size <= 8192, env=subject_env,
         )
         compat_names = [a for a in (compat_alias(h) for h in specs) if a]
         run.refs = capture_references(target.checkpoint, dtype=dtype, prompts=prompts, hooks=list(specs),
-                                      compat_names=compat_names)
+                                      compat_names=compat_names, device=device)
         result.rows = evaluate(target.name, specs, run.subject, run.refs, prompts, dtype)
         sm, rm = run.subject.meta, run.refs.meta
         result.timings = {
@@ -233,6 +237,7 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
                    "top_ops": rm.get("top_ops"), "bridge_boot_s": rm.get("bridge_boot_s")},
         }
         result.versions["vllm_in_subject"] = sm.get("vllm_version")
+        result.device_info = {**sm.get("device_info", {}), "subject_env": dict(subject_env or {})}
     except Exception as exc:  # noqa: BLE001 -- one model's crash must not lose the others
         result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
     result.wall_s = time.perf_counter() - t0

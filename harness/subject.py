@@ -34,7 +34,8 @@ class SubjectCapture:
 
 def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], reads: list[tuple[str, str]],
                  params: list[str], vocab_size: int, max_model_len: int, work_dir: Path,
-                 timeout_s: float = 900, full_logprobs: bool = True) -> SubjectCapture:
+                 timeout_s: float = 900, full_logprobs: bool = True,
+                 env: dict[str, str] | None = None) -> SubjectCapture:
     from safetensors.torch import load_file
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -49,7 +50,7 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
     req_path.write_text(json.dumps(request, indent=1))
     log_path = work_dir / "subject.log"
     repo = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ)
+    env = {**os.environ, **(env or {})}
     env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     with open(log_path, "w") as log:
         try:

@@ -47,6 +47,26 @@ def _logprob_matrix(out, vocab: int, n_tokens: int):
     return mat
 
 
+def _device_info() -> dict:
+    import torch
+
+    if not torch.cuda.is_available():
+        import platform
+
+        return {"device": "cpu", "processor": platform.processor() or platform.machine()}
+    props = torch.cuda.get_device_properties(0)
+    info = {"device": "cuda", "gpu": props.name, "cuda": torch.version.cuda,
+            "gpu_count": torch.cuda.device_count()}
+    try:
+        import subprocess
+
+        info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                        capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+    except Exception:  # noqa: BLE001 -- informational only
+        pass
+    return info
+
+
 def main(request_path: str) -> int:
     _env_defaults()
     req = json.loads(Path(request_path).read_text())
@@ -75,6 +95,7 @@ def main(request_path: str) -> int:
         skip_tokenizer_init=False,
     )
     meta["boot_s"] = time.perf_counter() - t_boot
+    meta["device_info"] = _device_info()
     meta["missing_modules"] = llm.collective_rpc("vp_install", args=(req["reads"],))[0]
     meta["missing_params"] = llm.collective_rpc(
         "vp_dump_params", args=(req["params"], str(out_dir / "params.safetensors")))[0]
