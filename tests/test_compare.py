@@ -1,0 +1,50 @@
+"""Unit tests of the pure comparison functions."""
+import math
+
+import pytest
+import torch
+
+from harness.compare import ShapeMismatch, argmax_agreement, compare_tensors, failure_message, verdict
+
+
+def test_identical_tensors_have_zero_error():
+    x = torch.randn(5, 8)
+    m = compare_tensors(x, x.clone())
+    assert m.max_abs == 0 and m.rel_err == 0 and m.cos_min == pytest.approx(1.0)
+    assert verdict(m, 1e-4)
+
+
+def test_worst_position_and_values_are_reported():
+    ref = torch.ones(4, 3)
+    subj = ref.clone()
+    subj[2, 1] = 1.5
+    m = compare_tensors(subj, ref)
+    assert m.worst_index == (2, 1)
+    assert m.subject_at_worst == 1.5 and m.reference_at_worst == 1.0
+    assert m.rel_err == pytest.approx(0.5)  # reference RMS is 1
+    msg = failure_message("x", m, 1e-4, ("pos", "d"))
+    assert "pos=2" in msg and "d=1" in msg and "1.0e-04" in msg and "5.000e-01" in msg
+
+
+def test_relative_error_uses_reference_scale():
+    ref = torch.full((3, 3), 100.0)
+    m = compare_tensors(ref + 1e-3, ref)
+    assert m.rel_err == pytest.approx(1e-5, rel=1e-3)
+
+
+def test_nan_in_reference_is_ignored_nan_in_subject_is_infinite():
+    ref = torch.tensor([[1.0, float("nan")], [2.0, 3.0]])
+    assert compare_tensors(torch.tensor([[1.0, 99.0], [2.0, 3.0]]), ref).max_abs == 0
+    bad = compare_tensors(torch.tensor([[float("nan"), 0.0], [2.0, 3.0]]), ref)
+    assert math.isinf(bad.max_abs) and not verdict(bad, 1.0)
+
+
+def test_shape_mismatch_raises_with_both_shapes():
+    with pytest.raises(ShapeMismatch, match=r"\(2, 3\).*\(3, 2\)"):
+        compare_tensors(torch.zeros(2, 3), torch.zeros(3, 2))
+
+
+def test_argmax_agreement():
+    ref = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
+    assert argmax_agreement(ref.clone(), ref) == (2, 2, True)
+    assert argmax_agreement(torch.tensor([[0.0, 1.0], [0.0, 1.0]]), ref) == (1, 2, False)

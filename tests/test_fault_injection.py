@@ -1,0 +1,90 @@
+"""Fault injection: plant mapping bugs in a real overlay and prove the suite fails them.
+
+Runs the real engines end to end (one extra vLLM boot) with a Gemma overlay
+carrying six classic mapping bugs, each on a different hook, and asserts:
+every planted hook fails on every reference with an error at least 100x the
+tolerance, and every hook that was not touched still passes, so a planted
+bug is caught where it was planted and nowhere else.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from overlays.base import Cols, Overlay, UnfoldNorm
+from overlays.gemma import GemmaOverlay
+
+pytestmark = pytest.mark.parity
+
+
+def _faults(cfg) -> dict:
+    d = GemmaOverlay().dims(cfg)
+    q, kv = d["n_heads"] * d["head_dim"], d["n_kv"] * d["head_dim"]
+    return {
+        # Gemma's final norm un-folded with ÷ w instead of ÷ (1 + w)
+        "ln_final.hook_normalized": lambda s: s.with_convert(UnfoldNorm("model.norm.weight", 0.0)),
+        # the sqrt(d_model) embedding normalizer forgotten (TL 4.3.0's own vLLM overlay bug)
+        "embed.hook_out": lambda s: s.with_convert(),
+        # block output without the fused residual added back
+        "blocks.1.hook_out": lambda s: replace(s, read="out[0]"),
+        # block input without the residual (only the previous layer's MLP delta)
+        "blocks.2.hook_in": lambda s: replace(s, read="in.hidden_states"),
+        # k read from v's columns of the fused qkv projection
+        "blocks.2.attn.hook_k": lambda s: s.with_convert(Cols(q + kv, q + 2 * kv), *s.convert[1:]),
+        # ln1 left folded (norm weight not divided out)
+        "blocks.0.ln1.hook_normalized": lambda s: s.with_convert(),
+    }
+
+
+class PlantedOverlay(Overlay):
+    """Wraps an overlay and replaces some hook specs with planted bugs."""
+
+    def __init__(self, base: Overlay, faults) -> None:
+        self.base, self.faults, self.name = base, faults, f"planted({base.name})"
+
+    def hook_specs(self, cfg):
+        specs = self.base.hook_specs(cfg)
+        for hook, plant in self.faults(cfg).items():
+            specs[hook] = plant(specs[hook])
+        return specs
+
+    def nonfiring(self):
+        return self.base.nonfiring()
+
+
+@pytest.fixture(scope="module")
+def planted_run(parity_session, tmp_path_factory):
+    from harness.runner import run_model
+
+    target = replace(parity_session.target("gemma"))
+    target.overlay = PlantedOverlay(target.overlay, _faults)
+    run = run_model(target, dtype=parity_session.dtype, work_root=tmp_path_factory.mktemp("planted"))
+    assert run.result.error is None, run.result.error
+    return run
+
+
+def test_every_planted_bug_fails_with_margin(planted_run):
+    planted = set(_faults(planted_run.target.hf_config))
+    for row in planted_run.result.rows:
+        if row.hook in planted:
+            assert row.status == "fail", f"planted bug in {row.hook} ({row.reference}) was not caught: {row}"
+            assert row.rel_err >= 100 * row.tolerance, (
+                f"{row.hook}: planted bug only {row.rel_err / row.tolerance:.1f}x the tolerance")
+            assert row.hook in row.message and "tolerance" in row.message
+
+
+def test_untouched_hooks_still_pass(planted_run):
+    planted = set(_faults(planted_run.target.hf_config))
+    wrong = [r.message for r in planted_run.result.rows if r.hook not in planted and not r.passed]
+    assert not wrong, wrong
+
+
+def test_planted_margins_are_reported(planted_run):
+    """The margin (error / tolerance) of each planted bug, for the report and the note."""
+    planted = set(_faults(planted_run.target.hf_config))
+    margins = {r.hook: r.rel_err / r.tolerance for r in planted_run.result.rows
+               if r.hook in planted and r.reference == "bridge"}
+    assert set(margins) == planted
+    print("planted-bug margins (rel_err / tolerance):",
+          {h: f"{m:.3g}" for h, m in sorted(margins.items())})

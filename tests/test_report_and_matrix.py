@@ -1,0 +1,41 @@
+"""Reports and the support matrix are pure functions of result dicts."""
+import json
+
+from harness.matrix import build_matrix, write_matrix
+from harness.report import summarize, to_markdown, write_report
+
+
+def _result(model, status="pass", rel=1e-6, error=None, dtype="float32"):
+    row = dict(model=model, reference="bridge", hook="blocks.0.hook_out", reference_hook="blocks.0.hook_out",
+               layer=0, kind="hook_out", status=status, tolerance=1e-4, rel_err=rel, max_abs=rel, ref_scale=1.0,
+               cos_min=1.0, worst={"prompt": 0, "index": [3, 1], "axes": ["pos", "d"]}, message="")
+    return dict(model=model, architecture="LlamaForCausalLM", overlay="DecoderOnlyOverlay", source="synthetic",
+                checkpoint="/x", dtype=dtype, seed=0, device="cpu", rows=[row],
+                nonfiring=[{"template": "blocks.{i}.attn.hook_pattern", "hooks": ["blocks.0.attn.hook_pattern"],
+                            "reason": "fused"}],
+                timings={}, versions={"vllm": "0.32.0", "transformers": "5", "transformer-lens": "4.3.0"},
+                prompts=[[1, 2, 3]], error=error, wall_s=1.0)
+
+
+def test_summary_and_markdown():
+    r = _result("m")
+    s = summarize(r)
+    assert s["verdict"] == "pass" and s["hooks_offered"] == 1 and s["nonfiring"] == 1
+    md = to_markdown(r)
+    assert "Verdict: PASS" in md and "blocks.{i}.attn.hook_pattern" in md and "fused" in md
+
+
+def test_failed_and_errored_models_show_in_matrix(tmp_path):
+    write_report(_result("a"), tmp_path)
+    write_report(_result("b", status="fail", rel=0.3), tmp_path)
+    write_report(_result("c", error="RuntimeError: boom\ntrace"), tmp_path)
+    write_report(_result("a", dtype="bfloat16"), tmp_path)
+    rows = {(r["model"], r["variant"]): r for r in build_matrix(tmp_path)}
+    assert rows[("a", "cpu-float32")]["verdict"] == "pass"
+    assert rows[("a", "cpu-bfloat16")]["verdict"] == "pass"
+    assert rows[("b", "cpu-float32")]["verdict"] == "fail"
+    assert rows[("c", "cpu-float32")]["verdict"] == "error" and "boom" in rows[("c", "cpu-float32")]["error"]
+    md, _ = write_matrix(tmp_path)
+    text = md.read_text()
+    assert text.count("\n| ") == 1 + 4  # header + one row per (model, variant)
+    assert json.loads((tmp_path / "support_matrix.json").read_text())

@@ -1,0 +1,58 @@
+"""Unit tests of the worker's read grammar evaluation (pure, tiny modules)."""
+import pytest
+import torch
+
+from harness.vllm_worker import eval_input, eval_output, natural_key, parse_read, resolve_module
+from overlays.base import HookSpec
+
+
+class Layer(torch.nn.Module):
+    def forward(self, positions, hidden_states, residual):
+        return hidden_states, residual
+
+
+def test_parse_read_rejects_mixed_sides():
+    with pytest.raises(ValueError, match="mixes inputs and outputs"):
+        parse_read("out[0]+in.x")
+
+
+def test_hookspec_rejects_bad_grammar():
+    with pytest.raises(ValueError, match="read grammar"):
+        HookSpec("m", "output")
+
+
+def test_out_sum_treats_none_residual_as_zero():
+    h = torch.ones(2, 3)
+    side, terms = parse_read("out[0]+out[1]")
+    assert torch.equal(eval_output((h, None), terms, "r"), h)
+    assert torch.equal(eval_output((h, 2 * h), terms, "r"), 3 * h)
+
+
+def test_out_index_zero_of_bare_tensor_is_the_tensor():
+    h = torch.ones(2)
+    assert torch.equal(eval_output(h, parse_read("out[0]")[1], "r"), h)
+
+
+def test_inputs_by_name_positional_or_keyword():
+    layer, h, r = Layer(), torch.ones(2, 2), torch.full((2, 2), 2.0)
+    _, terms = parse_read("in.hidden_states+in.residual")
+    cache: dict = {}
+    assert torch.equal(eval_input(layer, (None, h, r), {}, terms, "r", cache), 3 * h)
+    assert torch.equal(eval_input(layer, (None,), {"hidden_states": h, "residual": None}, terms, "r", cache), h)
+    assert torch.equal(eval_input(layer, (None, h, r), {}, parse_read("in[2]")[1], "r", cache), r)
+
+
+def test_read_is_a_copy_not_a_view():
+    """Fused add-norm kernels update inputs in place after the pre-hook ran."""
+    h = torch.ones(2)
+    got = eval_output(h, parse_read("out")[1], "r")
+    h.add_(1)
+    assert torch.equal(got, torch.ones(2))
+
+
+def test_resolve_module_and_natural_order():
+    root = torch.nn.Module()
+    root.layers = torch.nn.ModuleList([Layer(), Layer()])
+    assert resolve_module(root, "layers.1") is root.layers[1]
+    assert resolve_module(root, "layers.missing") is None
+    assert sorted(["m.layers.10", "m.layers.9"], key=natural_key) == ["m.layers.9", "m.layers.10"]
