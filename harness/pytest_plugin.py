@@ -82,13 +82,13 @@ class ParitySession:
 def pytest_configure(config: pytest.Config) -> None:
     from harness.families import UnknownFamilyError, resolve_families
     from harness.targets import TargetError, target_for_path
-    from harness.tolerances import UnsupportedDtypeError, tolerance_for
+    from harness.tolerances import UnsupportedDtypeError, calibration_for
 
     try:
         resolve_families(config.getoption("--model"))
         for p in filter(None, (config.getoption("--model-path") or "").split(",")):
             target_for_path(p)
-        tolerance_for(config.getoption("--dtype"), "activation")
+        calibration_for(config.getoption("--dtype"))
     except (UnknownFamilyError, TargetError, UnsupportedDtypeError) as exc:
         raise pytest.UsageError(str(exc)) from None
     config.addinivalue_line("markers", "parity: runs real vLLM and reference engines")

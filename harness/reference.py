@@ -1,11 +1,21 @@
-"""Reference engines: TransformerLens's TransformerBridge (canonical names),
-its compatibility mode (HookedTransformer names), and plain HF transformers
-(log-probs).  All in fp32/fp64 on CPU or the run's device, in this process.
+"""Reference engines, in this process: TransformerLens's TransformerBridge
+(canonical names), its compatibility mode (HookedTransformer names), and
+plain HF transformers (forward hooks on the decoder layers + log-probs).
 
-Contract: :func:`capture_references` returns a :class:`ReferenceCapture` with
-``bridge[prompt][hook]`` and ``compat[prompt][legacy_name]`` tensors with the
-batch dim removed (see :mod:`harness.shapes`), ``logprobs[prompt]`` as an fp64
-``[T, V]`` log-softmax of HF's logits, versions and timings.
+Contract: :func:`capture_references` returns a :class:`ReferenceCapture`:
+
+* ``bridge[prompt][hook]``, ``compat[prompt][legacy]``, ``hf[prompt][hook]``
+  -- tensors in canonical layout (batch dim dropped, see :mod:`harness.shapes`);
+* ``logprobs[prompt]`` -- fp64 ``[T, V]`` log-softmax of HF's logits;
+* ``floors[engine][hook]`` -- the noise floor of that engine for that hook:
+  the worst relative error (over prompts) between the engine in the run dtype
+  and the same engine in the truth dtype (see :mod:`harness.tolerances`);
+* ``meta`` -- boot times, forward latency, top operators.
+
+HF hooks are architecture-agnostic: the decoder layers are the model's
+``nn.ModuleList`` whose length is ``num_hidden_layers``; a layer's input
+``hidden_states`` is ``blocks.{i}.hook_in`` and its first output is
+``blocks.{i}.hook_out``; the input embeddings' output is ``embed.hook_out``.
 """
 from __future__ import annotations
 
@@ -16,10 +26,10 @@ from pathlib import Path
 
 import torch
 
+from .compare import compare_tensors
 from .shapes import reference_to_canonical
 from .timing import profile_call
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from .tolerances import TORCH_DTYPES, calibration_for
 
 
 @dataclass
@@ -27,6 +37,8 @@ class ReferenceCapture:
     bridge: dict[int, dict[str, torch.Tensor]]
     compat: dict[int, dict[str, torch.Tensor]]
     logprobs: dict[int, torch.Tensor]
+    hf: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+    floors: dict[str, dict[str, float]] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
 
 
@@ -43,46 +55,109 @@ def _run_cache(bridge, tokens: list[int], names: set[str], device: str) -> dict[
     return {n: reference_to_canonical(n, cache[n]) for n in names if n in cache}
 
 
-def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]], hooks: list[str],
-                       compat_names: list[str], device: str = "cpu", timing_repeats: int = 5
-                       ) -> ReferenceCapture:
+def _bridge_captures(checkpoint, dtype, prompts, names, device, compat=False):
+    bridge = _boot_bridge(checkpoint, dtype, device)
+    if compat:
+        bridge.enable_compatibility_mode(no_processing=True)
+    return {p: _run_cache(bridge, toks, names, device) for p, toks in enumerate(prompts)}
+
+
+def decoder_layers(model: torch.nn.Module, n_layers: int) -> torch.nn.ModuleList:
+    for _, mod in model.named_modules():
+        if isinstance(mod, torch.nn.ModuleList) and len(mod) == n_layers and n_layers > 0:
+            return mod
+    raise LookupError(f"no nn.ModuleList of {n_layers} decoder layers in {type(model).__name__}")
+
+
+def _first(x):
+    return x[0] if isinstance(x, (tuple, list)) else x
+
+
+def _hf_run(model, tokens: list[int], device: str, n_layers: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    caps: dict[str, torch.Tensor] = {}
+    handles = []
+    for i, layer in enumerate(decoder_layers(model, n_layers)):
+        def pre(mod, args, kwargs, _i=i):
+            h = args[0] if args else kwargs["hidden_states"]
+            caps[f"blocks.{_i}.hook_in"] = h.detach().clone()
+
+        def post(mod, args, kwargs, out, _i=i):
+            caps[f"blocks.{_i}.hook_out"] = _first(out).detach().clone()
+        handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(layer.register_forward_hook(post, with_kwargs=True))
+    handles.append(model.get_input_embeddings().register_forward_hook(
+        lambda mod, args, out: caps.__setitem__("embed.hook_out", out.detach().clone())))
+    try:
+        with torch.no_grad():
+            logits = model(torch.tensor([tokens], device=device)).logits[0]
+    finally:
+        for h in handles:
+            h.remove()
+    return ({k: reference_to_canonical(k, v) for k, v in caps.items()},
+            torch.log_softmax(logits.double(), dim=-1).cpu())
+
+
+def _load_hf(checkpoint: Path, dtype: torch.dtype, device: str):
     from transformers import AutoModelForCausalLM
 
-    tdtype = _DTYPES[dtype]
-    meta: dict = {}
+    return AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=dtype).to(device).eval()
+
+
+def _floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, torch.Tensor]]) -> dict[str, float]:
+    floors: dict[str, float] = {}
+    for p, hooks in run.items():
+        for name, value in hooks.items():
+            if name in truth.get(p, {}) and value.shape == truth[p][name].shape:
+                rel = compare_tensors(value, truth[p][name]).rel_err
+                floors[name] = max(floors.get(name, 0.0), rel)
+    return floors
+
+
+def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]], hooks: list[str],
+                       compat_names: list[str], device: str = "cpu", timing_repeats: int = 5,
+                       calibrate: bool = True) -> ReferenceCapture:
+    tdtype = TORCH_DTYPES[dtype]
+    truth_dtype = TORCH_DTYPES[calibration_for(dtype).truth_dtype]
+    meta: dict = {"truth_dtype": calibration_for(dtype).truth_dtype}
+    want, legacy = set(hooks), set(compat_names)
+
     t = time.perf_counter()
-    bridge = _boot_bridge(checkpoint, tdtype, device)
-    meta["bridge_boot_s"] = time.perf_counter() - t
-    want = set(hooks)
-    bridge_caps = {p: _run_cache(bridge, toks, want, device) for p, toks in enumerate(prompts)}
-    meta["bridge_missing"] = sorted(want - set(bridge_caps[0])) if prompts else []
-    del bridge
+    bridge = _bridge_captures(checkpoint, tdtype, prompts, want, device)
+    meta["bridge_s"] = time.perf_counter() - t
+    compat = _bridge_captures(checkpoint, tdtype, prompts, legacy, device, compat=True)
+    floors: dict[str, dict[str, float]] = {}
+    if calibrate:
+        truth = _bridge_captures(checkpoint, truth_dtype, prompts, want, device)
+        floors["bridge"] = _floors(bridge, truth)
+        del truth
 
-    compat = _boot_bridge(checkpoint, tdtype, device)
-    compat.enable_compatibility_mode(no_processing=True)
-    legacy = set(compat_names)
-    compat_caps = {p: _run_cache(compat, toks, legacy, device) for p, toks in enumerate(prompts)}
-    meta["compat_missing"] = sorted(legacy - set(compat_caps[0])) if prompts else []
-    del compat
-
-    hf = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=tdtype).to(device).eval()
-    logprobs = {}
-    with torch.no_grad():
+    hf_model = _load_hf(checkpoint, tdtype, device)
+    n_layers = int(getattr(hf_model.config, "num_hidden_layers", 0) or 0)
+    hf, logprobs = {}, {}
+    for p, toks in enumerate(prompts):
+        hf[p], logprobs[p] = _hf_run(hf_model, toks, device, n_layers)
+    if calibrate:
+        truth_model = _load_hf(checkpoint, truth_dtype, device)
+        truth_hf, truth_lp = {}, {}
         for p, toks in enumerate(prompts):
-            logits = hf(torch.tensor([toks], device=device)).logits[0]
-            logprobs[p] = torch.log_softmax(logits.double(), dim=-1).cpu()
-        ids = torch.tensor([prompts[0]], device=device)
-        hf(ids)  # warm-up
+            truth_hf[p], lp = _hf_run(truth_model, toks, device, n_layers)
+            truth_hf[p]["logprobs"] = lp
+        del truth_model
+        floors["hf"] = _floors({p: {**hf[p], "logprobs": logprobs[p]} for p in hf}, truth_hf)
+
+    ids = torch.tensor([prompts[0]], device=device)
+    with torch.no_grad():
+        hf_model(ids)  # warm-up
         times = []
         for _ in range(timing_repeats):
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             t = time.perf_counter()
-            hf(ids)
+            hf_model(ids)
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
         meta["forward_ms_median"] = statistics.median(times) * 1e3
         meta["forward_ms_all"] = [x * 1e3 for x in times]
-        meta["top_ops"] = profile_call(lambda: hf(ids))
-    return ReferenceCapture(bridge_caps, compat_caps, logprobs, meta)
+        meta["top_ops"] = profile_call(lambda: hf_model(ids))
+    return ReferenceCapture(bridge, compat, logprobs, hf, floors, meta)

@@ -18,12 +18,15 @@ SCHEMA_VERSION = 1
 
 
 def variant_of(result: dict) -> str:
-    return f"{result.get('device', 'cpu')}-{result['dtype']}"
+    """``cpu-float32``; a subject other than the default vLLM one prefixes it (``tl-vllm-cpu-float32``)."""
+    subject = result.get("subject", "vllm")
+    return ("" if subject == "vllm" else f"{subject}-") + f"{result.get('device', 'cpu')}-{result['dtype']}"
 
 
 def report_stem(result: dict) -> str:
-    variant = variant_of(result)
-    return "report" if variant == "cpu-float32" else f"report-{variant}"
+    """``report``; ``report-tl-vllm``, ``report-cuda-bfloat16``, ``report-tl-vllm-cuda-bfloat16``."""
+    parts = [result.get("subject", "vllm"), f"{result.get('device', 'cpu')}-{result['dtype']}"]
+    return "-".join(["report"] + [p for p in parts if p not in ("vllm", "cpu-float32")])
 
 
 def summarize(result: dict) -> dict:
@@ -72,30 +75,48 @@ def to_markdown(result: dict) -> str:
         f"({s['worst_where']}).",
         "",
         "| field | value |", "|---|---|",
+        f"| subject | {result.get('subject', 'vllm')} |",
         f"| architecture | `{result['architecture']}` |",
         f"| overlay | `{result['overlay']}` |",
         f"| checkpoint | {result['source']}: `{result['checkpoint']}` |",
         f"| dtype / seed | {result['dtype']} / {result.get('seed')} |",
         f"| vllm / torch | {v.get('vllm')} / {v.get('torch')} |",
         f"| transformers / transformer-lens | {v.get('transformers')} / {v.get('transformer-lens')} |",
-        f"| prompts (token ids) | {'; '.join(str(len(p)) + ' tokens' for p in result.get('prompts', []))} |",
+        f"| prompts (token ids) | {'; '.join(f'{n}: {len(p)} tokens' for n, p in zip(result.get('prompt_names') or range(99), result.get('prompts', [])))} (one run each, plus all in one ragged batch) |",
         f"| wall time | {result.get('wall_s', 0):.1f} s |",
         "",
     ]
     if result.get("error"):
         out += ["## Engine error", "", "```", result["error"].strip(), "```", ""]
     out += ["## Hooks", "",
-            "`rel_err` = max |vLLM − reference| / RMS(reference); gated at `tol`. "
-            "`cos_min` = worst per-token cosine similarity.", "",
-            "| status | reference | hook | rel_err | tol | max_abs | cos_min | worst (prompt, index) |",
-            "|---|---|---|---|---|---|---|---|"]
+            "`rel_err` = max |vLLM − reference| / RMS(reference), worst prompt. `floor` = the reference's own "
+            "distance from itself in the truth dtype; `tol` = max(multiple × floor, minimum) "
+            "(harness/tolerances.py); `margin` = rel_err / tol (< 1 passes). `cos_min` = worst per-token cosine. "
+            "References: `bridge` TransformerBridge, `compat` its compatibility mode, `hf` plain HF forward hooks, "
+            "`bridge~hf` the two references against each other, `bridge-ragged` vLLM's ragged-batch run "
+            "(all prompts in one batch) against the bridge run alone. *(derived)*: computed host-side from "
+            "captured hooks (harness/derived.py; entries masked on both sides ignored), not a tensor vLLM "
+            "materialized.", "",
+            "| status | reference | hook | rel_err | floor | tol | margin | max_abs | cos_min | worst (prompt, index) |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    names = result.get("prompt_names") or []
     for r in result.get("rows", []):
         worst = r.get("worst") or {}
-        where = f"p{worst['prompt']} {worst.get('index')}" if "prompt" in worst else (
-            f"{worst.get('agree_positions')}/{worst.get('positions')} top-1" if worst else "")
+        if "prompt" in worst:
+            p = worst["prompt"]
+            where = f"{names[p] if p < len(names) else 'p' + str(p)} {worst.get('index')}"
+        else:
+            where = f"{worst.get('agree_positions')}/{worst.get('positions')} top-1" if worst else ""
         name = r["hook"] if r["reference_hook"] == r["hook"] else f"{r['hook']} → `{r['reference_hook']}`"
-        out.append(f"| {r['status']} | {r['reference']} | {name} | {_fmt(r['rel_err'])} | {_fmt(r['tolerance'], '.0e')} "
-                   f"| {_fmt(r['max_abs'])} | {_fmt(r['cos_min'], '.7f')} | {where} |")
+        if r.get("derived"):
+            name += " *(derived)*"
+        margin = r["rel_err"] / r["tolerance"] if _finite(r["rel_err"]) and r["tolerance"] else None
+        out.append(f"| {r['status']} | {r['reference']} | {name} | {_fmt(r['rel_err'])} | {_fmt(r.get('floor'))} "
+                   f"| {_fmt(r['tolerance'], '.1e')} | {_fmt(margin, '.3f')} | {_fmt(r['max_abs'])} "
+                   f"| {_fmt(r['cos_min'], '.7f')} | {where} |")
+    lm = next((r.get("logit_metrics") for r in result.get("rows", []) if r.get("logit_metrics")), None)
+    if lm:
+        out += ["", "Logits vs HF: " + ", ".join(f"{k} {_fmt(v, '.3g')}" for k, v in lm.items()) + "."]
     failing = [r for r in result.get("rows", []) if r["status"] != "pass"]
     if failing:
         out += ["", "### Failures", ""] + [f"- {r['message']}" for r in failing]

@@ -19,17 +19,18 @@ from pathlib import Path
 
 import torch
 
-from overlays.base import HookSpec, expand_layers, hook_kind, layer_of
+from overlays.base import Derived, HookSpec, NonFiring, expand_layers, hook_kind, layer_of
 
-from .compare import (ShapeMismatch, argmax_agreement, compare_tensors, failure_message, verdict)
-from .conversions import convert
-from .hook_names import compat_alias
+from .compare import (ShapeMismatch, argmax_agreement, compare_tensors, failure_message, logit_metrics, verdict)
+from .conversions import convert, stitch_calls
+from .derived import derive, ignore_common_mask
+from .hook_names import compat_alias, hf_hook
 from .prompts import default_prompts
 from .reference import ReferenceCapture, capture_references
 from .shapes import subject_to_canonical
 from .subject import SubjectCapture, capture_vllm
 from .targets import Target
-from .tolerances import tolerance_for
+from .tolerances import calibration_for, tolerance
 
 
 @dataclass
@@ -48,6 +49,14 @@ class HookResult:
     cos_min: float = math.nan
     worst: dict = field(default_factory=dict)
     message: str = ""
+    floor: float | None = None  # the reference's own noise floor for this hook (see harness.tolerances)
+    logit_metrics: dict = field(default_factory=dict)  # KL, top-1, top-k overlap (logprobs rows)
+    derived: bool = False  # computed host-side from other hooks' captures (harness.derived)
+
+    @property
+    def margin(self) -> float:
+        """error / tolerance: < 1 passes; a planted bug sits orders of magnitude above 1."""
+        return self.rel_err / self.tolerance if self.tolerance else math.nan
 
     @property
     def test_id(self) -> str:
@@ -68,12 +77,14 @@ class ModelResult:
     dtype: str
     seed: int | None
     device: str = "cpu"  # "cpu" or "cuda"; the report's variant is f"{device}-{dtype}"
+    subject: str = "vllm"  # harness.runner.SUBJECTS; a non-default one prefixes the variant
     device_info: dict = field(default_factory=dict)  # GPU name, driver, CUDA, precision mode
     rows: list[HookResult] = field(default_factory=list)
     nonfiring: list[dict] = field(default_factory=list)
     timings: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     prompts: list[list[int]] = field(default_factory=list)
+    prompt_names: list[str] = field(default_factory=list)
     error: str | None = None
     wall_s: float = 0.0
 
@@ -119,63 +130,158 @@ def _compare_prompts(label: str, pairs: list[tuple[torch.Tensor, torch.Tensor]],
     )
 
 
-def planned_cases(specs: dict[str, HookSpec]) -> list[tuple[str, str]]:
-    """(reference, hook) pairs :func:`evaluate` produces rows for, in order."""
+def planned_cases(specs: dict[str, HookSpec], derived: dict[str, Derived] | None = None) -> list[tuple[str, str]]:
+    """(reference, hook) pairs :func:`evaluate` produces rows for, in order.
+
+    ``reference`` is ``bridge``, ``compat`` or ``hf`` for vLLM-vs-reference rows,
+    and ``bridge~hf`` for the references checked against each other."""
     cases = []
     for hook in specs:
         cases.append(("bridge", hook))
         if compat_alias(hook) is not None:
             cases.append(("compat", hook))
+        if hf_hook(hook):
+            cases.append(("hf", hook))
+    for hook in derived or {}:
+        cases += [("bridge", hook)] + ([("compat", hook)] if compat_alias(hook) is not None else [])
+    cases += [("bridge~hf", hook) for hook in specs if hf_hook(hook)]
+    cases += [("bridge-ragged", hook) for hook in specs if ragged_hook(hook)]
     return cases + [("hf", "logprobs"), ("hf", "argmax")]
 
 
+def ragged_hook(hook: str) -> bool:
+    """Hooks compared in the ragged-batch run: all but logits, which a batch
+    without prompt log-probs computes for the sampled positions only."""
+    return hook_kind(hook) != "unembed.hook_out"
+
+
+def _row(model: str, reference: str, hook: str, reference_hook: str, tol: float, floor: float | None,
+         pairs: list[tuple[torch.Tensor, torch.Tensor]] | None, problem: str = "") -> HookResult:
+    row = HookResult(model, reference, hook, reference_hook, layer_of(hook), hook_kind(hook), "error", tol,
+                     floor=floor)
+    if problem or pairs is None:
+        row.message = problem or f"{hook}: no values for {reference}"
+        return row
+    try:
+        for key, value in _compare_prompts(f"{model} {hook} vs {reference}:{reference_hook}", pairs, tol).items():
+            setattr(row, key, value)
+    except ShapeMismatch as exc:
+        row.message = f"{hook} vs {reference}:{reference_hook}: {exc}"
+    return row
+
+
+def _pairs(subject: list[torch.Tensor] | dict, store: dict, name: str, n: int):
+    if any(name not in store.get(p, {}) for p in range(n)):
+        return None
+    return [(subject[p], store[p][name]) for p in range(n)]
+
+
 def evaluate(model: str, specs: dict[str, HookSpec], subject: SubjectCapture, refs: ReferenceCapture,
-             prompts: list[list[int]], dtype: str) -> list[HookResult]:
-    tol = tolerance_for(dtype, "activation").rel
+             prompts: list[list[int]], dtype: str, derived: dict[str, Derived] | None = None
+             ) -> list[HookResult]:
+    """Rows for every planned case; the tolerance of each is calibrated from the
+    reference's noise floor for that hook (harness.tolerances)."""
+    n = len(prompts)
+    bridge_floor, hf_floor = refs.floors.get("bridge", {}), refs.floors.get("hf", {})
     rows: list[HookResult] = []
+    values: dict[str, list[torch.Tensor]] = {}  # converted captures, the inputs of derived hooks
     for hook, spec in specs.items():
-        subj_per_prompt, problem = [], ""
+        subj, problem = [], ""
         for p, toks in enumerate(prompts):
             raw = subject.read(p, spec.raw_key)
             if raw is None:
                 problem = f"{hook}: vLLM hook on {spec.module!r} ({spec.read}) never fired"
                 break
             try:
-                subj_per_prompt.append(convert(spec, subject_to_canonical(raw, len(toks)), subject.params))
+                subj.append(convert(spec, _canonical(subject, p, spec, raw, len(toks)), subject.params))
             except Exception as exc:  # a conversion that cannot apply is a mapping error
                 problem = f"{hook}: conversion failed: {exc}"
                 break
-        targets = [("bridge", hook, refs.bridge)]
+        if not problem:
+            values[hook] = subj
+        floor = bridge_floor.get(hook)
+        pairs = None if problem else _pairs(subj, refs.bridge, hook, n)
+        rows.append(_row(model, "bridge", hook, hook, tolerance(dtype, floor), floor, pairs,
+                         problem or ("" if pairs else f"{hook}: TransformerBridge has no hook {hook!r}")))
         alias = compat_alias(hook)
         if alias is not None:
-            targets.append(("compat", alias, refs.compat))
-        for ref_name, ref_hook, store in targets:
-            row = HookResult(model, ref_name, hook, ref_hook, layer_of(hook), hook_kind(hook), "error", tol)
-            if problem:
-                row.message = problem
-            elif any(ref_hook not in store.get(p, {}) for p in range(len(prompts))):
-                row.message = f"{hook}: reference {ref_name} has no hook {ref_hook!r}"
-            else:
-                try:
-                    pairs = [(subj_per_prompt[p], store[p][ref_hook]) for p in range(len(prompts))]
-                    for key, value in _compare_prompts(f"{model} {hook} vs {ref_name}:{ref_hook}",
-                                                       pairs, tol).items():
-                        setattr(row, key, value)
-                except ShapeMismatch as exc:
-                    row.message = f"{hook} vs {ref_name}:{ref_hook}: {exc}"
-            rows.append(row)
+            pairs = None if problem else _pairs(subj, refs.compat, alias, n)
+            rows.append(_row(model, "compat", hook, alias, tolerance(dtype, floor), floor, pairs,
+                             problem or ("" if pairs else f"{hook}: compatibility mode has no hook {alias!r}")))
+        if hf_hook(hook):
+            f = hf_floor.get(hook)
+            pairs = None if problem else _pairs(subj, refs.hf, hook, n)
+            rows.append(_row(model, "hf", hook, hook, tolerance(dtype, f), f, pairs,
+                             problem or ("" if pairs else f"{hook}: HF forward hooks did not capture it")))
+    rows += _derived_rows(model, derived or {}, values, refs, n, dtype)
+    for hook in specs:
+        if hf_hook(hook):
+            f = max(bridge_floor.get(hook, 0.0), hf_floor.get(hook, 0.0))
+            bridge_vals = [refs.bridge.get(p, {}).get(hook) for p in range(n)]
+            pairs = None if any(v is None for v in bridge_vals) else _pairs(bridge_vals, refs.hf, hook, n)
+            rows.append(_row(model, "bridge~hf", hook, hook, tolerance(dtype, f), f, pairs,
+                             "" if pairs else f"{hook}: missing in TransformerBridge or HF"))
+    lengths = [len(t) for t in prompts]
+    for hook, spec in specs.items():
+        if not ragged_hook(hook):
+            continue
+        floor = bridge_floor.get(hook)
+        raws = [subject.ragged_read(p, spec.raw_key, lengths) for p in range(n)]
+        if any(r is None for r in raws):
+            rows.append(_row(model, "bridge-ragged", hook, hook, tolerance(dtype, floor), floor, None,
+                             f"{hook}: no ragged-batch capture (vLLM did not report its batch layout)"))
+            continue
+        try:
+            subj = [convert(spec, r, subject.params) for r in raws]
+            pairs, problem = _pairs(subj, refs.bridge, hook, n), ""
+        except Exception as exc:  # noqa: BLE001
+            pairs, problem = None, f"{hook}: conversion failed: {exc}"
+        rows.append(_row(model, "bridge-ragged", hook, hook, tolerance(dtype, floor), floor, pairs, problem))
     rows.extend(_logit_rows(model, subject, refs, prompts, dtype))
     return rows
 
 
+def _canonical(subject: SubjectCapture, p: int, spec: HookSpec, first: torch.Tensor, n_tokens: int) -> torch.Tensor:
+    """The raw read of one prompt in ``[T, ...]`` rows: the first call's, or every call stitched."""
+    if spec.calls != "all":
+        return subject_to_canonical(first, n_tokens)
+    calls = [first]
+    while (nxt := subject.read(p, spec.raw_key, len(calls))) is not None:
+        calls.append(nxt)
+    return stitch_calls(calls, n_tokens)
+
+
+def _derived_rows(model: str, derived: dict[str, Derived], values: dict, refs: ReferenceCapture, n: int,
+                  dtype: str) -> list[HookResult]:
+    """Rows for hooks computed from other hooks' captures; entries masked on both
+    sides (causal / window) are ignored (harness.derived)."""
+    rows = []
+    for hook, spec in derived.items():
+        problem, subj = "", []
+        try:
+            subj = [derive(spec, {h: values[h][p] for h in spec.inputs if h in values}) for p in range(n)]
+        except Exception as exc:  # noqa: BLE001 -- a failed input or derivation is this hook's error
+            problem = f"{hook} (derived {spec.describe()}): {exc}"
+        floor = refs.floors.get("bridge", {}).get(hook)
+        alias = compat_alias(hook)
+        for ref, name, store in [("bridge", hook, refs.bridge)] + ([("compat", alias, refs.compat)] if alias else []):
+            pairs = None if problem else _pairs(subj, store, name, n)
+            pairs = pairs and [(s, ignore_common_mask(s, r)) for s, r in pairs]
+            row = _row(model, ref, hook, name, tolerance(dtype, floor), floor, pairs,
+                       problem or ("" if pairs else f"{hook}: reference {ref} has no hook {name!r}"))
+            row.derived = True
+            rows.append(row)
+    return rows
+
+
 def _logit_rows(model, subject, refs, prompts, dtype) -> list[HookResult]:
-    tol = tolerance_for(dtype, "logprobs").rel
-    row = HookResult(model, "hf", "logprobs", "log_softmax(logits)", None, "logprobs", "error", tol)
+    floor = refs.floors.get("hf", {}).get("logprobs")
     pairs = [(subject.logprobs[p], refs.logprobs[p]) for p in range(len(prompts))]
     # reference entries vLLM did not return (top-k mode) are masked out
     pairs = [(s, torch.where(torch.isnan(s), torch.full_like(r, math.nan), r)) for s, r in pairs]
-    for key, value in _compare_prompts(f"{model} prompt log-probs vs HF", pairs, tol).items():
-        setattr(row, key, value)
+    row = _row(model, "hf", "logprobs", "log_softmax(logits)", tolerance(dtype, floor), floor, pairs)
+    row.kind = "logprobs"
+    row.logit_metrics = logit_metrics(pairs)
     agree = [argmax_agreement(s, r) for s, r in pairs]
     n_agree, n_pos = sum(a[0] for a in agree), sum(a[1] for a in agree)
     last_ok = all(a[2] for a in agree)
@@ -185,6 +291,7 @@ def _logit_rows(model, subject, refs, prompts, dtype) -> list[HookResult]:
                     message="" if last_ok else
                     f"{model}: final-position argmax differs from HF in {sum(not a[2] for a in agree)} prompt(s); "
                     f"top-1 agreement {n_agree}/{n_pos} positions")
+    am.logit_metrics = row.logit_metrics
     return [row, am]
 
 
@@ -202,33 +309,62 @@ def _versions() -> dict:
     return out
 
 
+SUBJECTS = ("vllm", "tl-vllm")  # this harness's overlays on vLLM | TransformerLens's own vLLM backend
+
+
+def subject_plan(target: Target, subject: str = "vllm"
+                 ) -> tuple[dict[str, HookSpec], dict[str, Derived], list[NonFiring]]:
+    """What ``subject`` offers for ``target``: read specs, derived specs, non-firing hooks."""
+    cfg = target.hf_config
+    if subject == "tl-vllm":
+        from .subject_tl_vllm import tl_plan
+
+        return tl_plan(cfg)
+    if subject != "vllm":
+        raise ValueError(f"unknown subject {subject!r}; known subjects: {', '.join(SUBJECTS)}")
+    return target.overlay.hook_specs(cfg), target.overlay.derived_specs(cfg), target.overlay.nonfiring_for(cfg)
+
+
 def run_model(target: Target, dtype: str = "float32", work_root: Path | None = None, device: str = "cpu",
-              subject_env: dict[str, str] | None = None) -> ModelRun:
-    """``subject_env``: environment for the vLLM process only (e.g. ``TRITON_F32_DEFAULT``)."""
+              subject_env: dict[str, str] | None = None, subject: str = "vllm") -> ModelRun:
+    """``subject_env``: environment for the vLLM process only (e.g. ``TRITON_F32_DEFAULT``);
+    ``subject``: one of :data:`SUBJECTS`."""
     t0 = time.perf_counter()
     result = ModelResult(target.name, target.architecture, type(target.overlay).__name__, target.source,
-                         str(target.checkpoint), dtype, target.seed, device=device, versions=_versions())
+                         str(target.checkpoint), dtype, target.seed, device=device, versions=_versions(),
+                         subject=subject)
     run = ModelRun(target, result)
     try:
-        tolerance_for(dtype, "activation")  # bad dtype fails before any engine boots
+        calibration_for(dtype)  # bad dtype fails before any engine boots
         cfg = target.hf_config
         n_layers = int(getattr(cfg, "num_hidden_layers", 0) or 0)
-        run.specs = specs = target.overlay.hook_specs(cfg)
+        specs, derived, nonfiring = subject_plan(target, subject)
+        run.specs = specs
+        if subject == "tl-vllm":
+            result.overlay = "transformer_lens.model_bridge.sources.vllm (TL's own overlay)"
         result.nonfiring = [{"template": nf.template, "hooks": expand_layers(nf.template, n_layers),
-                             "reason": nf.reason} for nf in target.overlay.nonfiring()]
-        prompts = result.prompts = default_prompts(target.vocab_size, target.bos_token_id)
+                             "reason": nf.reason} for nf in nonfiring]
+        named = default_prompts(target.vocab_size, target.bos_token_id, target.max_model_len)
+        result.prompt_names, prompts = list(named), list(named.values())
+        result.prompts = prompts
         work = (work_root or Path(__file__).resolve().parent.parent / ".cache" / "runs") / target.name
-        run.subject = capture_vllm(
-            target.checkpoint, dtype=dtype, prompts=prompts,
-            reads=[(s.module, s.read) for s in specs.values()],
-            params=[p for s in specs.values() for p in s.params()],
-            vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
-            full_logprobs=target.vocab_size <= 8192, env=subject_env,
-        )
-        compat_names = [a for a in (compat_alias(h) for h in specs) if a]
-        run.refs = capture_references(target.checkpoint, dtype=dtype, prompts=prompts, hooks=list(specs),
-                                      compat_names=compat_names, device=device)
-        result.rows = evaluate(target.name, specs, run.subject, run.refs, prompts, dtype)
+        if subject == "tl-vllm":
+            from .subject_tl_vllm import capture_tl_vllm
+
+            run.subject = capture_tl_vllm(target.checkpoint, dtype=dtype, prompts=prompts, specs=specs,
+                                          max_model_len=target.max_model_len, work_dir=work, env=subject_env)
+        else:
+            run.subject = capture_vllm(
+                target.checkpoint, dtype=dtype, prompts=prompts,
+                reads=[(s.module, s.read) for s in specs.values()],
+                params=[p for s in specs.values() for p in s.params()],
+                vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
+                full_logprobs=target.vocab_size <= 8192, env=subject_env,
+            )
+        compat_names = [a for a in (compat_alias(h) for h in [*specs, *derived]) if a]
+        run.refs = capture_references(target.checkpoint, dtype=dtype, prompts=prompts,
+                                      hooks=[*specs, *derived], compat_names=compat_names, device=device)
+        result.rows = evaluate(target.name, specs, run.subject, run.refs, prompts, dtype, derived)
         sm, rm = run.subject.meta, run.refs.meta
         result.timings = {
             "vllm": {"boot_s": sm.get("boot_s"), "forward_ms_median": sm.get("forward_ms_median"),

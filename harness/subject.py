@@ -31,11 +31,30 @@ class SubjectCapture:
     def read(self, prompt: int, raw_key: str, call: int = 0) -> torch.Tensor | None:
         return self.raw.get(f"{prompt}:{raw_key}#{call}")
 
+    def ragged_read(self, prompt: int, raw_key: str, prompt_lengths: list[int]) -> torch.Tensor | None:
+        """Rows of ``prompt`` in the ragged-batch run: vLLM flattened all prompts
+        into its forward(s); each forward's layout (request ids, query start
+        offsets) says whose rows are whose.  Requests are matched to prompts by
+        their total token count, which the prompt set keeps distinct."""
+        batches = self.meta.get("ragged_batches")
+        if not batches or any(b.get("query_start_loc") is None for b in batches):
+            return None
+        per_req: dict[str, list[torch.Tensor]] = {}
+        for call, layout in enumerate(batches):
+            value = self.raw.get(f"ragged:{raw_key}#{call}")
+            if value is None:
+                return None
+            qsl = layout["query_start_loc"]
+            for r, req in enumerate(layout["req_ids"]):
+                per_req.setdefault(req, []).append(value[qsl[r]:qsl[r + 1]])
+        by_len = {sum(t.shape[0] for t in parts): torch.cat(parts) for parts in per_req.values()}
+        return by_len.get(prompt_lengths[prompt])
+
 
 def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], reads: list[tuple[str, str]],
                  params: list[str], vocab_size: int, max_model_len: int, work_dir: Path,
                  timeout_s: float = 900, full_logprobs: bool = True,
-                 env: dict[str, str] | None = None) -> SubjectCapture:
+                 env: dict[str, str] | None = None, ragged: bool = True) -> SubjectCapture:
     from safetensors.torch import load_file
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -44,7 +63,7 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
         "checkpoint": str(checkpoint), "dtype": dtype, "prompts": prompts,
         "reads": sorted({(m, r) for m, r in reads}), "params": sorted(set(params)),
         "vocab_size": vocab_size, "max_model_len": max_model_len, "out_dir": str(out_dir),
-        "full_logprobs": full_logprobs,
+        "full_logprobs": full_logprobs, "ragged": ragged,
     }
     req_path = work_dir / "subject_request.json"
     req_path.write_text(json.dumps(request, indent=1))

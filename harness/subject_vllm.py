@@ -116,6 +116,17 @@ def main(request_path: str) -> int:
         os.remove(dump["path"])
         calls[p] = dump["calls"]
         logprobs[str(p)] = _logprob_matrix(out, vocab, len(tokens))
+    if req.get("ragged") and len(req["prompts"]) > 1:
+        # All prompts in one generate call: vLLM flattens them into one forward
+        # (or several, under chunked prefill); the layout says which rows are whose.
+        llm.collective_rpc("vp_reset")
+        batch = [{"prompt_token_ids": t} for t in req["prompts"]]
+        llm.generate(batch, SamplingParams(max_tokens=1, temperature=0.0, detokenize=False), use_tqdm=False)
+        dump = llm.collective_rpc("vp_dump", args=(str(out_dir / "ragged.safetensors"),))[0]
+        for key, tensor in load_file(dump["path"]).items():
+            raw[f"ragged:{key}"] = tensor
+        os.remove(dump["path"])
+        meta["ragged_batches"] = dump["batches"]
     save_file(raw, str(out_dir / "raw.safetensors"))
     save_file(logprobs, str(out_dir / "logprobs.safetensors"))
     meta["calls"] = calls

@@ -114,6 +114,7 @@ class CaptureExtension:
         self._vp_forward_s: list[float] = []
         self._vp_enabled = True
         self._vp_counters: list[list[int]] = []
+        self._vp_batches: list[dict] = []
         sig_cache: dict = {}
         missing = []
         # Group paths by the module object they resolve to: vLLM shares one
@@ -151,6 +152,8 @@ class CaptureExtension:
         def t0(mod, args):
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
+            if self._vp_enabled:
+                self._vp_batches.append(self._vp_batch_layout())
             self._vp_t0 = time.perf_counter()
 
         def t1(mod, args, out):
@@ -161,12 +164,23 @@ class CaptureExtension:
         self._vp_handles.append(model.register_forward_hook(t1))
         return missing
 
+    def _vp_batch_layout(self) -> dict:
+        """Which rows of this forward belong to which request (vLLM flattens a batch)."""
+        runner = self.model_runner
+        try:
+            req_ids = list(runner.input_batch.req_ids)
+            qsl = [int(x) for x in runner.query_start_loc.np[: len(req_ids) + 1]]
+        except AttributeError:  # layout unknown on this vLLM version: single-request runs still work
+            return {"req_ids": None, "query_start_loc": None}
+        return {"req_ids": req_ids, "query_start_loc": qsl}
+
     def vp_set_enabled(self, enabled: bool) -> None:
         self._vp_enabled = enabled
 
     def vp_reset(self) -> None:
         self._vp_records = {}
         self._vp_forward_s = []
+        self._vp_batches = []
         for counter in self._vp_counters:
             counter[0] = 0
 
@@ -179,7 +193,7 @@ class CaptureExtension:
         target = path if rank == 0 else f"{path}.rank{rank}"
         save_file(out, target)
         return {"rank": rank, "path": target, "calls": {k: len(v) for k, v in self._vp_records.items()},
-                "forward_s": list(self._vp_forward_s)}
+                "forward_s": list(self._vp_forward_s), "batches": list(self._vp_batches)}
 
     def vp_dump_params(self, names: list[str], path: str) -> list[str]:
         """Save the named parameters/buffers (for host-side conversions); return missing."""

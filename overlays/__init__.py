@@ -9,6 +9,12 @@ from __future__ import annotations
 from .base import HookSpec, NonFiring, Overlay
 from .decoder_only import DecoderOnlyOverlay
 from .gemma import GemmaOverlay
+from .gemma2 import Gemma2Overlay, Gemma3Overlay
+from .gpt2 import GPT2Overlay
+from .gpt_neox import GPTNeoXOverlay
+from .opt import OPTOverlay
+from .stablelm import StableLMOverlay
+from .starcoder2 import Starcoder2Overlay
 
 _DECODER = DecoderOnlyOverlay()
 _GEMMA = GemmaOverlay()
@@ -19,6 +25,13 @@ OVERLAYS: dict[str, Overlay] = {
     "Qwen2ForCausalLM": _DECODER,
     "Qwen3ForCausalLM": _DECODER,
     "GemmaForCausalLM": _GEMMA,
+    "Gemma2ForCausalLM": Gemma2Overlay(),
+    "Gemma3ForCausalLM": Gemma3Overlay(),  # text-only gemma3_text
+    "GPT2LMHeadModel": GPT2Overlay(),
+    "GPTNeoXForCausalLM": GPTNeoXOverlay(),  # vLLM Transformers backend
+    "OPTForCausalLM": OPTOverlay(),
+    "StableLmForCausalLM": StableLMOverlay(),
+    "Starcoder2ForCausalLM": Starcoder2Overlay(),  # vLLM Transformers backend
 }
 
 

