@@ -44,9 +44,13 @@ def compare_tensors(subject: torch.Tensor, reference: torch.Tensor) -> Metrics:
         raise ShapeMismatch(f"subject shape {tuple(subject.shape)} != reference shape {tuple(reference.shape)}")
     s = subject.detach().to(torch.float64).cpu()
     r = reference.detach().to(torch.float64).cpu()
-    valid = ~torch.isnan(r)
+    # NaN in the reference: ignore.  +-inf in the reference (a masked attention
+    # score): the subject must hold the same infinity; it adds no error and no scale.
+    infinite = torch.isinf(r)
+    valid = ~torch.isnan(r) & ~infinite
     diff = torch.where(valid, (s - r).abs(), torch.zeros_like(r))
-    diff = torch.where(valid & torch.isnan(s), torch.full_like(r, math.inf), diff)
+    diff = torch.where(valid & ~torch.isfinite(s), torch.full_like(r, math.inf), diff)
+    diff = torch.where(infinite & (s != r), torch.full_like(r, math.inf), diff)
     rv = r[valid]
     scale = float(rv.pow(2).mean().sqrt()) if rv.numel() else 0.0
     flat = int(diff.reshape(-1).argmax()) if diff.numel() else 0

@@ -2,8 +2,9 @@
 the end-of-session support matrix.  Nothing else.
 
 Options: ``--model qwen3,gemma`` (families; default set when absent),
-``--model-path DIR`` (a local checkpoint), ``--dtype``, ``--report-dir``.
-Bad values fail at configure time with the list of what is valid.
+``--model-path DIR`` (a local checkpoint), ``--dtype``, ``--report-dir``,
+``--subject vllm|tl-vllm`` (TransformerLens's own vLLM backend instead of this
+harness's overlays; its reports are ``report-tl-vllm.*``).  Bad values fail at configure time with the list of what is valid.
 
 Tests that take a ``parity_case`` argument are generated as one item per
 (model, reference, hook) -- ids like ``gemma-bridge-ln_final.hook_normalized``
@@ -33,7 +34,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="comma-separated model families to test (default: the default set; see harness/families.py)")
     group.addoption("--model-path", default=None, help="a local HF checkpoint directory to test (comma-separated for several)")
     group.addoption("--dtype", default="float32", help="dtype for both engines (default float32)")
+    group.addoption("--compiled", action="store_true", default=False,
+                    help="run vLLM compiled (torch.compile; CUDA graphs on GPU) instead of eager")
     group.addoption("--report-dir", default=None, help="where reports go (default: <rootdir>/reports)")
+    group.addoption("--subject", default="vllm", choices=("vllm", "tl-vllm"),
+                    help="what is compared with the references: vllm (this harness's overlays, default) or "
+                         "tl-vllm (TransformerLens's own vLLM backend); reports go to report-<subject>.json")
 
 
 class ParitySession:
@@ -43,6 +49,8 @@ class ParitySession:
         self.model = config.getoption("--model")
         self.model_path = config.getoption("--model-path")
         self.dtype = config.getoption("--dtype")
+        self.subject = config.getoption("--subject")
+        self.compiled = config.getoption("--compiled")
         self.device = "cpu"
         rd = config.getoption("--report-dir")
         self.report_dir = Path(rd) if rd else Path(str(config.rootpath)) / "reports"
@@ -68,15 +76,20 @@ class ParitySession:
                 self._by_name[name] = target_for_family(FAMILIES[name])
         return self._by_name[name]
 
-    def run(self, name: str):
-        if name not in self.runs:
+    def run(self, name: str, dtype: str | None = None, compiled: bool | None = None):
+        """The session's run of ``name`` (engines booted once per (model, dtype, mode)); its report is written."""
+        dtype = dtype or self.dtype
+        compiled = self.compiled if compiled is None else compiled
+        key = (name, dtype, compiled)
+        if key not in self.runs:
             from harness.report import write_report
             from harness.runner import run_model
 
-            run = run_model(self.target(name), dtype=self.dtype, device=self.device)
+            run = run_model(self.target(name), dtype=dtype, device=self.device, subject=self.subject,
+                            compiled=compiled)
             write_report(run.result.to_dict(), self.report_dir)
-            self.runs[name] = run
-        return self.runs[name]
+            self.runs[key] = run
+        return self.runs[key]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -92,28 +105,32 @@ def pytest_configure(config: pytest.Config) -> None:
     except (UnknownFamilyError, TargetError, UnsupportedDtypeError) as exc:
         raise pytest.UsageError(str(exc)) from None
     config.addinivalue_line("markers", "parity: runs real vLLM and reference engines")
+    config.addinivalue_line("markers", "slow: boots vLLM compiled (about a minute); still runs in CI")
     config._vllm_parity = ParitySession(config)  # type: ignore[attr-defined]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     session: ParitySession = metafunc.config._vllm_parity  # type: ignore[attr-defined]
     if "parity_case" in metafunc.fixturenames:
-        from harness.runner import planned_cases
+        from harness.runner import planned_cases, subject_plan
 
         params = []
         for t in session.targets():
-            for ref, hook in planned_cases(t.overlay.hook_specs(t.hf_config)):
+            specs, derived, _ = subject_plan(t, session.subject)
+            for ref, hook in planned_cases(specs, derived):
                 params.append(pytest.param(ParityCase(t.name, ref, hook), id=f"{t.name}-{ref}-{hook}"))
         metafunc.parametrize("parity_case", params)
     if "nonfiring_case" in metafunc.fixturenames:
+        from harness.runner import subject_plan
         from overlays.base import expand_layers
 
         params = []
         for t in session.targets():
             n_layers = int(getattr(t.hf_config, "num_hidden_layers", 0) or 0)
-            for nf in t.overlay.nonfiring():
+            for nf in subject_plan(t, session.subject)[2]:
                 for hook in expand_layers(nf.template, n_layers):
-                    reason = f"{hook} is non-firing in vLLM for {t.name} (overlay {t.overlay.name}): {nf.reason}"
+                    reason = (f"{hook} is non-firing in {session.subject} for {t.name} "
+                              f"(overlay {t.overlay.name if session.subject == 'vllm' else 'TL'}): {nf.reason}")
                     params.append(pytest.param(ParityCase(t.name, "none", hook), id=f"{t.name}-nonfiring-{hook}",
                                                marks=pytest.mark.skip(reason=reason)))
         metafunc.parametrize("nonfiring_case", params)

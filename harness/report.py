@@ -20,13 +20,15 @@ SCHEMA_VERSION = 1
 def variant_of(result: dict) -> str:
     """``cpu-float32``; a subject other than the default vLLM one prefixes it (``tl-vllm-cpu-float32``)."""
     subject = result.get("subject", "vllm")
-    return ("" if subject == "vllm" else f"{subject}-") + f"{result.get('device', 'cpu')}-{result['dtype']}"
+    return (("" if subject == "vllm" else f"{subject}-") + f"{result.get('device', 'cpu')}-{result['dtype']}"
+            + ("-compiled" if result.get("compiled") else ""))
 
 
 def report_stem(result: dict) -> str:
     """``report``; ``report-tl-vllm``, ``report-cuda-bfloat16``, ``report-tl-vllm-cuda-bfloat16``."""
-    parts = [result.get("subject", "vllm"), f"{result.get('device', 'cpu')}-{result['dtype']}"]
-    return "-".join(["report"] + [p for p in parts if p not in ("vllm", "cpu-float32")])
+    parts = [result.get("subject", "vllm"), f"{result.get('device', 'cpu')}-{result['dtype']}",
+             "compiled" if result.get("compiled") else "eager"]
+    return "-".join(["report"] + [p for p in parts if p not in ("vllm", "cpu-float32", "eager")])
 
 
 def summarize(result: dict) -> dict:
@@ -147,7 +149,13 @@ def write_report(result: dict, report_dir: Path) -> Path:
     payload = {"schema": SCHEMA_VERSION, **result, "summary": summarize(result)}
     path = folder / f"{stem}.json"
     path.write_text(json.dumps(payload, indent=1, default=_json_default, allow_nan=True))
-    (folder / f"{stem}.md").write_text(to_markdown(result))
+    from .depth_plot import write_depth_plot
+
+    png = write_depth_plot(result, folder / f"{stem.replace('report', 'depth', 1)}.png")
+    md = to_markdown(result)
+    if png is not None:
+        md += f"\n## Depth profile\n\n![error by layer]({png.name})\n"
+    (folder / f"{stem}.md").write_text(md)
     return path
 
 

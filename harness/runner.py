@@ -79,6 +79,7 @@ class ModelResult:
     device: str = "cpu"  # "cpu" or "cuda"; the report's variant is f"{device}-{dtype}"
     subject: str = "vllm"  # harness.runner.SUBJECTS; a non-default one prefixes the variant
     device_info: dict = field(default_factory=dict)  # GPU name, driver, CUDA, precision mode
+    compiled: bool = False  # vLLM with torch.compile (and CUDA graphs on GPU) instead of eager
     rows: list[HookResult] = field(default_factory=list)
     nonfiring: list[dict] = field(default_factory=list)
     timings: dict = field(default_factory=dict)
@@ -136,17 +137,27 @@ def planned_cases(specs: dict[str, HookSpec], derived: dict[str, Derived] | None
     ``reference`` is ``bridge``, ``compat`` or ``hf`` for vLLM-vs-reference rows,
     and ``bridge~hf`` for the references checked against each other."""
     cases = []
-    for hook in specs:
+    for hook, spec in specs.items():
         cases.append(("bridge", hook))
-        if compat_alias(hook) is not None:
+        if _compat_name(hook, spec) is not None:
             cases.append(("compat", hook))
-        if hf_hook(hook):
+        if _hf_name(hook, spec) is not None:
             cases.append(("hf", hook))
     for hook in derived or {}:
         cases += [("bridge", hook)] + ([("compat", hook)] if compat_alias(hook) is not None else [])
-    cases += [("bridge~hf", hook) for hook in specs if hf_hook(hook)]
+    cases += [("bridge~hf", hook) for hook, spec in specs.items() if _hf_name(hook, spec) is not None]
     cases += [("bridge-ragged", hook) for hook in specs if ragged_hook(hook)]
     return cases + [("hf", "logprobs"), ("hf", "argmax")]
+
+
+def _compat_name(hook: str, spec: HookSpec) -> str | None:
+    """The hook's compatibility-mode name: the overlay's override (HookSpec.references), else the table's."""
+    return spec.reference_name("compat", compat_alias(hook))
+
+
+def _hf_name(hook: str, spec: HookSpec) -> str | None:
+    """The hook's name among the HF forward-hook captures, or None where HF holds no equal tensor."""
+    return spec.reference_name("hf", hook if hf_hook(hook) else None)
 
 
 def ragged_hook(hook: str) -> bool:
@@ -203,23 +214,25 @@ def evaluate(model: str, specs: dict[str, HookSpec], subject: SubjectCapture, re
         pairs = None if problem else _pairs(subj, refs.bridge, hook, n)
         rows.append(_row(model, "bridge", hook, hook, tolerance(dtype, floor), floor, pairs,
                          problem or ("" if pairs else f"{hook}: TransformerBridge has no hook {hook!r}")))
-        alias = compat_alias(hook)
+        alias = _compat_name(hook, spec)
         if alias is not None:
             pairs = None if problem else _pairs(subj, refs.compat, alias, n)
             rows.append(_row(model, "compat", hook, alias, tolerance(dtype, floor), floor, pairs,
                              problem or ("" if pairs else f"{hook}: compatibility mode has no hook {alias!r}")))
-        if hf_hook(hook):
-            f = hf_floor.get(hook)
-            pairs = None if problem else _pairs(subj, refs.hf, hook, n)
-            rows.append(_row(model, "hf", hook, hook, tolerance(dtype, f), f, pairs,
+        hf_name = _hf_name(hook, spec)
+        if hf_name is not None:
+            f = hf_floor.get(hf_name)
+            pairs = None if problem else _pairs(subj, refs.hf, hf_name, n)
+            rows.append(_row(model, "hf", hook, hf_name, tolerance(dtype, f), f, pairs,
                              problem or ("" if pairs else f"{hook}: HF forward hooks did not capture it")))
     rows += _derived_rows(model, derived or {}, values, refs, n, dtype)
-    for hook in specs:
-        if hf_hook(hook):
-            f = max(bridge_floor.get(hook, 0.0), hf_floor.get(hook, 0.0))
+    for hook, spec in specs.items():
+        hf_name = _hf_name(hook, spec)
+        if hf_name is not None:
+            f = max(bridge_floor.get(hook, 0.0), hf_floor.get(hf_name, 0.0))
             bridge_vals = [refs.bridge.get(p, {}).get(hook) for p in range(n)]
-            pairs = None if any(v is None for v in bridge_vals) else _pairs(bridge_vals, refs.hf, hook, n)
-            rows.append(_row(model, "bridge~hf", hook, hook, tolerance(dtype, f), f, pairs,
+            pairs = None if any(v is None for v in bridge_vals) else _pairs(bridge_vals, refs.hf, hf_name, n)
+            rows.append(_row(model, "bridge~hf", hook, hf_name, tolerance(dtype, f), f, pairs,
                              "" if pairs else f"{hook}: missing in TransformerBridge or HF"))
     lengths = [len(t) for t in prompts]
     for hook, spec in specs.items():
@@ -326,13 +339,14 @@ def subject_plan(target: Target, subject: str = "vllm"
 
 
 def run_model(target: Target, dtype: str = "float32", work_root: Path | None = None, device: str = "cpu",
-              subject_env: dict[str, str] | None = None, subject: str = "vllm") -> ModelRun:
+              subject_env: dict[str, str] | None = None, subject: str = "vllm",
+              compiled: bool = False) -> ModelRun:
     """``subject_env``: environment for the vLLM process only (e.g. ``TRITON_F32_DEFAULT``);
-    ``subject``: one of :data:`SUBJECTS`."""
+    ``subject``: one of :data:`SUBJECTS`; ``compiled``: vLLM with torch.compile instead of eager."""
     t0 = time.perf_counter()
     result = ModelResult(target.name, target.architecture, type(target.overlay).__name__, target.source,
                          str(target.checkpoint), dtype, target.seed, device=device, versions=_versions(),
-                         subject=subject)
+                         subject=subject, compiled=compiled)
     run = ModelRun(target, result)
     try:
         calibration_for(dtype)  # bad dtype fails before any engine boots
@@ -347,7 +361,8 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
         named = default_prompts(target.vocab_size, target.bos_token_id, target.max_model_len)
         result.prompt_names, prompts = list(named), list(named.values())
         result.prompts = prompts
-        work = (work_root or Path(__file__).resolve().parent.parent / ".cache" / "runs") / target.name
+        work = ((work_root or Path(__file__).resolve().parent.parent / ".cache" / "runs")
+                / f"{target.name}-{subject}-{device}-{dtype}{'-compiled' if compiled else ''}")
         if subject == "tl-vllm":
             from .subject_tl_vllm import capture_tl_vllm
 
@@ -359,9 +374,10 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
                 reads=[(s.module, s.read) for s in specs.values()],
                 params=[p for s in specs.values() for p in s.params()],
                 vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
-                full_logprobs=target.vocab_size <= 8192, env=subject_env,
+                full_logprobs=target.vocab_size <= 8192, env=subject_env, enforce_eager=not compiled,
             )
-        compat_names = [a for a in (compat_alias(h) for h in [*specs, *derived]) if a]
+        compat_names = [a for a in [*(_compat_name(h, s) for h, s in specs.items()),
+                                    *(compat_alias(h) for h in derived)] if a]
         run.refs = capture_references(target.checkpoint, dtype=dtype, prompts=prompts,
                                       hooks=[*specs, *derived], compat_names=compat_names, device=device)
         result.rows = evaluate(target.name, specs, run.subject, run.refs, prompts, dtype, derived)

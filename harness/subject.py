@@ -54,7 +54,8 @@ class SubjectCapture:
 def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], reads: list[tuple[str, str]],
                  params: list[str], vocab_size: int, max_model_len: int, work_dir: Path,
                  timeout_s: float = 900, full_logprobs: bool = True,
-                 env: dict[str, str] | None = None, ragged: bool = True) -> SubjectCapture:
+                 env: dict[str, str] | None = None, ragged: bool = True,
+                 enforce_eager: bool = True) -> SubjectCapture:
     from safetensors.torch import load_file
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -64,6 +65,7 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
         "reads": sorted({(m, r) for m, r in reads}), "params": sorted(set(params)),
         "vocab_size": vocab_size, "max_model_len": max_model_len, "out_dir": str(out_dir),
         "full_logprobs": full_logprobs, "ragged": ragged,
+        "enforce_eager": enforce_eager,
     }
     req_path = work_dir / "subject_request.json"
     req_path.write_text(json.dumps(request, indent=1))

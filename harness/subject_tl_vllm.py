@@ -27,6 +27,12 @@ Contract:
   (``ln_final @ W_U`` host-side, vLLM's sampler never hands back prompt
   logits), so the ``logprobs`` rows test TL's reconstruction, not vLLM's
   logits processor.
+* ``bridge-ragged`` rows test TL's batched path: a second engine booted with
+  ``enable_batching=True`` (TL's SAE/probe collection path) runs all prompts
+  in one ``run_with_cache`` call; its right-padded ``[B, T_max, width]``
+  captures are cut back to each prompt's rows and stored in the default
+  subject's ragged layout (``raw["ragged:{path}|out#0"]`` plus
+  ``meta["ragged_batches"]`` with request ids and query start offsets).
 
 Traps:
 
@@ -102,7 +108,7 @@ def _tl_version() -> str:
 # --- host side -------------------------------------------------------------------
 def capture_tl_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], specs: dict[str, HookSpec],
                     max_model_len: int, work_dir: Path, timeout_s: float = 900,
-                    env: dict[str, str] | None = None):
+                    env: dict[str, str] | None = None, ragged: bool = True):
     from safetensors.torch import load_file
 
     from .subject import SubjectCapture, SubjectError
@@ -111,7 +117,7 @@ def capture_tl_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], s
     out_dir = work_dir / "subject_tl_vllm"
     request = {"checkpoint": str(checkpoint), "dtype": dtype, "prompts": prompts,
                "hooks": {h: s.raw_key for h, s in specs.items()}, "max_model_len": max_model_len,
-               "out_dir": str(out_dir)}
+               "out_dir": str(out_dir), "ragged": ragged}
     req_path = work_dir / "subject_tl_vllm_request.json"
     req_path.write_text(json.dumps(request, indent=1))
     log_path = work_dir / "subject_tl_vllm.log"
@@ -172,8 +178,26 @@ def main(request_path: str) -> int:
                 raw[f"{p}:{hooks[hook]}#0"] = cache[hook][0].detach().cpu().contiguous()
             logprobs[str(p)] = torch.log_softmax(logits[0].detach().cpu().double(), dim=-1).contiguous()
     # run_with_cache wall time per prompt (engine step + capture read-back + logit reconstruction)
-    meta["forward_ms_all"] = [x * 1e3 for x in times]
-    meta["forward_ms_median"] = statistics.median(times) * 1e3 if times else None
+    meta["run_with_cache_ms_all"] = [x * 1e3 for x in times]
+    meta["run_with_cache_ms_median"] = statistics.median(times) * 1e3 if times else None
+    if req.get("ragged") and len(req["prompts"]) > 1:
+        driver.close()
+        del bridge, driver
+        t0 = time.perf_counter()
+        batched = boot_vllm(req["checkpoint"], dtype=getattr(torch, req["dtype"]), enable_batching=True,
+                            max_model_len=req["max_model_len"], max_num_batched_tokens=req["max_model_len"],
+                            enforce_eager=True, seed=0)
+        meta["batched_boot_s"] = time.perf_counter() - t0
+        lengths = [len(t) for t in req["prompts"]]
+        with torch.no_grad():
+            _, cache = batched.run_with_cache([list(t) for t in req["prompts"]], names_filter=lambda n: n in hooks)
+        for hook in set(hooks) & set(cache.keys()):
+            raw[f"ragged:{hooks[hook]}#0"] = torch.cat(
+                [cache[hook][p, :n] for p, n in enumerate(lengths)]).detach().cpu().contiguous()
+        starts = [0]
+        for n in lengths:
+            starts.append(starts[-1] + n)
+        meta["ragged_batches"] = [{"req_ids": [str(p) for p in range(len(lengths))], "query_start_loc": starts}]
     save_file(raw, str(out_dir / "raw.safetensors"))
     save_file(logprobs, str(out_dir / "logprobs.safetensors"))
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))

@@ -81,6 +81,10 @@ def main(request_path: str) -> int:
 
     meta: dict = {"vllm_version": vllm.__version__, "torch_version": torch.__version__,
                   "import_s": time.perf_counter() - t_import}
+    # Hooks go in before vLLM compiles the model (harness.vllm_plugin), in every mode.
+    reads_path = out_dir / "reads.json"
+    reads_path.write_text(json.dumps(req["reads"]))
+    os.environ["VLLM_PARITY_READS"] = str(reads_path)
     t_boot = time.perf_counter()
     llm = LLM(
         model=req["checkpoint"],
@@ -96,7 +100,11 @@ def main(request_path: str) -> int:
     )
     meta["boot_s"] = time.perf_counter() - t_boot
     meta["device_info"] = _device_info()
-    meta["missing_modules"] = llm.collective_rpc("vp_install", args=(req["reads"],))[0]
+    meta["missing_modules"] = llm.collective_rpc("vp_missing")[0]
+    if meta["missing_modules"] is None:
+        raise RuntimeError("capture hooks were not installed before compilation: the vllm_parity "
+                           "vllm.general_plugins entry point did not run; reinstall with `pip install -e .`")
+    meta["enforce_eager"] = req.get("enforce_eager", True)
     meta["missing_params"] = llm.collective_rpc(
         "vp_dump_params", args=(req["params"], str(out_dir / "params.safetensors")))[0]
 

@@ -174,6 +174,10 @@ class CaptureExtension:
             return {"req_ids": None, "query_start_loc": None}
         return {"req_ids": req_ids, "query_start_loc": qsl}
 
+    def vp_missing(self) -> list[str] | None:
+        """Modules the pre-compile install (harness.vllm_plugin) could not find; None if it never ran."""
+        return getattr(self, "_vp_missing", None)
+
     def vp_set_enabled(self, enabled: bool) -> None:
         self._vp_enabled = enabled
 
@@ -189,7 +193,8 @@ class CaptureExtension:
         from safetensors.torch import save_file
 
         rank = getattr(self, "rank", 0)
-        out = {f"{k}#{n}": t.contiguous() for k, ts in self._vp_records.items() for n, t in enumerate(ts)}
+        # clone: under torch.compile, inductor may return one buffer for two equal reads
+        out = {f"{k}#{n}": t.contiguous().clone() for k, ts in self._vp_records.items() for n, t in enumerate(ts)}
         target = path if rank == 0 else f"{path}.rank{rank}"
         save_file(out, target)
         return {"rank": rank, "path": target, "calls": {k: len(v) for k, v in self._vp_records.items()},

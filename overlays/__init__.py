@@ -15,6 +15,9 @@ from .gpt_neox import GPTNeoXOverlay
 from .opt import OPTOverlay
 from .stablelm import StableLMOverlay
 from .starcoder2 import Starcoder2Overlay
+from .granite import GraniteOverlay
+from .phi3 import Phi3Overlay
+from .olmo2 import Olmo2Overlay
 
 _DECODER = DecoderOnlyOverlay()
 _GEMMA = GemmaOverlay()
@@ -32,6 +35,9 @@ OVERLAYS: dict[str, Overlay] = {
     "OPTForCausalLM": OPTOverlay(),
     "StableLmForCausalLM": StableLMOverlay(),
     "Starcoder2ForCausalLM": Starcoder2Overlay(),  # vLLM Transformers backend
+    "Phi3ForCausalLM": Phi3Overlay(),  # vLLM Llama tree; bridge has no rotated q/k
+    "GraniteForCausalLM": GraniteOverlay(),  # multipliers, plain residual
+    "Olmo2ForCausalLM": Olmo2Overlay(),  # vLLM Transformers backend; post-norms
 }
 
 

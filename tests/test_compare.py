@@ -48,3 +48,10 @@ def test_argmax_agreement():
     ref = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
     assert argmax_agreement(ref.clone(), ref) == (2, 2, True)
     assert argmax_agreement(torch.tensor([[0.0, 1.0], [0.0, 1.0]]), ref) == (1, 2, False)
+
+
+def test_masked_infinities_must_match_and_add_no_scale():
+    ref = torch.tensor([[1.0, -math.inf], [2.0, 3.0]])
+    assert compare_tensors(ref.clone(), ref).max_abs == 0
+    m = compare_tensors(torch.tensor([[1.0, -5.0], [2.0, 3.0]]), ref)
+    assert math.isinf(m.rel_err) and m.worst_index == (0, 1)

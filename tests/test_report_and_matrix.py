@@ -39,3 +39,9 @@ def test_failed_and_errored_models_show_in_matrix(tmp_path):
     text = md.read_text()
     assert text.count("\n| ") == 1 + 4  # header + one row per (model, variant)
     assert json.loads((tmp_path / "support_matrix.json").read_text())
+
+
+def test_depth_plot_is_written_beside_the_report(tmp_path):
+    write_report(_result("a"), tmp_path)
+    assert (tmp_path / "a" / "depth.png").stat().st_size > 1000
+    assert "depth.png" in (tmp_path / "a" / "report.md").read_text()

@@ -1,0 +1,39 @@
+"""vLLM general plugin: install the capture hooks right after the model loads,
+before vLLM compiles it (torch.compile / CUDA graphs trace only the hooks that
+exist at trace time).
+
+Contract: registered as the ``vllm.general_plugins`` entry point
+``vllm_parity`` (pyproject.toml); vLLM calls :func:`register` in every process
+it starts, workers included.  It does nothing unless the environment variable
+``VLLM_PARITY_READS`` names a JSON file holding the ``[module, read]`` list:
+then ``Worker.load_model`` is wrapped to call ``CaptureExtension.vp_install``
+on the freshly loaded model.  An environment variable, not a module global,
+because tensor-parallel workers are separate processes.  Any other vLLM engine
+in the same environment is untouched (the variable is unset there).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+ENV = "VLLM_PARITY_READS"
+_patched = False
+
+
+def register() -> None:
+    global _patched
+    if _patched or not os.environ.get(ENV):
+        return
+    from vllm.v1.worker.gpu_worker import Worker  # CPUWorker inherits load_model
+
+    original = Worker.load_model
+
+    def load_model(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        path = os.environ.get(ENV)
+        if path and hasattr(self, "vp_install"):
+            with open(path) as f:
+                self._vp_missing = self.vp_install(json.load(f))
+
+    Worker.load_model = load_model
+    _patched = True

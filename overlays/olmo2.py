@@ -1,0 +1,113 @@
+"""OLMo-2 overlay: HF's post-norm tree, run by vLLM's Transformers modeling backend.
+
+vLLM 0.32 has no native OLMo-2 model: ``Olmo2ForCausalLM`` resolves to
+``TransformersForCausalLM``, which builds HF's ``Olmo2Model`` under ``model``
+and keeps HF's module names and forward code, swapping in vLLM layers: fused
+``self_attn.qkv_proj`` (``[q | k | v]``, grouped-query) and
+``mlp.gate_up_proj`` (``[gate | up]``), vLLM ``RMSNorm`` s (``x * rsqrt(var +
+eps) * w``), and vLLM's ``Attention`` behind HF's attention interface.  Tree:
+``model.embed_tokens``, ``model.layers.{i}`` (``self_attn`` with ``qkv_proj``,
+``q_norm``, ``k_norm``, ``o_proj``; ``post_attention_layernorm``; ``mlp``;
+``post_feedforward_layernorm``), ``model.norm``.
+
+Conversions, hook by hook:
+
+- Batch dim.  HF modules run on ``[1, T, ...]`` under the Transformers backend:
+  every read of an HF-side module starts with ``DropBatch``
+  (``unembed.hook_out``, vLLM's own logits processor, is ``[T, V]``).
+- Post-norm.  The layer computes ``h = x + post_attention_layernorm(attn(x))``
+  then ``h + post_feedforward_layernorm(mlp(h))`` and returns one tensor: no
+  norm before a sublayer, so there is no ``ln1`` / ``ln2`` (TransformerBridge
+  has none either); ``blocks.{i}.hook_in`` / ``hook_out`` are the layer's input
+  and output, and ``hook_resid_mid`` is the MLP's input (the stream after the
+  attention add; measured equal to the bridge's ``mlp.hook_in``).
+- ``attn.hook_out`` / ``mlp.hook_out`` are the sublayers' raw outputs (the
+  HF attention returns ``(output, weights)``: ``out[0]``), *before* their
+  post-norms.  ``ln1_post`` / ``ln2_post`` are ``post_attention_layernorm`` /
+  ``post_feedforward_layernorm``: ``hook_normalized`` un-folds ``÷ w``,
+  ``hook_out`` is the normed contribution added to the stream.
+- Trap: compatibility mode's legacy ``hook_attn_out`` / ``hook_mlp_out`` are
+  the *post-normed* contributions here (measured: equal to
+  ``ln1_post.hook_out`` / ``ln2_post.hook_out``, 2.6 away from
+  ``attn.hook_out``), so they are compared with those, and
+  ``attn.hook_out`` / ``mlp.hook_out`` have no compatibility alias.
+- q/k norms.  OLMo-2 normalizes the whole q (``n_heads * head_dim``) and k
+  (``n_kv_heads * head_dim``) projections, not per head:
+  ``attn.q_norm.hook_normalized`` un-folds ``self_attn.q_norm``'s output
+  (flat ``[T, n_heads * head_dim]``, as in TL), ``attn.hook_q_normed`` is that
+  output itself (likewise for k).  ``hook_q`` / ``hook_k`` are the projections
+  before the norms.
+- Rotated q/k are never a module output: HF's ``apply_rotary_pos_emb`` (a
+  function) rotates them inside ``Olmo2Attention.forward``, and vLLM's
+  ``Attention`` is then invoked as ``attn.forward(q, k, v)``
+  (``vllm_attention_forward``), which bypasses module hooks.  So
+  ``hook_rot_q`` / ``hook_rot_k`` are non-firing, and scores / pattern cannot
+  be derived (non-firing too).  ``hook_z`` is ``o_proj``'s input.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Cols, DropBatch, Heads, HookSpec, NonFiring
+from .decoder_only import DecoderOnlyOverlay
+
+_NO_ROTATED_QK = (
+    "HF's apply_rotary_pos_emb (a function, not a module) rotates q/k inside Olmo2Attention.forward under "
+    "vLLM's Transformers backend, and vLLM's Attention is invoked as attn.forward(q, k, v), bypassing module "
+    "hooks: the rotated q/k are never a hookable tensor")
+
+
+class Olmo2Overlay(DecoderOnlyOverlay):
+    """OLMo-2 via vLLM's Transformers backend: HF tree, post-norms, whole-projection q/k norms."""
+
+    name = "olmo2"
+    score_inputs = None  # no rotated q/k to derive scores from (see module docstring)
+
+    def layer_specs(self, i: int, d: dict[str, Any]) -> dict[str, HookSpec]:
+        L, b = f"model.layers.{i}", f"blocks.{i}"
+        A, M = f"{L}.self_attn", f"{L}.mlp"
+        D, dm = d["d_model"], d["d_mlp"]
+        q, kv = d["n_heads"] * d["head_dim"], d["n_kv"] * d["head_dim"]
+        qh, kh = Heads(d["n_heads"], d["head_dim"]), Heads(d["n_kv"], d["head_dim"])
+        B = DropBatch()
+        post_attn, post_ff = f"{L}.post_attention_layernorm", f"{L}.post_feedforward_layernorm"
+        qn, kn = f"{A}.q_norm", f"{A}.k_norm"
+        return {
+            f"{b}.hook_in": HookSpec(L, "in.hidden_states", (B,), D),
+            f"{b}.attn.hook_in": HookSpec(A, "in.hidden_states", (B,), D),
+            f"{b}.attn.hook_q": HookSpec(f"{A}.qkv_proj", "out[0]", (B, Cols(0, q), qh), q),
+            f"{b}.attn.hook_k": HookSpec(f"{A}.qkv_proj", "out[0]", (B, Cols(q, q + kv), kh), kv),
+            f"{b}.attn.hook_v": HookSpec(f"{A}.qkv_proj", "out[0]", (B, Cols(q + kv, q + 2 * kv), kh), kv),
+            f"{b}.attn.q_norm.hook_normalized": HookSpec(qn, "out", (B, self.unfold(qn)), q),
+            f"{b}.attn.hook_q_normed": HookSpec(qn, "out", (B,), q),
+            f"{b}.attn.k_norm.hook_normalized": HookSpec(kn, "out", (B, self.unfold(kn)), kv),
+            f"{b}.attn.hook_k_normed": HookSpec(kn, "out", (B,), kv),
+            f"{b}.attn.hook_z": HookSpec(f"{A}.o_proj", "in[0]", (B, qh), q),
+            f"{b}.attn.hook_out": HookSpec(A, "out[0]", (B,), D, references=(("compat", None),)),
+            f"{b}.ln1_post.hook_normalized": HookSpec(post_attn, "out", (B, self.unfold(post_attn)), D),
+            f"{b}.ln1_post.hook_out": HookSpec(post_attn, "out", (B,), D,
+                                               references=(("compat", f"{b}.hook_attn_out"),)),
+            f"{b}.hook_resid_mid": HookSpec(M, "in[0]", (B,), D),
+            f"{b}.mlp.hook_in": HookSpec(M, "in[0]", (B,), D),
+            f"{b}.mlp.hook_pre": HookSpec(f"{M}.gate_up_proj", "out[0]", (B, Cols(0, dm)), dm),
+            f"{b}.mlp.hook_pre_linear": HookSpec(f"{M}.gate_up_proj", "out[0]", (B, Cols(dm, 2 * dm)), dm),
+            f"{b}.mlp.hook_post": HookSpec(f"{M}.down_proj", "in[0]", (B,), dm),
+            f"{b}.mlp.hook_out": HookSpec(M, "out", (B,), D, references=(("compat", None),)),
+            f"{b}.ln2_post.hook_normalized": HookSpec(post_ff, "out", (B, self.unfold(post_ff)), D),
+            f"{b}.ln2_post.hook_out": HookSpec(post_ff, "out", (B,), D,
+                                               references=(("compat", f"{b}.hook_mlp_out"),)),
+            f"{b}.hook_out": HookSpec(L, "out[0]", (B,), D),
+        }
+
+    def hook_specs(self, cfg: Any) -> dict[str, HookSpec]:
+        specs = super().hook_specs(cfg)
+        for name in ("embed.hook_out", "ln_final.hook_normalized"):
+            specs[name] = specs[name].with_convert(DropBatch(), *specs[name].convert)
+        return specs
+
+    def nonfiring(self) -> list[NonFiring]:
+        return [NonFiring("blocks.{i}.attn.hook_rot_q", _NO_ROTATED_QK),
+                NonFiring("blocks.{i}.attn.hook_rot_k", _NO_ROTATED_QK)]
+
+
+__all__ = ["Olmo2Overlay"]
