@@ -4,7 +4,11 @@ the end-of-session support matrix.  Nothing else.
 Options: ``--model qwen3,gemma`` (families; default set when absent),
 ``--model-path DIR`` (a local checkpoint), ``--dtype``, ``--report-dir``,
 ``--subject vllm|tl-vllm`` (TransformerLens's own vLLM backend instead of this
-harness's overlays; its reports are ``report-tl-vllm.*``).  Bad values fail at configure time with the list of what is valid.
+harness's overlays; its reports are ``report-tl-vllm.*``), ``--device
+auto|cpu|cuda`` (vLLM and the references on the same device; auto: cuda where
+torch sees one), ``--precision ieee|tf32`` (fp32 matmuls of vLLM on CUDA, see
+harness.tolerances), ``--tp N`` (vLLM's tensor_parallel_size).  Bad values fail
+at configure time with the list of what is valid.
 
 Tests that take a ``parity_case`` argument are generated as one item per
 (model, reference, hook) -- ids like ``gemma-bridge-ln_final.hook_normalized``
@@ -37,6 +41,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--compiled", action="store_true", default=False,
                     help="run vLLM compiled (torch.compile; CUDA graphs on GPU) instead of eager")
     group.addoption("--report-dir", default=None, help="where reports go (default: <rootdir>/reports)")
+    group.addoption("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                    help="where vLLM and the reference engines run (default auto: cuda if torch sees a GPU)")
+    group.addoption("--precision", default="ieee", choices=("ieee", "tf32"),
+                    help="fp32 matmuls of vLLM on CUDA: ieee (TRITON_F32_DEFAULT=ieee, default) or tf32 "
+                         "(Triton's default; gated by its own calibration, harness/tolerances.py)")
+    group.addoption("--tp", type=int, default=1, help="vLLM tensor_parallel_size (default 1)")
     group.addoption("--subject", default="vllm", choices=("vllm", "tl-vllm"),
                     help="what is compared with the references: vllm (this harness's overlays, default) or "
                          "tl-vllm (TransformerLens's own vLLM backend); reports go to report-<subject>.json")
@@ -51,7 +61,11 @@ class ParitySession:
         self.dtype = config.getoption("--dtype")
         self.subject = config.getoption("--subject")
         self.compiled = config.getoption("--compiled")
-        self.device = "cpu"
+        from harness.runner import resolve_device
+
+        self.device = resolve_device(config.getoption("--device"))
+        self.precision = config.getoption("--precision")
+        self.tp = config.getoption("--tp")
         rd = config.getoption("--report-dir")
         self.report_dir = Path(rd) if rd else Path(str(config.rootpath)) / "reports"
         self._targets = None
@@ -86,7 +100,7 @@ class ParitySession:
             from harness.runner import run_model
 
             run = run_model(self.target(name), dtype=dtype, device=self.device, subject=self.subject,
-                            compiled=compiled)
+                            compiled=compiled, precision=self.precision, tp=self.tp)
             write_report(run.result.to_dict(), self.report_dir)
             self.runs[key] = run
         return self.runs[key]
@@ -95,14 +109,19 @@ class ParitySession:
 def pytest_configure(config: pytest.Config) -> None:
     from harness.families import UnknownFamilyError, resolve_families
     from harness.targets import TargetError, target_for_path
-    from harness.tolerances import UnsupportedDtypeError, calibration_for
+    from harness.tolerances import UnsupportedDtypeError, calibration_for, calibration_key
 
     try:
         resolve_families(config.getoption("--model"))
         for p in filter(None, (config.getoption("--model-path") or "").split(",")):
             target_for_path(p)
-        calibration_for(config.getoption("--dtype"))
-    except (UnknownFamilyError, TargetError, UnsupportedDtypeError) as exc:
+        calibration_for(calibration_key(config.getoption("--dtype"), config.getoption("--precision")))
+        if config.getoption("--tp") < 1:
+            raise UnsupportedDtypeError(f"--tp {config.getoption('--tp')}: must be 1 or more")
+        from harness.runner import resolve_device
+
+        resolve_device(config.getoption("--device"))
+    except (UnknownFamilyError, TargetError, UnsupportedDtypeError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
     config.addinivalue_line("markers", "parity: runs real vLLM and reference engines")
     config.addinivalue_line("markers", "slow: boots vLLM compiled (about a minute); still runs in CI")
@@ -112,13 +131,16 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     session: ParitySession = metafunc.config._vllm_parity  # type: ignore[attr-defined]
     if "parity_case" in metafunc.fixturenames:
+        from harness.known_issues import known_issue
         from harness.runner import planned_cases, subject_plan
 
         params = []
         for t in session.targets():
             specs, derived, _ = subject_plan(t, session.subject)
             for ref, hook in planned_cases(specs, derived):
-                params.append(pytest.param(ParityCase(t.name, ref, hook), id=f"{t.name}-{ref}-{hook}"))
+                issue = known_issue(t.architecture, ref, hook)
+                marks = [pytest.mark.xfail(strict=True, reason=f"known reference bug: {issue.reason}")] if issue else []
+                params.append(pytest.param(ParityCase(t.name, ref, hook), id=f"{t.name}-{ref}-{hook}", marks=marks))
         metafunc.parametrize("parity_case", params)
     if "nonfiring_case" in metafunc.fixturenames:
         from harness.runner import subject_plan

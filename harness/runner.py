@@ -19,18 +19,19 @@ from pathlib import Path
 
 import torch
 
-from overlays.base import Derived, HookSpec, NonFiring, expand_layers, hook_kind, layer_of
+from overlays.base import Derived, DropBatch, HookSpec, NonFiring, expand_layers, hook_kind, layer_of
 
 from .compare import (ShapeMismatch, argmax_agreement, compare_tensors, failure_message, logit_metrics, verdict)
 from .conversions import convert, stitch_calls
 from .derived import derive, ignore_common_mask
+from .known_issues import known_issue
 from .hook_names import compat_alias, hf_hook
 from .prompts import default_prompts
 from .reference import ReferenceCapture, capture_references
 from .shapes import subject_to_canonical
 from .subject import SubjectCapture, capture_vllm
 from .targets import Target
-from .tolerances import calibration_for, tolerance
+from .tolerances import calibration_for, calibration_key, reference_key, tolerance
 
 
 @dataclass
@@ -52,6 +53,7 @@ class HookResult:
     floor: float | None = None  # the reference's own noise floor for this hook (see harness.tolerances)
     logit_metrics: dict = field(default_factory=dict)  # KL, top-1, top-k overlap (logprobs rows)
     derived: bool = False  # computed host-side from other hooks' captures (harness.derived)
+    known_issue: str | None = None  # a documented bug in the reference engine (harness.known_issues)
 
     @property
     def margin(self) -> float:
@@ -126,8 +128,9 @@ def _compare_prompts(label: str, pairs: list[tuple[torch.Tensor, torch.Tensor]],
         cos_min=m.cos_min,
         worst={"prompt": p, "index": list(m.worst_index), "axes": list(names[1:]),
                "subject": m.subject_at_worst, "reference": m.reference_at_worst},
-        message="" if ok else failure_message(label, m, tol, names[:1] + names[1:]).replace(
-            "worst at [", f"worst at [prompt={p}, ", 1).replace(f"prompt={p}, prompt=", "prompt=", 1),
+        # worst_index has no prompt axis: name its axes names[1:], then prefix the prompt
+        message="" if ok else failure_message(label, m, tol, names[1:]).replace(
+            "worst at [", f"worst at [prompt={p}, ", 1),
     )
 
 
@@ -232,14 +235,15 @@ def evaluate(model: str, specs: dict[str, HookSpec], subject: SubjectCapture, re
             f = max(bridge_floor.get(hook, 0.0), hf_floor.get(hf_name, 0.0))
             bridge_vals = [refs.bridge.get(p, {}).get(hook) for p in range(n)]
             pairs = None if any(v is None for v in bridge_vals) else _pairs(bridge_vals, refs.hf, hf_name, n)
-            rows.append(_row(model, "bridge~hf", hook, hf_name, tolerance(dtype, f), f, pairs,
+            rows.append(_row(model, "bridge~hf", hook, hf_name, tolerance(reference_key(dtype), f), f, pairs,
                              "" if pairs else f"{hook}: missing in TransformerBridge or HF"))
     lengths = [len(t) for t in prompts]
     for hook, spec in specs.items():
         if not ragged_hook(hook):
             continue
         floor = bridge_floor.get(hook)
-        raws = [subject.ragged_read(p, spec.raw_key, lengths) for p in range(n)]
+        row_dim = 1 if spec.convert and isinstance(spec.convert[0], DropBatch) else 0  # [1, T, ...] reads
+        raws = [subject.ragged_read(p, spec.raw_key, lengths, row_dim) for p in range(n)]
         if any(r is None for r in raws):
             rows.append(_row(model, "bridge-ragged", hook, hook, tolerance(dtype, floor), floor, None,
                              f"{hook}: no ragged-batch capture (vLLM did not report its batch layout)"))
@@ -338,18 +342,41 @@ def subject_plan(target: Target, subject: str = "vllm"
     return target.overlay.hook_specs(cfg), target.overlay.derived_specs(cfg), target.overlay.nonfiring_for(cfg)
 
 
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``auto``: ``cuda`` where torch sees a GPU, else ``cpu``; ``cuda`` without a GPU is an error."""
+    if device not in DEVICES:
+        raise ValueError(f"--device {device!r}: choose one of {', '.join(DEVICES)}")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)")
+    return device
+
+
 def run_model(target: Target, dtype: str = "float32", work_root: Path | None = None, device: str = "cpu",
               subject_env: dict[str, str] | None = None, subject: str = "vllm",
-              compiled: bool = False) -> ModelRun:
+              compiled: bool = False, precision: str = "ieee", tp: int = 1) -> ModelRun:
     """``subject_env``: environment for the vLLM process only (e.g. ``TRITON_F32_DEFAULT``);
-    ``subject``: one of :data:`SUBJECTS`; ``compiled``: vLLM with torch.compile instead of eager."""
+    ``subject``: one of :data:`SUBJECTS`; ``compiled``: vLLM with torch.compile instead of eager;
+    ``precision`` (CUDA fp32): ``ieee`` sets ``TRITON_F32_DEFAULT=ieee`` in the vLLM process, ``tf32``
+    leaves Triton's TF32 default and gates with its own calibration (harness.tolerances);
+    ``tp``: vLLM's tensor_parallel_size (the references run on one device)."""
     t0 = time.perf_counter()
+    precision = precision if device == "cuda" else "ieee"  # CPU fp32 is IEEE: its gate never changes
     result = ModelResult(target.name, target.architecture, type(target.overlay).__name__, target.source,
                          str(target.checkpoint), dtype, target.seed, device=device, versions=_versions(),
                          subject=subject, compiled=compiled)
+    run_info = {"precision": precision, "tp": tp} if device == "cuda" else ({"tp": tp} if tp > 1 else {})
+    result.device_info = dict(run_info)  # names the report's variant even if the run fails
+    if device == "cuda" and precision == "ieee":
+        subject_env = {"TRITON_F32_DEFAULT": "ieee", **(subject_env or {})}
     run = ModelRun(target, result)
     try:
-        calibration_for(dtype)  # bad dtype fails before any engine boots
+        gate = calibration_key(dtype, precision)
+        calibration_for(gate)  # bad dtype or precision fails before any engine boots
         cfg = target.hf_config
         n_layers = int(getattr(cfg, "num_hidden_layers", 0) or 0)
         specs, derived, nonfiring = subject_plan(target, subject)
@@ -362,12 +389,13 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
         result.prompt_names, prompts = list(named), list(named.values())
         result.prompts = prompts
         work = ((work_root or Path(__file__).resolve().parent.parent / ".cache" / "runs")
-                / f"{target.name}-{subject}-{device}-{dtype}{'-compiled' if compiled else ''}")
+                / f"{target.name}-{subject}-{device}-{dtype}-{precision}-tp{tp}{'-compiled' if compiled else ''}")
         if subject == "tl-vllm":
             from .subject_tl_vllm import capture_tl_vllm
 
             run.subject = capture_tl_vllm(target.checkpoint, dtype=dtype, prompts=prompts, specs=specs,
-                                          max_model_len=target.max_model_len, work_dir=work, env=subject_env)
+                                          max_model_len=target.max_model_len, work_dir=work, env=subject_env,
+                                          enforce_eager=not compiled)
         else:
             run.subject = capture_vllm(
                 target.checkpoint, dtype=dtype, prompts=prompts,
@@ -375,12 +403,17 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
                 params=[p for s in specs.values() for p in s.params()],
                 vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
                 full_logprobs=target.vocab_size <= 8192, env=subject_env, enforce_eager=not compiled,
+                device=device, tp=tp,
             )
         compat_names = [a for a in [*(_compat_name(h, s) for h, s in specs.items()),
                                     *(compat_alias(h) for h in derived)] if a]
         run.refs = capture_references(target.checkpoint, dtype=dtype, prompts=prompts,
                                       hooks=[*specs, *derived], compat_names=compat_names, device=device)
-        result.rows = evaluate(target.name, specs, run.subject, run.refs, prompts, dtype, derived)
+        result.rows = evaluate(target.name, specs, run.subject, run.refs, prompts, gate, derived)
+        for row in result.rows:
+            issue = known_issue(target.architecture, row.reference, row.hook)
+            if issue is not None and not row.passed:
+                row.known_issue = issue.reason
         sm, rm = run.subject.meta, run.refs.meta
         result.timings = {
             "vllm": {"boot_s": sm.get("boot_s"), "forward_ms_median": sm.get("forward_ms_median"),
@@ -389,7 +422,7 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
                    "top_ops": rm.get("top_ops"), "bridge_boot_s": rm.get("bridge_boot_s")},
         }
         result.versions["vllm_in_subject"] = sm.get("vllm_version")
-        result.device_info = {**sm.get("device_info", {}), "subject_env": dict(subject_env or {})}
+        result.device_info = {**sm.get("device_info", {}), **run_info, "subject_env": dict(subject_env or {})}
     except Exception as exc:  # noqa: BLE001 -- one model's crash must not lose the others
         result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
     result.wall_s = time.perf_counter() - t0

@@ -31,11 +31,15 @@ class SubjectCapture:
     def read(self, prompt: int, raw_key: str, call: int = 0) -> torch.Tensor | None:
         return self.raw.get(f"{prompt}:{raw_key}#{call}")
 
-    def ragged_read(self, prompt: int, raw_key: str, prompt_lengths: list[int]) -> torch.Tensor | None:
+    def ragged_read(self, prompt: int, raw_key: str, prompt_lengths: list[int],
+                    row_dim: int = 0) -> torch.Tensor | None:
         """Rows of ``prompt`` in the ragged-batch run: vLLM flattened all prompts
         into its forward(s); each forward's layout (request ids, query start
         offsets) says whose rows are whose.  Requests are matched to prompts by
-        their total token count, which the prompt set keeps distinct."""
+        their total token count, which the prompt set keeps distinct.
+        ``row_dim``: the token dim of the raw read -- 1 where vLLM's Transformers
+        backend runs HF modules on ``[1, T, ...]`` (a read whose conversions
+        start with ``DropBatch``)."""
         batches = self.meta.get("ragged_batches")
         if not batches or any(b.get("query_start_loc") is None for b in batches):
             return None
@@ -46,16 +50,39 @@ class SubjectCapture:
                 return None
             qsl = layout["query_start_loc"]
             for r, req in enumerate(layout["req_ids"]):
-                per_req.setdefault(req, []).append(value[qsl[r]:qsl[r + 1]])
-        by_len = {sum(t.shape[0] for t in parts): torch.cat(parts) for parts in per_req.values()}
+                per_req.setdefault(req, []).append(value.narrow(row_dim, qsl[r], qsl[r + 1] - qsl[r]))
+        by_len = {sum(t.shape[row_dim] for t in parts): torch.cat(parts, dim=row_dim)
+                  for parts in per_req.values()}
         return by_len.get(prompt_lengths[prompt])
+
+
+def launch_subject(module: str, request: dict, work_dir: Path, name: str, env: dict[str, str] | None,
+                   timeout_s: float) -> None:
+    """Run ``python -m module REQUEST.json`` with this repo on the path; its log goes to
+    ``work_dir/<name>.log``.  Raises :class:`SubjectError` with the log's tail if it fails."""
+    req_path = work_dir / f"{name}_request.json"
+    req_path.write_text(json.dumps(request, indent=1))
+    log_path = work_dir / f"{name}.log"
+    repo = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, **(env or {})}
+    env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    with open(log_path, "w") as log:
+        try:
+            rc = subprocess.run([sys.executable, "-m", module, str(req_path)], stdout=log,
+                                stderr=subprocess.STDOUT, env=env, timeout=timeout_s, cwd=repo).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    if rc != 0:
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
+        raise SubjectError(f"{module} exited with {rc} (log: {log_path}):\n{tail}")
 
 
 def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], reads: list[tuple[str, str]],
                  params: list[str], vocab_size: int, max_model_len: int, work_dir: Path,
                  timeout_s: float = 900, full_logprobs: bool = True,
                  env: dict[str, str] | None = None, ragged: bool = True,
-                 enforce_eager: bool = True) -> SubjectCapture:
+                 enforce_eager: bool = True, device: str = "cpu", tp: int = 1) -> SubjectCapture:
+    """``device`` picks the engine's arguments (harness.vllm_compat); ``tp``: tensor-parallel ranks."""
     from safetensors.torch import load_file
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -65,24 +92,9 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
         "reads": sorted({(m, r) for m, r in reads}), "params": sorted(set(params)),
         "vocab_size": vocab_size, "max_model_len": max_model_len, "out_dir": str(out_dir),
         "full_logprobs": full_logprobs, "ragged": ragged,
-        "enforce_eager": enforce_eager,
+        "enforce_eager": enforce_eager, "device": device, "tp": tp,
     }
-    req_path = work_dir / "subject_request.json"
-    req_path.write_text(json.dumps(request, indent=1))
-    log_path = work_dir / "subject.log"
-    repo = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, **(env or {})}
-    env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    with open(log_path, "w") as log:
-        try:
-            proc = subprocess.run([sys.executable, "-m", "harness.subject_vllm", str(req_path)],
-                                  stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s, cwd=repo)
-            rc = proc.returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
-    if rc != 0:
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
-        raise SubjectError(f"vLLM subject exited with {rc} (log: {log_path}):\n{tail}")
+    launch_subject("harness.subject_vllm", request, work_dir, "subject", env, timeout_s)
     logprobs = {int(k): v for k, v in load_file(str(out_dir / "logprobs.safetensors")).items()}
     return SubjectCapture(
         raw=load_file(str(out_dir / "raw.safetensors")),

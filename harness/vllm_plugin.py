@@ -7,7 +7,8 @@ Contract: registered as the ``vllm.general_plugins`` entry point
 it starts, workers included.  It does nothing unless the environment variable
 ``VLLM_PARITY_READS`` names a JSON file holding the ``[module, read]`` list:
 then ``Worker.load_model`` is wrapped to call ``CaptureExtension.vp_install``
-on the freshly loaded model.  An environment variable, not a module global,
+on the freshly loaded model, and the capture op joins vLLM's graph-splitting
+ops (harness.vllm_compat).  An environment variable, not a module global,
 because tensor-parallel workers are separate processes.  Any other vLLM engine
 in the same environment is untouched (the variable is unset there).
 """
@@ -24,8 +25,11 @@ def register() -> None:
     global _patched
     if _patched or not os.environ.get(ENV):
         return
-    from vllm.v1.worker.gpu_worker import Worker  # CPUWorker inherits load_model
+    from .vllm_compat import add_splitting_op, worker_class
 
+    # the capture op runs outside CUDA graphs, between replays (harness.vllm_worker)
+    add_splitting_op()
+    Worker = worker_class()  # noqa: N806 -- every device's worker inherits its load_model
     original = Worker.load_model
 
     def load_model(self, *args, **kwargs):

@@ -12,8 +12,19 @@ forward *pre*-hook and cloned at once, output terms in a forward hook, cloned
 at once: vLLM's fused add-norm kernels update ``(x, residual)`` in place, so a
 tensor read later would hold someone else's value.
 
-This module and :mod:`harness.subject_vllm` are the only places that touch
-vLLM internals (``self.model_runner.model``).
+Every hook hands its value to one custom op, ``vllm_parity::tap(x, slot)``,
+whose Python body records it.  Under torch.compile the hooks are traced into
+the graph (they are installed before compilation, see harness.vllm_plugin) and
+the op stays in it as an ordered side effect; with piecewise CUDA graphs vLLM
+splits the graph at the op (harness.vllm_compat.add_splitting_op), so it runs
+eagerly between graph replays and records the values of *this* replay.  Inside
+a stream capture (full CUDA graphs) it records nothing: only replays count.
+Counting calls of a shared module and the on/off switch happen in the op's
+body, at run time, so they hold in compiled mode too.
+
+vLLM internals (the model inside the runner, the batch layout, how a module
+is sharded across tensor-parallel ranks) are reached through
+:mod:`harness.vllm_compat` only.
 """
 from __future__ import annotations
 
@@ -24,7 +35,42 @@ from typing import Any
 
 import torch
 
+from .vllm_compat import CAPTURE_OP, batch_layout, engine_info, runner_model, tp_layout
+
 _TERM = re.compile(r"^(out|in)(?:\[(\d+)\]|\.(\w+))?$")
+_SINKS: list = []  # slot -> the recording function of this process's CaptureExtension
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+@torch.library.custom_op(CAPTURE_OP, mutates_args=())
+def tap(x: torch.Tensor, slot: int) -> None:
+    """Record ``x`` for hook ``slot`` (a no-op inside a CUDA-graph capture)."""
+    if not _capturing():
+        _SINKS[slot](x)
+
+
+@tap.register_fake
+def _tap_fake(x: torch.Tensor, slot: int) -> None:
+    return None
+
+
+def _mark_side_effects(op) -> None:
+    """Neither dynamo nor inductor may drop or reorder the op: it returns nothing."""
+    from torch.fx.node import has_side_effect
+
+    has_side_effect(op)
+    try:
+        from torch._higher_order_ops.effects import _EffectType, _register_effectful_op
+
+        _register_effectful_op(op, _EffectType.ORDERED)
+    except (ImportError, AttributeError, TypeError, RuntimeError):  # older/newer torch: side effect only
+        pass
+
+
+_mark_side_effects(torch.ops.vllm_parity.tap.default)
 
 
 def resolve_module(root: torch.nn.Module, path: str) -> torch.nn.Module | None:
@@ -104,7 +150,7 @@ class CaptureExtension:
     model_runner: Any
 
     def _vp_model(self) -> torch.nn.Module:
-        return self.model_runner.model
+        return runner_model(self)
 
     def vp_install(self, reads: list[list[str]]) -> list[str]:
         """Install one hook per distinct (module, read); return modules not found."""
@@ -115,6 +161,9 @@ class CaptureExtension:
         self._vp_enabled = True
         self._vp_counters: list[list[int]] = []
         self._vp_batches: list[dict] = []
+        self._vp_layouts: dict[str, dict] = {}  # raw key -> tensor-parallel layout (vllm_compat.tp_layout)
+        tp = int(getattr(getattr(self, "parallel_config", None), "tensor_parallel_size", 1) or 1)
+        _SINKS.clear()
         sig_cache: dict = {}
         missing = []
         # Group paths by the module object they resolve to: vLLM shares one
@@ -130,26 +179,37 @@ class CaptureExtension:
         for (_, read), (module, paths) in groups.items():
             side, terms = parse_read(read)
             keys = [f"{p}|{read}" for p in sorted(paths, key=natural_key)]
+            self._vp_layouts.update({k: tp_layout(module, side, tp) for k in keys})
             counter = [0]
 
-            def record(value, _keys=keys, _counter=counter):
+            def record(value, _keys=keys, _counter=counter):  # runs eagerly, in the op's body
+                if not self._vp_enabled:
+                    return
                 n = _counter[0]
                 _counter[0] += 1
-                self._vp_records.setdefault(_keys[n % len(_keys)], []).append(value.cpu())
+                # a copy now: under CUDA graphs ``value`` is a static buffer the next replay overwrites
+                self._vp_records.setdefault(_keys[n % len(_keys)], []).append(value.detach().clone())
 
+            slot = len(_SINKS)
+            _SINKS.append(record)
             if side == "in":
-                def pre(mod, args, kwargs, _t=terms, _r=read, _rec=record):
-                    if self._vp_enabled:
-                        _rec(eval_input(mod, args, kwargs, _t, _r, sig_cache))
+                def pre(mod, args, kwargs, _t=terms, _r=read, _slot=slot):
+                    value = eval_input(mod, args, kwargs, _t, _r, sig_cache)
+                    if value is not None:
+                        torch.ops.vllm_parity.tap(value, _slot)
                 self._vp_handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
             else:
-                def post(mod, args, output, _t=terms, _r=read, _rec=record):
-                    if self._vp_enabled:
-                        _rec(eval_output(output, _t, _r))
+                def post(mod, args, output, _t=terms, _r=read, _slot=slot):
+                    value = eval_output(output, _t, _r)
+                    if value is not None:
+                        torch.ops.vllm_parity.tap(value, _slot)
                 self._vp_handles.append(module.register_forward_hook(post))
             self._vp_counters.append(counter)
         # Forward latency: wall time of the model's own forward (no scheduling, no sampling).
+        # Not inside a CUDA-graph capture: no synchronize there, and a capture is no forward.
         def t0(mod, args):
+            if _capturing():
+                return
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             if self._vp_enabled:
@@ -157,6 +217,8 @@ class CaptureExtension:
             self._vp_t0 = time.perf_counter()
 
         def t1(mod, args, out):
+            if _capturing():
+                return
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             self._vp_forward_s.append(time.perf_counter() - self._vp_t0)
@@ -166,17 +228,15 @@ class CaptureExtension:
 
     def _vp_batch_layout(self) -> dict:
         """Which rows of this forward belong to which request (vLLM flattens a batch)."""
-        runner = self.model_runner
-        try:
-            req_ids = list(runner.input_batch.req_ids)
-            qsl = [int(x) for x in runner.query_start_loc.np[: len(req_ids) + 1]]
-        except AttributeError:  # layout unknown on this vLLM version: single-request runs still work
-            return {"req_ids": None, "query_start_loc": None}
-        return {"req_ids": req_ids, "query_start_loc": qsl}
+        return batch_layout(self.model_runner)
 
     def vp_missing(self) -> list[str] | None:
         """Modules the pre-compile install (harness.vllm_plugin) could not find; None if it never ran."""
         return getattr(self, "_vp_missing", None)
+
+    def vp_engine_info(self) -> dict:
+        """Compilation and CUDA-graph mode of this worker (harness.vllm_compat.engine_info)."""
+        return engine_info(self)
 
     def vp_set_enabled(self, enabled: bool) -> None:
         self._vp_enabled = enabled
@@ -194,11 +254,12 @@ class CaptureExtension:
 
         rank = getattr(self, "rank", 0)
         # clone: under torch.compile, inductor may return one buffer for two equal reads
-        out = {f"{k}#{n}": t.contiguous().clone() for k, ts in self._vp_records.items() for n, t in enumerate(ts)}
+        out = {f"{k}#{n}": t.cpu().contiguous().clone() for k, ts in self._vp_records.items() for n, t in enumerate(ts)}
         target = path if rank == 0 else f"{path}.rank{rank}"
         save_file(out, target)
         return {"rank": rank, "path": target, "calls": {k: len(v) for k, v in self._vp_records.items()},
-                "forward_s": list(self._vp_forward_s), "batches": list(self._vp_batches)}
+                "forward_s": list(self._vp_forward_s), "batches": list(self._vp_batches),
+                "layouts": {k: self._vp_layouts.get(k, {"kind": "replicated"}) for k in self._vp_records}}
 
     def vp_dump_params(self, names: list[str], path: str) -> list[str]:
         """Save the named parameters/buffers (for host-side conversions); return missing."""

@@ -18,6 +18,8 @@ from .starcoder2 import Starcoder2Overlay
 from .granite import GraniteOverlay
 from .phi3 import Phi3Overlay
 from .olmo2 import Olmo2Overlay
+from .mixtral import MixtralOverlay
+from .qwen3_moe import Qwen3MoeOverlay
 
 _DECODER = DecoderOnlyOverlay()
 _GEMMA = GemmaOverlay()
@@ -38,6 +40,8 @@ OVERLAYS: dict[str, Overlay] = {
     "Phi3ForCausalLM": Phi3Overlay(),  # vLLM Llama tree; bridge has no rotated q/k
     "GraniteForCausalLM": GraniteOverlay(),  # multipliers, plain residual
     "Olmo2ForCausalLM": Olmo2Overlay(),  # vLLM Transformers backend; post-norms
+    "MixtralForCausalLM": MixtralOverlay(),  # sparse MoE (block_sparse_moe)
+    "Qwen3MoeForCausalLM": Qwen3MoeOverlay(),  # sparse MoE (mlp), q/k norms
 }
 
 

@@ -25,7 +25,7 @@ lists them; they are never dropped silently.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 # read := term ('+' term)*

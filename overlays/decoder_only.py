@@ -174,6 +174,8 @@ class DecoderOnlyOverlay(Overlay):
             out[f"blocks.{i}.attn.hook_pattern"] = Derived("pattern", **common)
         return out
 
+    # Hooks a config may leave unoffered, with the reason; a subclass that drops
+    # one for another reason lists it in nonfiring() with its own reason instead.
     _UNOFFERED = {
         "blocks.{i}.attn.hook_attn_scores":
             "vLLM's attention kernel fuses QK^T, mask and softmax; scores never exist as a tensor, "

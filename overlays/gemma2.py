@@ -21,8 +21,10 @@ hook, on top of :mod:`overlays.gemma` (embedding x ``sqrt(d_model)``,
   un-folds its ``out[0]``.
 - Trap: TransformerLens's legacy (compatibility-mode) ``hook_attn_out`` /
   ``hook_mlp_out`` are the *post-normed* sublayer outputs here
-  (``ln1_post.hook_out`` / ``ln2_post.hook_out``), as in HookedTransformer's
-  Gemma-2 block, not ``attn.hook_out`` / ``mlp.hook_out``.
+  (``ln1_post.hook_out`` / ``ln2_post.hook_out``, measured equal), as in
+  HookedTransformer's Gemma-2 block, not ``attn.hook_out`` / ``mlp.hook_out``
+  (which differ from them by the post-norm, ~3x in RMS): ``HookSpec.references``
+  moves the compat rows to the post-norm hooks.
 - Attention-logit soft-capping, ``query_pre_attn_scalar`` scaling and the
   sliding window (``layer_types``) happen inside vLLM's fused attention
   kernel: they show in ``hook_z`` and downstream, and in the derived
@@ -41,6 +43,8 @@ shared module to the n-th layer path).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .base import HookSpec, SwapAxes
 from .gemma import GemmaOverlay
 
@@ -57,13 +61,15 @@ class Gemma2Overlay(GemmaOverlay):
         post_ff = f"{L}.post_feedforward_layernorm"
         sandwich = {
             f"{b}.ln1_post.hook_normalized": HookSpec(post_attn, "out", (self.unfold(post_attn),), D),
-            f"{b}.ln1_post.hook_out": HookSpec(post_attn, "out", width=D),
+            f"{b}.ln1_post.hook_out": HookSpec(post_attn, "out", width=D,
+                                               references=(("compat", f"{b}.hook_attn_out"),)),
             f"{b}.hook_resid_mid": HookSpec(pre_ff, "in[0]+in[1]", width=D),
             f"{b}.ln2.hook_normalized": HookSpec(pre_ff, "out[0]", (self.unfold(pre_ff),), D),
         }
         post = {
             f"{b}.ln2_post.hook_normalized": HookSpec(post_ff, "out", (self.unfold(post_ff),), D),
-            f"{b}.ln2_post.hook_out": HookSpec(post_ff, "out", width=D),
+            f"{b}.ln2_post.hook_out": HookSpec(post_ff, "out", width=D,
+                                               references=(("compat", f"{b}.hook_mlp_out"),)),
         }
         out: dict[str, HookSpec] = {}
         for hook, spec in base.items():
@@ -71,6 +77,8 @@ class Gemma2Overlay(GemmaOverlay):
                 out.update(sandwich)
             elif hook == f"{b}.ln2.hook_normalized":
                 continue
+            elif hook in (f"{b}.attn.hook_out", f"{b}.mlp.hook_out"):  # legacy alias is the post-normed one
+                out[hook] = replace(spec, references=(("compat", None),))
             elif hook == f"{b}.hook_out":
                 out.update(post)
                 out[hook] = spec

@@ -23,7 +23,6 @@ Module tree as in :mod:`overlays.decoder_only` (``model.layers.{i}`` with
 """
 from __future__ import annotations
 
-from typing import Any
 
 from .base import HookSpec, UnfoldNorm
 from .decoder_only import DecoderOnlyOverlay

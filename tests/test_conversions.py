@@ -39,3 +39,31 @@ def test_cols_then_heads_splits_fused_qkv():
     assert torch.equal(got_k, k.view(t, n_kv, d))
     got_v = convert(HookSpec("qkv", "out[0]", (Cols(qs + ks, qs + 2 * ks), Heads(n_kv, d))), fused, {})
     assert torch.equal(got_v, v.view(t, n_kv, d))
+
+
+def test_layernorm_unfold_subtracts_bias_then_divides():
+    from overlays.base import UnfoldNorm
+
+    w, b = torch.tensor([2.0, 0.5]), torch.tensor([1.0, -1.0])
+    normalized = torch.tensor([[0.3, -0.7]])
+    y = normalized * w + b  # what vLLM's LayerNorm returns
+    spec = HookSpec("ln", "out", (UnfoldNorm("ln.weight", bias="ln.bias"),))
+    assert torch.allclose(convert(spec, y, {"ln.weight": w, "ln.bias": b}), normalized)
+    assert spec.params() == ["ln.weight", "ln.bias"] or set(spec.params()) == {"ln.weight", "ln.bias"}
+
+
+def test_drop_batch_and_swap_axes():
+    from overlays.base import DropBatch, SwapAxes
+
+    x = torch.randn(1, 5, 2, 3)
+    out = convert(HookSpec("m", "out", (DropBatch(), SwapAxes(0, 1))), x, {})
+    assert out.shape == (2, 5, 3) and torch.equal(out, x[0].transpose(0, 1))
+    with pytest.raises(ValueError, match="batch dim of 1"):
+        convert(HookSpec("m", "out", (DropBatch(),)), torch.randn(2, 5), {})
+
+
+def test_unknown_conversion_is_a_type_error():
+    from harness.conversions import apply_one
+
+    with pytest.raises(TypeError, match="unknown conversion"):
+        apply_one(object(), torch.ones(1), {})

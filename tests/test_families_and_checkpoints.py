@@ -1,6 +1,5 @@
 """Family registry and synthetic checkpoints."""
 import pytest
-import torch
 
 from harness.checkpoints import checkpoint_dir, spec_key
 from harness.families import DEFAULT_FAMILIES, FAMILIES, UnknownFamilyError, resolve_families

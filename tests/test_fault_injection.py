@@ -74,7 +74,7 @@ def planted_run(request, parity_session, tmp_path_factory):
 def test_every_planted_bug_fails_with_margin(planted_run):
     planted = set(_faults(planted_run.target.hf_config))
     for row in planted_run.result.rows:
-        if row.hook in planted:
+        if row.hook in planted and "~" not in row.reference:  # reference~reference rows never see vLLM
             assert row.status == "fail", f"planted bug in {row.hook} ({row.reference}) was not caught: {row}"
             need = MIN_MARGIN[planted_run.result.dtype]
             assert row.rel_err >= need * row.tolerance, (
@@ -84,7 +84,8 @@ def test_every_planted_bug_fails_with_margin(planted_run):
 
 def test_untouched_hooks_still_pass(planted_run):
     planted = set(_faults(planted_run.target.hf_config))
-    wrong = [r.message for r in planted_run.result.rows if r.hook not in planted and not r.passed]
+    wrong = [r.message for r in planted_run.result.rows
+             if (r.hook not in planted or "~" in r.reference) and not r.passed]
     assert not wrong, wrong
 
 

@@ -45,3 +45,22 @@ def test_depth_plot_is_written_beside_the_report(tmp_path):
     write_report(_result("a"), tmp_path)
     assert (tmp_path / "a" / "depth.png").stat().st_size > 1000
     assert "depth.png" in (tmp_path / "a" / "report.md").read_text()
+
+
+def test_known_reference_bug_is_counted_apart(tmp_path):
+    r = _result("k", status="fail", rel=float("inf"))
+    r["rows"][0]["known_issue"] = "TL bug"
+    s = summarize(r)
+    assert s["verdict"] == "pass" and s["known_issues"] == 1 and s["failed"] == 0
+    write_report(r, tmp_path)
+    md, _ = write_matrix(tmp_path)
+    assert "known reference bug" in md.read_text()
+
+
+def test_known_issue_lookup():
+    from harness.known_issues import known_issue
+
+    assert known_issue("OPTForCausalLM", "bridge", "blocks.2.attn.hook_attn_scores")
+    assert known_issue("OPTForCausalLM", "hf", "blocks.2.attn.hook_attn_scores") is None
+    assert known_issue("OPTForCausalLM", "bridge", "blocks.2.attn.hook_pattern") is None
+    assert known_issue("LlamaForCausalLM", "bridge", "blocks.2.attn.hook_attn_scores") is None

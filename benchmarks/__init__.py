@@ -1,0 +1,1 @@
+"""Benchmarks (plain scripts, not tests): run each with ``python -m benchmarks.<name>``."""

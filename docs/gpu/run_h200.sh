@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The runs behind docs/gpu/, on an air-gapped CUDA host whose python3 has torch (CUDA) and
+# transformers, with vllm + transformer-lens installed into /tmp/site by the offline wheelhouse
+# (../shared/gpu: `pack.sh` here writes .gpuwhl/, `.gpuwhl/host.sh acc|install` there).
+#
+#   export PYTHONPATH=/tmp/site:$PWD
+#   bash docs/gpu/run_h200.sh core|fault_tp|others [extra args for python -m harness run]
+#
+# core:     tests/test_vllm_compat.py against the installed vLLM line, then qwen3/llama/gemma
+#           in fp32-ieee, fp32-tf32 and bf16, each eager and compiled (torch.compile + CUDA graphs);
+# fault_tp: the six planted Gemma bugs (tests/test_fault_injection.py) in every gate (fp32-ieee,
+#           fp32-tf32, bf16), beside qwen3/llama/gemma with tensor_parallel_size 2 (fp32-ieee, bf16);
+# others:   every other family in fp32-ieee eager and bf16 compiled.
+# One-GPU jobs are spread over the GPUs there are (harness run --jobs).  Each phase stops its
+# steps at BUDGET_S seconds (default 560) so the reports written so far still come back:
+# reports/ goes to $OUT/reports-<phase>.tgz, the log to $OUT/log-<phase>.txt.
+#
+# Nothing of the project is pip-installed on that host, so vLLM would not see the
+# vllm.general_plugins entry point that installs the capture hooks before compilation:
+# a minimal dist-info declaring it (read from pyproject.toml) is written into /tmp/site first.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+phase=${1:?core|fault_tp|others}; shift || true
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+SITE=${SITE:-/tmp/site}
+deadline=$(( $(date +%s) + ${BUDGET_S:-560} ))
+log="$OUT/log-$phase.txt"
+python3 - "$SITE" <<'PY'
+import sys, tomllib, pathlib
+site = pathlib.Path(sys.argv[1]); proj = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
+d = site / f"vllm_parity-{proj['version']}.dist-info"; d.mkdir(parents=True, exist_ok=True)
+(d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm-parity\nVersion: {proj['version']}\n")
+g = "vllm.general_plugins"  # only this group: conftest.py already registers the pytest plugin
+(d / "entry_points.txt").write_text(f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in proj["entry-points"][g].items()))
+import importlib.metadata as md
+assert any(ep.name == "vllm_parity" for ep in md.entry_points(group=g)), "entry point not visible"
+PY
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+{ date; nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv; nproc; \
+  python3 -c "import torch, vllm; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'vllm', vllm.__version__)"; } >>"$log" 2>&1
+run() {  # a step, stopped at the phase's deadline
+  local left=$(( deadline - $(date +%s) ))
+  if [ "$left" -lt 20 ]; then echo "SKIPPED (deadline): $*" >>"$log"; return; fi
+  echo "+ [$(date +%T), ${left}s left] $*" >>"$log"
+  timeout -k 10 "$left" "$@" >>"$log" 2>&1; echo "rc=$? at $(date +%T)" >>"$log"
+}
+core3=qwen3,llama,gemma
+case "$phase" in
+  core)
+    run python3 -m pytest -q -p no:cacheprovider tests/test_vllm_compat.py
+    run python3 -m harness run --device cuda --model $core3 --dtype float32,bfloat16 --precision ieee,tf32 \
+        --modes eager,compiled --jobs "${JOBS:-12}" "$@" ;;
+  fault_tp)
+    flog="$OUT/log-fault.txt"
+    ( left=$(( deadline - $(date +%s) )); CUDA_VISIBLE_DEVICES=0 timeout -k 10 "$left" python3 -m pytest -q -s \
+        -p no:cacheprovider tests/test_fault_injection.py --device cuda --report-dir /tmp/planted >"$flog" 2>&1; \
+      echo "rc=$?" >>"$flog" ) &
+    run python3 -c "import torch; print('gpus', torch.cuda.device_count())"
+    run python3 -m harness run --device cuda --tp 2 --model $core3 --dtype float32,bfloat16 --modes eager \
+        --jobs "${JOBS:-6}" "$@"
+    wait ;;
+  others)
+    others=$(python3 -c "from harness.families import FAMILIES; print(','.join(f for f in FAMILIES if f not in '$core3'.split(',')))")
+    run python3 -m harness run --device cuda --model "$others" --dtype float32 --modes eager --jobs "${JOBS:-14}" "$@"
+    run python3 -m harness run --device cuda --model "$others" --dtype bfloat16 --modes compiled --jobs "${JOBS:-14}" "$@" ;;
+  *) echo "unknown phase $phase"; exit 2 ;;
+esac
+python3 -m harness matrix >/dev/null 2>&1
+tar -czf "$OUT/reports-$phase.tgz" reports $(ls -d .cache/runs/*/subject.log 2>/dev/null)
+grep -E "^(==|   (pass|fail|error)|\+ |rc=|SKIPPED)" "$log" | tail -80

