@@ -1,7 +1,8 @@
 """Compare a subject tensor with a reference tensor (pure functions).
 
 Contract: :func:`compare_tensors` returns :class:`Metrics` -- max abs error,
-the reference's scale (RMS), error relative to that scale, the worst
+the reference's scale, error relative to that scale (worst last-dim row, see
+:func:`compare_tensors`), the worst
 per-position cosine similarity, and where the worst element sits with both
 sides' values there.  NaNs in the *reference* mark entries to ignore (vLLM
 returned only top-k log-probs); a NaN in the subject where the reference is
@@ -52,11 +53,28 @@ def compare_tensors(subject: torch.Tensor, reference: torch.Tensor) -> Metrics:
     diff = torch.where(valid & ~torch.isfinite(s), torch.full_like(r, math.inf), diff)
     diff = torch.where(infinite & (s != r), torch.full_like(r, math.inf), diff)
     rv = r[valid]
-    scale = float(rv.pow(2).mean().sqrt()) if rv.numel() else 0.0
-    flat = int(diff.reshape(-1).argmax()) if diff.numel() else 0
-    idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape)) if diff.numel() else ()
-    max_abs = float(diff.reshape(-1)[flat]) if diff.numel() else 0.0
-    rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    # Error relative to the reference's scale, row by row: a row is a vector
+    # along the last dim (a token's d_model vector, a head's d_head vector, a
+    # query's row of attention), rel = max over rows of ||s - r|| / ||r||.  The
+    # worst row localizes an error as sharply as a max-abs would, while the L2
+    # inside a row keeps one rounded element of a heavy-tailed activation (a
+    # bf16 MLP output) from dominating.  Rows whose reference norm is below a
+    # tenth of the median row norm (the first query's one-entry row of attention
+    # scores) are measured against that tenth instead.
+    d2 = diff.reshape(-1, diff.shape[-1]) if diff.ndim else diff.reshape(1, 1)
+    r2 = torch.where(valid, r, torch.zeros_like(r)).reshape(d2.shape)
+    row_err = d2.pow(2).sum(-1).sqrt()
+    row_ref = r2.pow(2).sum(-1).sqrt()
+    guard = max(float(row_ref.median()) * 0.1, 1e-300) if row_ref.numel() else 1e-300
+    row_rel = row_err / row_ref.clamp_min(guard)
+    row_rel = torch.where(row_err == 0, torch.zeros_like(row_rel), row_rel)
+    worst_row = int(row_rel.argmax()) if row_rel.numel() else 0
+    rel = float(row_rel[worst_row]) if row_rel.numel() else 0.0
+    scale = float(row_ref[worst_row]) if row_ref.numel() else 0.0
+    col = int(d2[worst_row].argmax()) if d2.numel() else 0
+    flat = worst_row * d2.shape[-1] + col
+    idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape)) if diff.ndim else ()
     r_norm = float(rv.norm()) if rv.numel() else 0.0
     norm_ratio = float(s[valid].norm()) / r_norm if r_norm > 0 else math.nan
     # cosine per leading position (token): flatten the rest
@@ -82,19 +100,27 @@ def failure_message(label: str, metrics: Metrics, rel_tol: float, position_names
     )
     return (
         f"{label}: rel_err {metrics.rel_err:.3e} > tolerance {rel_tol:.1e} "
-        f"(max_abs {metrics.max_abs:.3e}, reference scale {metrics.ref_scale:.3e}, "
+        f"(rel_err = ||subject - reference|| / ||reference|| of the worst last-dim row; "
+        f"max_abs {metrics.max_abs:.3e}, reference scale (that row's norm) {metrics.ref_scale:.3e}, "
         f"worst cosine {metrics.cos_min:.6f}, norm ratio ||subject||/||reference|| {metrics.norm_ratio:.4g}); "
         f"worst at [{where}]: "
         f"subject {metrics.subject_at_worst:.6g} vs reference {metrics.reference_at_worst:.6g}"
     )
 
 
-def argmax_agreement(subject_lp: torch.Tensor, reference_lp: torch.Tensor) -> tuple[int, int, bool]:
-    """(positions agreeing on top-1, positions, last position agrees)."""
-    s = torch.nan_to_num(subject_lp, nan=-math.inf).argmax(-1)
-    r = reference_lp.argmax(-1)
+def argmax_agreement(subject_lp: torch.Tensor, reference_lp: torch.Tensor, k: int = 5
+                     ) -> tuple[int, int, bool, bool]:
+    """(positions agreeing on top-1, positions, last position agrees, last position
+    agrees or is a near tie).  A near tie, as in vLLM's ``check_logprobs_close``:
+    each side's top-1 token is among the other side's top-k."""
+    s_lp = torch.nan_to_num(subject_lp, nan=-math.inf)
+    r_lp = torch.nan_to_num(reference_lp, nan=-math.inf)
+    s, r = s_lp.argmax(-1), r_lp.argmax(-1)
     agree = s == r
-    return int(agree.sum()), int(agree.numel()), bool(agree[-1])
+    kk = min(k, s_lp.shape[-1])
+    s_top, r_top = s_lp[-1].topk(kk).indices, r_lp[-1].topk(kk).indices
+    near_tie = bool((s[-1] == r_top).any()) and bool((r[-1] == s_top).any())
+    return int(agree.sum()), int(agree.numel()), bool(agree[-1]), bool(agree[-1]) or near_tie
 
 
 def logit_metrics(pairs: list[tuple[torch.Tensor, torch.Tensor]], k: int = 5) -> dict:

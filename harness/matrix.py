@@ -34,7 +34,7 @@ def build_matrix(report_dir: Path) -> list[dict]:
             "nonfiring": s["nonfiring"], "worst_rel_err": s["worst_rel_err"], "worst_where": s["worst_where"],
             "worst_margin": s.get("worst_margin"),
             "verdict": s["verdict"], "report": str(path.relative_to(report_dir)),
-            "known_issues": s.get("known_issues", 0),
+            "known_issues": s.get("known_issues", 0), "inconclusive": s.get("inconclusive", 0),
             "error": (r.get("error") or "").strip().splitlines()[0] if r.get("error") else None,
         })
     return rows
@@ -56,6 +56,8 @@ def to_markdown(rows: list[dict]) -> str:
         verdict = {"pass": "✅ pass", "fail": "❌ fail", "error": "💥 error"}[r["verdict"]]
         if r.get("error"):
             verdict += f": {r['error'][:80]}"
+        if r.get("inconclusive"):
+            verdict += f" ({r['inconclusive']} rows inconclusive: {r['dtype']} noise above the ceiling)"
         if r.get("known_issues"):
             verdict += f" ({r['known_issues']} rows explained by a known reference bug, see report)"
         out.append(f"| {r['model']} | `{r['architecture']}` | {r['overlay']} | {r['variant']} | {r['vllm']} "

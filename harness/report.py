@@ -44,14 +44,15 @@ def report_stem(result: dict) -> str:
 def summarize(result: dict) -> dict:
     rows = result.get("rows", [])
     known = [r for r in rows if r.get("known_issue") and r["status"] != "pass"]
-    gated = [r for r in rows if r["kind"] != "argmax" and not r.get("known_issue")]
+    inconclusive = sum(r["status"] == "inconclusive" for r in rows)
+    gated = [r for r in rows if r["kind"] != "argmax" and not r.get("known_issue") and r["status"] != "inconclusive"]
     passed = sum(r["status"] == "pass" for r in rows)
     # "worst" = closest to (or furthest past) its own tolerance: tolerances differ by hook
     worst = max(gated, key=lambda r: _margin(r) if _finite(_margin(r)) else math.inf, default=None)
     nonfiring = sum(len(n.get("hooks", [])) for n in result.get("nonfiring", []))
     if result.get("error"):
         verdict = "error"
-    elif rows and passed + len(known) == len(rows):
+    elif rows and passed + len(known) + inconclusive == len(rows):
         verdict = "pass"  # failures only where a documented reference bug explains them
     else:
         verdict = "fail"
@@ -60,6 +61,7 @@ def summarize(result: dict) -> dict:
         "failed": sum(r["status"] == "fail" and not r.get("known_issue") for r in rows),
         "errors": sum(r["status"] == "error" and not r.get("known_issue") for r in rows),
         "known_issues": len(known),
+        "inconclusive": inconclusive,
         "hooks_offered": len({r["hook"] for r in rows if r["reference"] != "hf"}),
         "hooks_passed": len({r["hook"] for r in rows if r["reference"] != "hf"}
                             - {r["hook"] for r in rows if r["reference"] != "hf" and r["status"] != "pass"}),

@@ -301,13 +301,16 @@ def _logit_rows(model, subject, refs, prompts, dtype) -> list[HookResult]:
     row.logit_metrics = logit_metrics(pairs)
     agree = [argmax_agreement(s, r) for s, r in pairs]
     n_agree, n_pos = sum(a[0] for a in agree), sum(a[1] for a in agree)
-    last_ok = all(a[2] for a in agree)
+    # Final-position top-1 must agree, except for a near tie (each top-1 within the
+    # other's top-5, as vLLM's check_logprobs_close allows): bf16 can flip those.
+    last_ok = all(a[3] for a in agree)
+    ties = sum(a[3] and not a[2] for a in agree)
     am = HookResult(model, "hf", "argmax", "argmax(logits)", None, "argmax", "pass" if last_ok else "fail", 0.0,
                     rel_err=0.0 if last_ok else 1.0,
-                    worst={"agree_positions": n_agree, "positions": n_pos},
+                    worst={"agree_positions": n_agree, "positions": n_pos, "final_near_ties": ties},
                     message="" if last_ok else
-                    f"{model}: final-position argmax differs from HF in {sum(not a[2] for a in agree)} prompt(s); "
-                    f"top-1 agreement {n_agree}/{n_pos} positions")
+                    f"{model}: final-position argmax differs from HF in {sum(not a[3] for a in agree)} prompt(s) "
+                    f"beyond a near tie; top-1 agreement {n_agree}/{n_pos} positions")
     am.logit_metrics = row.logit_metrics
     return [row, am]
 
@@ -410,7 +413,15 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
         run.refs = capture_references(target.checkpoint, dtype=dtype, prompts=prompts,
                                       hooks=[*specs, *derived], compat_names=compat_names, device=device)
         result.rows = evaluate(target.name, specs, run.subject, run.refs, prompts, gate, derived)
+        ceiling = calibration_for(dtype).ceiling
         for row in result.rows:
+            if row.floor is not None and row.tolerance > ceiling and row.status != "error":
+                row.status = "inconclusive"
+                row.message = (f"{row.hook} vs {row.reference}: calibrated tolerance {row.tolerance:.2e} exceeds the "
+                               f"{dtype} ceiling {ceiling:g}: the reference's own {dtype} noise floor here "
+                               f"({row.floor:.2e}, vs its {calibration_for(dtype).truth_dtype} run) is too large to "
+                               f"tell a mapping bug from rounding (measured error {row.rel_err:.2e}); the "
+                               f"float32 run of this model is the gate for this hook")
             issue = known_issue(target.architecture, row.reference, row.hook)
             if issue is not None and not row.passed:
                 row.known_issue = issue.reason

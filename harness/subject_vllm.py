@@ -139,8 +139,9 @@ def main(request_path: str) -> int:
         **llm_kwargs(device=device, tp=tp, compiled=not req.get("enforce_eager", True)),
     )
     meta["boot_s"] = time.perf_counter() - t_boot
-    meta["device_info"] = {**_device_info(), "tp": tp,
-                           "triton_f32_default": os.environ.get("TRITON_F32_DEFAULT", "(Triton default: tf32)")}
+    meta["device_info"] = {**_device_info(), "tp": tp}
+    if device == "cuda":
+        meta["device_info"]["triton_f32_default"] = os.environ.get("TRITON_F32_DEFAULT", "(unset: Triton's tf32)")
     meta["missing_modules"] = llm.collective_rpc("vp_missing")[0]
     if meta["missing_modules"] is None:
         raise RuntimeError("capture hooks were not installed before compilation: the vllm_parity "

@@ -1,29 +1,38 @@
 """Tolerances: calibrated per (model, dtype, hook) from the reference's own noise floor.
 
-The gated metric is the *error relative to the reference's scale*,
-``rel = max|subject - reference| / rms(reference)`` (worst element, so an
-error at one position is not diluted by the others).
+The gated metric is the *error relative to the reference's scale*, row by
+row (:func:`harness.compare.compare_tensors`): ``rel = max over rows of
+||subject - reference|| / ||reference||``, a row being a vector along the
+last dim (a token's residual vector, a head's d_head vector, a query's
+attention row).  The worst row localizes an error; the L2 inside the row
+keeps one rounded element of a heavy-tailed activation from dominating.
 
-Calibration.  For every hook the reference engine (TransformerBridge) is run
-twice: in the run dtype and in a more precise "truth" dtype (fp64 for fp32
-runs, fp32 for bf16/fp16 runs).  ``floor = rel(reference_dtype,
-reference_truth)`` is how far one valid implementation in this dtype sits
-from the truth.  vLLM in the same dtype is another valid implementation, so
-its distance to the reference may be up to about twice the floor (two
-independent errors) plus kernel-order differences; the gate is
+Calibration.  For every hook the reference engine (TransformerBridge; HF for
+the ``hf`` rows) is run twice: in the run dtype and in a more precise "truth"
+dtype (fp64 for fp32 runs, fp32 for bf16/fp16 runs).  ``floor =
+rel(reference_dtype, reference_truth)`` is how far one valid implementation in
+this dtype sits from the truth.  vLLM in the same dtype is another valid
+implementation, so its distance to the reference may be up to about twice the
+floor (two independent errors) plus kernel-order differences; the gate is
 
     tolerance = max(multiple * floor, minimum)
 
 with ``multiple`` and ``minimum`` per dtype below.  ``minimum`` covers hooks
 whose floor is ~0 (an embedding lookup is exact in both dtypes) while vLLM
 computes the same value in a different order (oneDNN vs MKL GEMMs, its own
-attention kernel).
+attention kernel).  A tolerance above ``ceiling`` makes the row
+"inconclusive" instead of letting it pass (see :class:`Calibration`).
 
-Numbers measured on these machines (``python -m harness run --dtype ...``,
-see README): fp32 floors are 1e-7..5e-6, vLLM fp32 errors 1e-7..8e-6;
-bf16 floors are 8e-3..1.4e-1, vLLM bf16 errors are reported per hook in the
-reports.  A planted mapping bug (fault-injection tests) gives rel >= ~1 in
-every dtype, so it stays far above the gate -- the report shows each margin.
+Measured on these machines (``python -m harness run --dtype float32,bfloat16``;
+numbers per hook in every report): fp32 floors ~1e-7..2e-6 and vLLM fp32
+errors ~6e-7..3e-6 (worst 1.6e-5, derived attention scores of a MoE model),
+so the fp32 gate is the 1e-4 minimum everywhere; bf16 floors ~1e-2..4e-2 give
+tolerances ~0.05..0.15 with vLLM's bf16 errors at about a quarter of them.
+Planted mapping bugs (tests/test_fault_injection.py) sit >= 3.6e3x above the
+fp32 tolerance and >= 18x above the bf16 one.  Mixture-of-experts models in
+bf16 flip expert choices at near-tie tokens, which moves those tokens by O(1)
+in *both* engines: their downstream bf16 rows are inconclusive, and the fp32
+run gates them.
 """
 from __future__ import annotations
 
@@ -38,6 +47,11 @@ class Calibration:
     multiple: float
     minimum: float
     why: str
+    # A calibrated tolerance above the ceiling could let a mapping bug through
+    # (the smallest planted bug, ln1 left folded, sits near 0.3): such a row is
+    # reported "inconclusive" (the reference's own noise in this dtype is too
+    # large to tell a bug from rounding there), never "pass".
+    ceiling: float = 0.25
 
 
 CALIBRATION: dict[str, Calibration] = {

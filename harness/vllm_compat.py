@@ -154,7 +154,7 @@ def engine_info(worker: Any) -> dict:
     info: dict = {}
     try:
         cc = worker.vllm_config.compilation_config
-        info.update(compilation_mode=str(cc.mode), cudagraph_mode=str(cc.cudagraph_mode),
+        info.update(compilation_mode=getattr(cc.mode, "name", str(cc.mode)), cudagraph_mode=str(cc.cudagraph_mode),
                     capture_op_splits_graph=CAPTURE_OP in (cc.splitting_ops or []),
                     cudagraph_capture_sizes=list(cc.cudagraph_capture_sizes or []))
         from vllm.compilation.counter import compilation_counter as cnt

@@ -19,6 +19,7 @@ from .granite import GraniteOverlay
 from .phi3 import Phi3Overlay
 from .olmo2 import Olmo2Overlay
 from .mixtral import MixtralOverlay
+from .qwen3 import Qwen3Overlay
 from .qwen3_moe import Qwen3MoeOverlay
 
 _DECODER = DecoderOnlyOverlay()
@@ -28,7 +29,7 @@ OVERLAYS: dict[str, Overlay] = {
     "LlamaForCausalLM": _DECODER,
     "MistralForCausalLM": _DECODER,
     "Qwen2ForCausalLM": _DECODER,
-    "Qwen3ForCausalLM": _DECODER,
+    "Qwen3ForCausalLM": Qwen3Overlay(),  # per-head q/k norms
     "GemmaForCausalLM": _GEMMA,
     "Gemma2ForCausalLM": Gemma2Overlay(),
     "Gemma3ForCausalLM": Gemma3Overlay(),  # text-only gemma3_text

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import (Cols, Derived, Heads, HookSpec, Mul, NonFiring, Overlay, UnfoldNorm, config_get,
+from .base import (Cols, Derived, Heads, HookSpec, Mul, NonFiring, Overlay, SwapAxes, UnfoldNorm, config_get,
                    expand_layers)
 
 
@@ -58,6 +58,9 @@ class DecoderOnlyOverlay(Overlay):
     # ("attn.hook_q", "attn.hook_k") for an architecture without rotary
     # embeddings; None where scores cannot be derived (then they are non-firing).
     score_inputs: tuple[str, str] | None = ("attn.hook_rot_q", "attn.hook_rot_k")
+    # Per-head q/k RMSNorm before rotary (Qwen3, Qwen3-MoE, Gemma-3): offer
+    # attn.q_norm/k_norm.hook_normalized, un-folded and moved to TL's heads-first layout.
+    qk_norm = False
 
     # -- hooks an architecture may change ------------------------------------
     def embed_conversions(self, cfg: Any) -> tuple:
@@ -75,6 +78,19 @@ class DecoderOnlyOverlay(Overlay):
     def unfold(self, module: str) -> UnfoldNorm:
         return UnfoldNorm(f"{module}.weight", self.norm_offset)
 
+    def qk_norm_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
+        """vLLM normalizes q/k as ``[T, heads, d_head]``; TL's norm hooks are ``[heads, T, d_head]``."""
+        if not self.qk_norm:
+            return {}
+        A, b = f"model.layers.{i}.self_attn", f"blocks.{i}"
+        q, kv = d["n_heads"] * d["head_dim"], d["n_kv"] * d["head_dim"]
+        return {
+            f"{b}.attn.q_norm.hook_normalized": HookSpec(
+                f"{A}.q_norm", "out", (self.unfold(f"{A}.q_norm"), SwapAxes(0, 1)), q),
+            f"{b}.attn.k_norm.hook_normalized": HookSpec(
+                f"{A}.k_norm", "out", (self.unfold(f"{A}.k_norm"), SwapAxes(0, 1)), kv),
+        }
+
     def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
         L = f"model.layers.{i}"
         A = f"{L}.self_attn"
@@ -91,6 +107,7 @@ class DecoderOnlyOverlay(Overlay):
             f"{b}.attn.hook_q": HookSpec(f"{A}.qkv_proj", "out[0]", (Cols(0, q), qh), q),
             f"{b}.attn.hook_k": HookSpec(f"{A}.qkv_proj", "out[0]", (Cols(q, q + kv), kh), kv),
             f"{b}.attn.hook_v": HookSpec(f"{A}.qkv_proj", "out[0]", (Cols(q + kv, q + 2 * kv), kh), kv),
+            **self.qk_norm_specs(i, d),
             f"{b}.attn.hook_rot_q": HookSpec(f"{A}.rotary_emb", "out[0]", (qh,), q),
             f"{b}.attn.hook_rot_k": HookSpec(f"{A}.rotary_emb", "out[1]", (kh,), kv),
             f"{b}.attn.hook_z": HookSpec(f"{A}.o_proj", "in[0]", (qh,), q),

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .base import HookSpec, SwapAxes
+from .base import HookSpec
 from .gemma import GemmaOverlay
 
 
@@ -91,20 +91,4 @@ class Gemma3Overlay(Gemma2Overlay):
     """Gemma-3 text: Gemma-2's sandwich-norm tree plus per-head q/k norms."""
 
     name = "gemma3"
-
-    def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
-        base = super().layer_specs(i, d)
-        A, b = f"model.layers.{i}.self_attn", f"blocks.{i}"
-        q, kv = d["n_heads"] * d["head_dim"], d["n_kv"] * d["head_dim"]
-        qk_norms = {
-            f"{b}.attn.q_norm.hook_normalized": HookSpec(
-                f"{A}.q_norm", "out", (self.unfold(f"{A}.q_norm"), SwapAxes(0, 1)), q),
-            f"{b}.attn.k_norm.hook_normalized": HookSpec(
-                f"{A}.k_norm", "out", (self.unfold(f"{A}.k_norm"), SwapAxes(0, 1)), kv),
-        }
-        out: dict[str, HookSpec] = {}
-        for hook, spec in base.items():
-            if hook == f"{b}.attn.hook_rot_q":
-                out.update(qk_norms)
-            out[hook] = spec
-        return out
+    qk_norm = True

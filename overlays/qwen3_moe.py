@@ -19,9 +19,6 @@ architecture's own conversions:
 """
 from __future__ import annotations
 
-from typing import Any
-
-from .base import HookSpec, SwapAxes
 from .mixtral import SparseMoEOverlay
 
 
@@ -30,22 +27,7 @@ class Qwen3MoeOverlay(SparseMoEOverlay):
 
     name = "qwen3_moe"
     moe_module = "mlp"
-
-    def layer_specs(self, i: int, d: dict[str, Any]) -> dict[str, HookSpec]:
-        A, b = f"model.layers.{i}.self_attn", f"blocks.{i}"
-        q, kv = d["n_heads"] * d["head_dim"], d["n_kv"] * d["head_dim"]
-        qk_norms = {
-            f"{b}.attn.q_norm.hook_normalized": HookSpec(
-                f"{A}.q_norm", "out", (self.unfold(f"{A}.q_norm"), SwapAxes(0, 1)), q),
-            f"{b}.attn.k_norm.hook_normalized": HookSpec(
-                f"{A}.k_norm", "out", (self.unfold(f"{A}.k_norm"), SwapAxes(0, 1)), kv),
-        }
-        out: dict[str, HookSpec] = {}
-        for hook, spec in super().layer_specs(i, d).items():
-            if hook == f"{b}.attn.hook_rot_q":
-                out.update(qk_norms)
-            out[hook] = spec
-        return out
+    qk_norm = True
 
 
 __all__ = ["Qwen3MoeOverlay"]

@@ -21,9 +21,17 @@ def test_worst_position_and_values_are_reported():
     m = compare_tensors(subj, ref)
     assert m.worst_index == (2, 1)
     assert m.subject_at_worst == 1.5 and m.reference_at_worst == 1.0
-    assert m.rel_err == pytest.approx(0.5)  # reference RMS is 1
+    assert m.rel_err == pytest.approx(0.5 / 3 ** 0.5)  # ||(0, .5, 0)|| / ||(1, 1, 1)|| in row 2
     msg = failure_message("x", m, 1e-4, ("pos", "d"))
     assert "pos=2" in msg and "d=1" in msg and "1.0e-04" in msg and "5.000e-01" in msg
+
+
+def test_error_is_localized_to_the_worst_row_not_diluted():
+    ref = torch.randn(64, 32)
+    subj = ref.clone()
+    subj[40] *= 1.1  # one token off by 10%
+    m = compare_tensors(subj, ref)
+    assert m.rel_err == pytest.approx(0.1, rel=1e-6) and m.worst_index[0] == 40
 
 
 def test_relative_error_uses_reference_scale():
@@ -46,8 +54,10 @@ def test_shape_mismatch_raises_with_both_shapes():
 
 def test_argmax_agreement():
     ref = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
-    assert argmax_agreement(ref.clone(), ref) == (2, 2, True)
-    assert argmax_agreement(torch.tensor([[0.0, 1.0], [0.0, 1.0]]), ref) == (1, 2, False)
+    assert argmax_agreement(ref.clone(), ref) == (2, 2, True, True)
+    assert argmax_agreement(torch.tensor([[0.0, 1.0], [0.0, 1.0]]), ref, k=1) == (1, 2, False, False)
+    # with top-2 over a vocab of 2 every flip is a near tie
+    assert argmax_agreement(torch.tensor([[0.0, 1.0], [0.0, 1.0]]), ref, k=2) == (1, 2, False, True)
 
 
 def test_masked_infinities_must_match_and_add_no_scale():
