@@ -71,6 +71,8 @@ class ParitySession:
         self._targets = None
         self._by_name: dict = {}
         self.runs: dict = {}
+        # model -> hooks the selected parity tests compare, where that is fewer than all
+        self.selected: dict[str, frozenset[str]] = {}
 
     def targets(self):
         if self._targets is None:
@@ -90,17 +92,22 @@ class ParitySession:
                 self._by_name[name] = target_for_family(FAMILIES[name])
         return self._by_name[name]
 
-    def run(self, name: str, dtype: str | None = None, compiled: bool | None = None):
-        """The session's run of ``name`` (engines booted once per (model, dtype, mode)); its report is written."""
+    def run(self, name: str, dtype: str | None = None, compiled: bool | None = None, selective: bool = False):
+        """The session's run of ``name`` (engines booted once per (model, dtype, mode)); its report is written.
+
+        ``selective``: capture only the hooks this session's selected parity tests compare
+        (``-k`` selections stay cheap); a full selection captures everything."""
         dtype = dtype or self.dtype
         compiled = self.compiled if compiled is None else compiled
-        key = (name, dtype, compiled)
+        hooks = self.selected.get(name) if selective else None
+        key = (name, dtype, compiled, hooks)
         if key not in self.runs:
             from harness.report import write_report
             from harness.runner import run_model
 
             run = run_model(self.target(name), dtype=dtype, device=self.device, subject=self.subject,
-                            compiled=compiled, precision=self.precision, tp=self.tp)
+                            compiled=compiled, precision=self.precision, tp=self.tp,
+                            hooks=set(hooks) if hooks is not None else None)
             write_report(run.result.to_dict(), self.report_dir)
             self.runs[key] = run
         return self.runs[key]
@@ -156,6 +163,31 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                     params.append(pytest.param(ParityCase(t.name, "none", hook), id=f"{t.name}-nonfiring-{hook}",
                                                marks=pytest.mark.skip(reason=reason)))
         metafunc.parametrize("nonfiring_case", params)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    """After -k/-m deselection: note which hooks each model's selected parity tests need."""
+    ps = getattr(config, "_vllm_parity", None)
+    if ps is None:
+        return
+    chosen: dict[str, set[str]] = {}
+    total: dict[str, int] = {}
+    for item in items:
+        case = getattr(item, "callspec", None) and item.callspec.params.get("parity_case")
+        if case is not None:
+            chosen.setdefault(case.model, set())
+            if case.reference != "hf" or case.hook not in ("logprobs", "argmax"):
+                chosen[case.model].add(case.hook)
+    if not chosen:
+        return
+    from harness.runner import planned_cases, subject_plan
+
+    for model, hooks in chosen.items():
+        specs, derived, _ = subject_plan(ps.target(model), ps.subject)
+        total[model] = len({h for _, h in planned_cases(specs, derived)} - {"logprobs", "argmax"})
+        if len(hooks) < total[model]:
+            ps.selected[model] = frozenset(hooks)
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,9 @@ plain HF transformers (forward hooks on the decoder layers + log-probs).
 
 Contract: :func:`capture_references` returns a :class:`ReferenceCapture`:
 
-* ``bridge[prompt][hook]``, ``compat[prompt][legacy]``, ``hf[prompt][hook]``
+* ``bridge[prompt][hook]``, ``compat[prompt][legacy]``, ``hf[prompt][hook]``,
+  ``compat_processed[prompt][legacy]`` (compatibility mode with HookedTransformer's
+  default weight processing, see :mod:`harness.processing`)
   -- tensors in canonical layout (batch dim dropped, see :mod:`harness.shapes`);
 * ``logprobs[prompt]`` -- fp64 ``[T, V]`` log-softmax of HF's logits;
 * ``floors[engine][hook]`` -- the noise floor of that engine for that hook:
@@ -41,6 +43,7 @@ class ReferenceCapture:
     hf: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
     floors: dict[str, dict[str, float]] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    compat_processed: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
 
 
 def _float64_safe(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
@@ -66,9 +69,13 @@ def _run_cache(bridge, tokens: list[int], names: set[str], device: str) -> dict[
     return {n: reference_to_canonical(n, cache[n]) for n in names if n in cache}
 
 
-def _bridge_captures(checkpoint, dtype, prompts, names, device, compat=False):
+def _bridge_captures(checkpoint, dtype, prompts, names, device, compat=False, processed=False, meta=None):
     bridge = _boot_bridge(checkpoint, dtype, device)
-    if compat:
+    if processed:  # HookedTransformer's default weight processing (harness.processing)
+        bridge.enable_compatibility_mode()
+        if meta is not None:
+            meta["normalization_type"] = getattr(bridge.cfg, "normalization_type", None)
+    elif compat:
         bridge.enable_compatibility_mode(no_processing=True)
     return {p: _run_cache(bridge, toks, names, device) for p, toks in enumerate(prompts)}
 
@@ -131,6 +138,7 @@ def _floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, 
 
 def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]], hooks: list[str],
                        compat_names: list[str], device: str = "cpu", timing_repeats: int = 5,
+                       processed_names: list[str] = (),
                        calibrate: bool = True) -> ReferenceCapture:
     tdtype = TORCH_DTYPES[dtype]
     truth_dtype = TORCH_DTYPES[calibration_for(dtype).truth_dtype]
@@ -141,6 +149,11 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
     bridge = _bridge_captures(checkpoint, tdtype, prompts, want, device)
     meta["bridge_s"] = time.perf_counter() - t
     compat = _bridge_captures(checkpoint, tdtype, prompts, legacy, device, compat=True)
+    try:
+        processed = _bridge_captures(checkpoint, tdtype, prompts, set(processed_names), device,
+                                     processed=True, meta=meta) if processed_names else {}
+    except Exception as exc:  # noqa: BLE001 -- processing unsupported for this architecture: rows say so
+        processed, meta["processed_error"] = {}, f"{type(exc).__name__}: {exc}"
     floors: dict[str, dict[str, float]] = {}
     if calibrate:
         truth = _bridge_captures(checkpoint, truth_dtype, prompts, want, device)
@@ -176,4 +189,4 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
         meta["forward_ms_median"] = statistics.median(times) * 1e3
         meta["forward_ms_all"] = [x * 1e3 for x in times]
         meta["top_ops"] = profile_call(lambda: hf_model(ids))
-    return ReferenceCapture(bridge, compat, logprobs, hf, floors, meta)
+    return ReferenceCapture(bridge, compat, logprobs, hf, floors, meta, processed)

@@ -122,6 +122,9 @@ def to_markdown(result: dict) -> str:
         f"| wall time | {result.get('wall_s', 0):.1f} s |",
         "",
     ]
+    if result.get("selected_hooks") is not None:
+        out += [f"*Selective run*: only the {len(result['selected_hooks'])} hook(s) the selected tests compare were "
+                "captured (pytest -k/-m selection); run without a selection for the full report.", ""]
     if result.get("error"):
         out += ["## Engine error", "", "```", result["error"].strip(), "```", ""]
     out += ["## Hooks", "",

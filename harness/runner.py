@@ -11,6 +11,8 @@ fault injection with a deliberately wrong overlay.
 from __future__ import annotations
 
 import math
+import shutil
+import tempfile
 import platform
 import time
 import traceback
@@ -25,6 +27,7 @@ from .compare import (ShapeMismatch, argmax_agreement, compare_tensors, failure_
 from .conversions import convert, stitch_calls
 from .derived import derive, ignore_common_mask
 from .known_issues import known_issue
+from .processing import processed_hook, to_hooked_coordinates
 from .hook_names import compat_alias, hf_hook
 from .prompts import default_prompts
 from .reference import ReferenceCapture, capture_references
@@ -88,6 +91,7 @@ class ModelResult:
     versions: dict = field(default_factory=dict)
     prompts: list[list[int]] = field(default_factory=list)
     prompt_names: list[str] = field(default_factory=list)
+    selected_hooks: list[str] | None = None  # selective capture: the hooks asked for (None: all offered)
     error: str | None = None
     wall_s: float = 0.0
 
@@ -148,6 +152,8 @@ def planned_cases(specs: dict[str, HookSpec], derived: dict[str, Derived] | None
             cases.append(("hf", hook))
     for hook in derived or {}:
         cases += [("bridge", hook)] + ([("compat", hook)] if compat_alias(hook) is not None else [])
+    cases += [("compat-processed", hook) for hook, spec in specs.items()
+              if processed_hook(hook) and _compat_name(hook, spec) is not None]
     cases += [("bridge~hf", hook) for hook, spec in specs.items() if _hf_name(hook, spec) is not None]
     cases += [("bridge-ragged", hook) for hook in specs if ragged_hook(hook)]
     return cases + [("hf", "logprobs"), ("hf", "argmax")]
@@ -222,6 +228,13 @@ def evaluate(model: str, specs: dict[str, HookSpec], subject: SubjectCapture, re
             pairs = None if problem else _pairs(subj, refs.compat, alias, n)
             rows.append(_row(model, "compat", hook, alias, tolerance(dtype, floor), floor, pairs,
                              problem or ("" if pairs else f"{hook}: compatibility mode has no hook {alias!r}")))
+        if alias is not None and processed_hook(hook):
+            norm = refs.meta.get("normalization_type")
+            pairs = None if problem else _pairs([to_hooked_coordinates(x, norm) for x in subj],
+                                                refs.compat_processed, alias, n)
+            rows.append(_row(model, "compat-processed", hook, alias, tolerance(dtype, floor), floor, pairs,
+                             problem or ("" if pairs else f"{hook}: processed compatibility mode has no hook "
+                                         f"{alias!r} ({refs.meta.get('processed_error', 'not captured')})")))
         hf_name = _hf_name(hook, spec)
         if hf_name is not None:
             f = hf_floor.get(hf_name)
@@ -332,6 +345,14 @@ def _versions() -> dict:
 SUBJECTS = ("vllm", "tl-vllm")  # this harness's overlays on vLLM | TransformerLens's own vLLM backend
 
 
+def select_hooks(specs: dict[str, HookSpec], derived: dict[str, Derived], hooks: set[str]
+                 ) -> tuple[dict[str, HookSpec], dict[str, Derived]]:
+    """Keep the hooks asked for, plus the captured hooks a kept derived hook is computed from."""
+    kept_derived = {h: d for h, d in derived.items() if h in hooks}
+    needed = set(hooks) | {i for d in kept_derived.values() for i in d.inputs}
+    return {h: s for h, s in specs.items() if h in needed}, kept_derived
+
+
 def subject_plan(target: Target, subject: str = "vllm"
                  ) -> tuple[dict[str, HookSpec], dict[str, Derived], list[NonFiring]]:
     """What ``subject`` offers for ``target``: read specs, derived specs, non-firing hooks."""
@@ -361,7 +382,8 @@ def resolve_device(device: str = "auto") -> str:
 
 def run_model(target: Target, dtype: str = "float32", work_root: Path | None = None, device: str = "cpu",
               subject_env: dict[str, str] | None = None, subject: str = "vllm",
-              compiled: bool = False, precision: str = "ieee", tp: int = 1) -> ModelRun:
+              compiled: bool = False, precision: str = "ieee", tp: int = 1,
+              hooks: set[str] | None = None) -> ModelRun:
     """``subject_env``: environment for the vLLM process only (e.g. ``TRITON_F32_DEFAULT``);
     ``subject``: one of :data:`SUBJECTS`; ``compiled``: vLLM with torch.compile instead of eager;
     ``precision`` (CUDA fp32): ``ieee`` sets ``TRITON_F32_DEFAULT=ieee`` in the vLLM process, ``tf32``
@@ -383,6 +405,9 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
         cfg = target.hf_config
         n_layers = int(getattr(cfg, "num_hidden_layers", 0) or 0)
         specs, derived, nonfiring = subject_plan(target, subject)
+        if hooks is not None:  # selective capture: only what the caller compares (and derived inputs)
+            specs, derived = select_hooks(specs, derived, hooks)
+            result.selected_hooks = sorted(hooks)
         run.specs = specs
         if subject == "tl-vllm":
             result.overlay = "transformer_lens.model_bridge.sources.vllm (TL's own overlay)"
@@ -391,8 +416,13 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
         named = default_prompts(target.vocab_size, target.bos_token_id, target.max_model_len)
         result.prompt_names, prompts = list(named), list(named.values())
         result.prompts = prompts
-        work = ((work_root or Path(__file__).resolve().parent.parent / ".cache" / "runs")
-                / f"{target.name}-{subject}-{device}-{dtype}-{precision}-tp{tp}{'-compiled' if compiled else ''}")
+        # A fresh folder per run: two sessions (or a CLI run beside pytest) must never
+        # share a subject's output files.  Removed after a successful load; kept with
+        # its log when the engine fails (the error names it).
+        runs_root = work_root or Path(__file__).resolve().parent.parent / ".cache" / "runs"
+        runs_root.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-{subject}-{device}-{dtype}-{precision}"
+                                     f"-tp{tp}{'-compiled' if compiled else ''}-"))
         if subject == "tl-vllm":
             from .subject_tl_vllm import capture_tl_vllm
 
@@ -408,10 +438,14 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
                 full_logprobs=target.vocab_size <= 8192, env=subject_env, enforce_eager=not compiled,
                 device=device, tp=tp,
             )
+        shutil.rmtree(work, ignore_errors=True)  # captures are in memory now
         compat_names = [a for a in [*(_compat_name(h, s) for h, s in specs.items()),
                                     *(compat_alias(h) for h in derived)] if a]
+        processed_names = [_compat_name(h, s) for h, s in specs.items()
+                           if processed_hook(h) and _compat_name(h, s) is not None]
         run.refs = capture_references(target.checkpoint, dtype=dtype, prompts=prompts,
-                                      hooks=[*specs, *derived], compat_names=compat_names, device=device)
+                                      hooks=[*specs, *derived], compat_names=compat_names, device=device,
+                                      processed_names=processed_names)
         result.rows = evaluate(target.name, specs, run.subject, run.refs, prompts, gate, derived)
         ceiling = calibration_for(dtype).ceiling
         for row in result.rows:
