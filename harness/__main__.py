@@ -81,7 +81,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
               f"{s['worst_rel_err']} ({s['worst_where']}), {result['wall_s']:.0f} s -> {path}", flush=True)
         if result.get("error"):
             print("   " + result["error"].strip().splitlines()[0], flush=True)
-        status |= s["verdict"] != "pass"
+        status |= s["verdict"] not in ("pass", "skipped")
 
     if args.jobs == 1:
         for job in jobs:

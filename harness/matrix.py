@@ -35,6 +35,7 @@ def build_matrix(report_dir: Path) -> list[dict]:
             "worst_margin": s.get("worst_margin"),
             "verdict": s["verdict"], "report": str(path.relative_to(report_dir)),
             "known_issues": s.get("known_issues", 0), "inconclusive": s.get("inconclusive", 0),
+            "skipped": r.get("skipped"),
             "error": (r.get("error") or "").strip().splitlines()[0] if r.get("error") else None,
         })
     return rows
@@ -53,7 +54,9 @@ def to_markdown(rows: list[dict]) -> str:
         worst = "—" if r["worst_rel_err"] is None else (
             f"{r['worst_rel_err']:.1e} ({r['worst_where']}; margin {r['worst_margin']:.2f})"
             if r.get("worst_margin") is not None else f"{r['worst_rel_err']:.1e} ({r['worst_where']})")
-        verdict = {"pass": "✅ pass", "fail": "❌ fail", "error": "💥 error"}[r["verdict"]]
+        verdict = {"pass": "✅ pass", "fail": "❌ fail", "error": "💥 error", "skipped": "⏭ skipped"}[r["verdict"]]
+        if r.get("skipped"):
+            verdict += f": {r['skipped']}"
         if r.get("error"):
             verdict += f": {r['error'][:80]}"
         if r.get("inconclusive"):

@@ -239,7 +239,7 @@ def to_html(rows: list[dict], reports: Mapping[str, dict]) -> str:
         verdict = row.get("verdict", "error")
         tr = [f'<tr class="v-{_e(verdict)}" data-family="{_e(row.get("model"))}" data-variant="{_e(row.get("variant"))}">',
               f"<th scope=\"row\">{_e(row.get('model'))}</th><td>{_e(row.get('variant'))}</td>",
-              f'<td class="verdict" title="{_e(row.get("error") or verdict)}">{_e(verdict)}</td>']
+              f'<td class="verdict" title="{_e(row.get("error") or row.get("skipped") or verdict)}">{_e(verdict)}</td>']
         by_kind: dict[str, list[dict]] = {}
         for r in rep.get("rows", []):
             by_kind.setdefault(r["kind"], []).append(r)

@@ -50,7 +50,9 @@ def summarize(result: dict) -> dict:
     # "worst" = closest to (or furthest past) its own tolerance: tolerances differ by hook
     worst = max(gated, key=lambda r: _margin(r) if _finite(_margin(r)) else math.inf, default=None)
     nonfiring = sum(len(n.get("hooks", [])) for n in result.get("nonfiring", []))
-    if result.get("error"):
+    if result.get("skipped"):
+        verdict = "skipped"
+    elif result.get("error"):
         verdict = "error"
     elif rows and passed + len(known) + inconclusive == len(rows):
         verdict = "pass"  # failures only where a documented reference bug explains them
@@ -122,6 +124,8 @@ def to_markdown(result: dict) -> str:
         f"| wall time | {result.get('wall_s', 0):.1f} s |",
         "",
     ]
+    if result.get("skipped"):
+        out += [f"**Skipped**: {result['skipped']}", ""]
     if result.get("selected_hooks") is not None:
         out += [f"*Selective run*: only the {len(result['selected_hooks'])} hook(s) the selected tests compare were "
                 "captured (pytest -k/-m selection); run without a selection for the full report.", ""]

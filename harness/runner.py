@@ -11,6 +11,7 @@ fault injection with a deliberately wrong overlay.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import tempfile
 import platform
@@ -92,6 +93,7 @@ class ModelResult:
     prompts: list[list[int]] = field(default_factory=list)
     prompt_names: list[str] = field(default_factory=list)
     selected_hooks: list[str] | None = None  # selective capture: the hooks asked for (None: all offered)
+    skipped: str | None = None  # this (model, dtype) is not run, and why (a declared vLLM refusal)
     error: str | None = None
     wall_s: float = 0.0
 
@@ -380,6 +382,20 @@ def resolve_device(device: str = "auto") -> str:
     return device
 
 
+def tf32_floors(checkpoint: Path, prompts: list[list[int]], hooks: list[str], device: str) -> dict:
+    """The references' own distance from fp64 with their fp32 matmuls in TF32: the floors of the
+    ``float32-tf32`` gate (harness.tolerances).  TF32 error grows with depth and through the
+    softmax, so one constant cannot gate every hook; the references themselves stay IEEE."""
+    matmul = torch.backends.cuda.matmul
+    before = matmul.allow_tf32
+    matmul.allow_tf32 = True
+    try:
+        return capture_references(checkpoint, dtype="float32", prompts=prompts, hooks=hooks, compat_names=[],
+                                  device=device, timing_repeats=1).floors
+    finally:
+        matmul.allow_tf32 = before
+
+
 def run_model(target: Target, dtype: str = "float32", work_root: Path | None = None, device: str = "cpu",
               subject_env: dict[str, str] | None = None, subject: str = "vllm",
               compiled: bool = False, precision: str = "ieee", tp: int = 1,
@@ -396,9 +412,16 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
                          subject=subject, compiled=compiled)
     run_info = {"precision": precision, "tp": tp} if device == "cuda" else ({"tp": tp} if tp > 1 else {})
     result.device_info = dict(run_info)  # names the report's variant even if the run fails
-    if device == "cuda" and precision == "ieee":
-        subject_env = {"TRITON_F32_DEFAULT": "ieee", **(subject_env or {})}
+    if device == "cuda":
+        # Triton's on-disk kernel cache is not keyed on TRITON_F32_DEFAULT: one folder per precision,
+        # or an ieee run can load a kernel a tf32 run compiled (measured: TF32-sized errors in ieee)
+        cache = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+        subject_env = {"TRITON_CACHE_DIR": f"{cache}-vllm-parity-{precision}",
+                       **({"TRITON_F32_DEFAULT": "ieee"} if precision == "ieee" else {}), **(subject_env or {})}
     run = ModelRun(target, result)
+    if dtype in target.unsupported_dtypes:
+        result.skipped = f"{dtype} not run: {target.unsupported_dtypes[dtype]}"
+        return run
     try:
         gate = calibration_key(dtype, precision)
         calibration_for(gate)  # bad dtype or precision fails before any engine boots
@@ -446,6 +469,8 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
         run.refs = capture_references(target.checkpoint, dtype=dtype, prompts=prompts,
                                       hooks=[*specs, *derived], compat_names=compat_names, device=device,
                                       processed_names=processed_names)
+        if gate != dtype:  # fp32 under TF32 matmuls: floors from the references' own TF32 run
+            run.refs.floors = tf32_floors(target.checkpoint, prompts, [*specs, *derived], device)
         result.rows = evaluate(target.name, specs, run.subject, run.refs, prompts, gate, derived)
         ceiling = calibration_for(dtype).ceiling
         for row in result.rows:

@@ -9,7 +9,7 @@ architecture without an overlay).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ class Target:
     overlay: Overlay
     source: str  # "synthetic" or "path"
     seed: int | None = None
+    unsupported_dtypes: dict[str, str] = field(default_factory=dict)
 
     @cached_property
     def hf_config(self) -> Any:
@@ -67,7 +68,7 @@ def target_for_family(spec: ModelSpec) -> Target:
 
     ckpt = checkpoint_dir(spec)
     arch = _architecture(ckpt)
-    return Target(spec.name, ckpt, arch, get_overlay(arch), "synthetic", spec.seed)
+    return Target(spec.name, ckpt, arch, get_overlay(arch), "synthetic", spec.seed, dict(spec.unsupported_dtypes))
 
 
 def target_for_path(path: str) -> Target:

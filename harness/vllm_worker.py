@@ -192,6 +192,10 @@ class CaptureExtension:
 
             slot = len(_SINKS)
             _SINKS.append(record)
+            if side == "in" and any(name for _, name in terms):
+                # now, not while torch.compile traces the hook: a dict filled during tracing is a
+                # side effect dynamo replays with ``dict.update``, which vLLM refuses under CUDA graphs
+                sig_cache[id(module)] = inspect.signature(module.forward)
             if side == "in":
                 def pre(mod, args, kwargs, _t=terms, _r=read, _slot=slot):
                     value = eval_input(mod, args, kwargs, _t, _r, sig_cache)

@@ -130,3 +130,55 @@ def test_rank_disagreement():
     assert vc.rank_disagreement([z, z.clone()]) == 0.0
     assert vc.rank_disagreement([z, z + 1.0]) > 0.1
     assert vc.rank_disagreement([z, z[:3]]) == float("inf")
+
+
+def test_compiled_hooks_leave_no_side_effects_for_dynamo_to_replay():
+    """vLLM refuses a compiled forward whose dynamo bytecode calls ``update`` (it would be a
+    buffer change CUDA graphs miss): the hooks must trace to the capture op alone, and the op
+    must still record on every call of the compiled module."""
+    import types
+
+    from harness.vllm_worker import CaptureExtension
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, positions, hidden_states, residual=None):
+            res = hidden_states if residual is None else residual + hidden_states
+            return self.lin(hidden_states), res
+
+    class Toy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([Layer(), Layer()])
+
+        def forward(self, x):
+            r = None
+            for layer in self.layers:
+                x, r = layer(None, x, r)
+            return x + r
+
+    toy = Toy()
+    ext = CaptureExtension()
+    ext.model_runner = types.SimpleNamespace(model=toy)
+    ext.vp_install([["layers.1", "in.hidden_states+in.residual"], ["layers.0.lin", "out"]])
+    for handle in ext._vp_handles[-2:]:  # the timing hooks sit on vLLM's uncompiled top module
+        handle.remove()
+    names: list[set] = []
+    torch._dynamo.reset()
+    hook = torch._dynamo.convert_frame.register_bytecode_hook(lambda old, new: names.append(set(new.co_names)))
+    try:
+        compiled = torch.compile(toy, fullgraph=True, backend="eager")
+        x = torch.randn(3, 4)
+        with torch.no_grad():
+            compiled(x)
+            ext.vp_reset()
+            compiled(x)
+    finally:
+        hook.remove()
+    assert names and not any("update" in n for n in names)
+    assert {k: len(v) for k, v in ext._vp_records.items()} == {
+        "layers.1|in.hidden_states+in.residual": 1, "layers.0.lin|out": 1}
+    assert torch.allclose(ext._vp_records["layers.0.lin|out"][0], toy.layers[0].lin(x))
