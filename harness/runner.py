@@ -11,7 +11,6 @@ fault injection with a deliberately wrong overlay.
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import tempfile
 import platform
@@ -412,12 +411,9 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
                          subject=subject, compiled=compiled)
     run_info = {"precision": precision, "tp": tp} if device == "cuda" else ({"tp": tp} if tp > 1 else {})
     result.device_info = dict(run_info)  # names the report's variant even if the run fails
-    if device == "cuda":
-        # Triton's on-disk kernel cache is not keyed on TRITON_F32_DEFAULT: one folder per precision,
-        # or an ieee run can load a kernel a tf32 run compiled (measured: TF32-sized errors in ieee)
-        cache = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
-        subject_env = {"TRITON_CACHE_DIR": f"{cache}-vllm-parity-{precision}",
-                       **({"TRITON_F32_DEFAULT": "ieee"} if precision == "ieee" else {}), **(subject_env or {})}
+    if device == "cuda" and precision == "ieee":
+        # Triton keys its kernel cache on this variable, so ieee and tf32 runs can share one cache
+        subject_env = {"TRITON_F32_DEFAULT": "ieee", **(subject_env or {})}
     run = ModelRun(target, result)
     if dtype in target.unsupported_dtypes:
         result.skipped = f"{dtype} not run: {target.unsupported_dtypes[dtype]}"

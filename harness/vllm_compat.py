@@ -233,12 +233,28 @@ def _class_names(module: torch.nn.Module) -> set[str]:
     return {c.__name__ for c in type(module).__mro__}
 
 
-def tp_layout(module: torch.nn.Module, side: str, tp: int) -> dict:
-    """How a read of ``module`` (``side`` ``in`` or ``out``) is spread over ``tp`` ranks.
+def in_parallel_region(parent: torch.nn.Module | None) -> bool:
+    """Whether ``parent``'s other children see per-rank shards: it holds both a column-parallel
+    layer (which splits heads / features over ranks) and a row-parallel one (which reduces them),
+    like ``self_attn`` (qkv_proj ... o_proj) or ``mlp`` (gate_up_proj ... down_proj).  A per-head
+    q/k norm, the rotary embedding, the attention op and the activation there hold shards."""
+    if parent is None:
+        return False
+    kinds = set()
+    for child in parent.children():
+        kinds |= _class_names(child)
+    return "ColumnParallelLinear" in kinds and "RowParallelLinear" in kinds
+
+
+def tp_layout(module: torch.nn.Module, side: str, tp: int, in_region: bool = False) -> dict:
+    """How a read of ``module`` (``side`` ``in`` or ``out``) is spread over ``tp`` ranks;
+    ``in_region``: the module sits between a column- and a row-parallel layer
+    (:func:`in_parallel_region` of its parent).
 
     ``{"kind": "replicated"}``: every rank holds the whole value (post all-reduce,
-    norms, residual stream); ``"cat"``: rank r holds columns r of an even split
-    (row-parallel inputs, attention and rotary per-rank heads); ``"cols"``:
+    norms, residual stream); ``"cat"``: rank r holds shard r along the feature
+    dim after the tokens (row-parallel inputs, attention, rotary, per-head norms
+    and activations inside a parallel region); ``"cols"``:
     column-parallel outputs, per-rank ``segments`` ``[width, step]`` (q | k | v or
     gate | up; ``step`` > 1 where kv heads are replicated over ranks); ``"sum"``:
     partial sums (a row-parallel layer that does not reduce); ``"rank0"``: only
@@ -259,8 +275,7 @@ def tp_layout(module: torch.nn.Module, side: str, tp: int) -> dict:
         if side == "in":
             return {"kind": "cat" if getattr(module, "input_is_parallel", True) else "replicated"}
         return {"kind": "replicated" if getattr(module, "reduce_results", True) else "sum"}
-    if "AttentionLayerBase" in names or "RotaryEmbeddingBase" in names or any(
-            "RotaryEmbedding" in n for n in names):
+    if in_region or "AttentionLayerBase" in names or any("RotaryEmbedding" in n for n in names):
         return {"kind": "cat"}
     return {"kind": "replicated"}
 
@@ -273,7 +288,11 @@ def merge_ranks(layout: dict, values: list[torch.Tensor | None]) -> torch.Tensor
     if any(v is None for v in values):
         raise ValueError(f"a rank recorded nothing for a {kind} read")
     if kind == "cat":
-        return torch.cat(values, dim=-1)
+        # Ranks holding the same shard (kv heads replicated when there are fewer kv heads
+        # than ranks) are bitwise equal: each shard is taken once.  Shards are along the
+        # first dim after the tokens: [T, width] or [T, heads, head_dim].
+        shards = [v for i, v in enumerate(values) if i == 0 or not torch.equal(v, values[i - 1])]
+        return torch.cat(shards, dim=1 if shards[0].ndim >= 2 else -1)
     if kind == "sum":
         return torch.stack(values).sum(0)
     if kind == "cols":

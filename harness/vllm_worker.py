@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from .vllm_compat import CAPTURE_OP, batch_layout, engine_info, runner_model, tp_layout
+from .vllm_compat import CAPTURE_OP, batch_layout, engine_info, in_parallel_region, runner_model, tp_layout
 
 _TERM = re.compile(r"^(out|in)(?:\[(\d+)\]|\.(\w+))?$")
 _SINKS: list = []  # slot -> the recording function of this process's CaptureExtension
@@ -179,7 +179,9 @@ class CaptureExtension:
         for (_, read), (module, paths) in groups.items():
             side, terms = parse_read(read)
             keys = [f"{p}|{read}" for p in sorted(paths, key=natural_key)]
-            self._vp_layouts.update({k: tp_layout(module, side, tp) for k in keys})
+            parent = resolve_module(model, paths[0].rpartition(".")[0]) if "." in paths[0] else model
+            layout = tp_layout(module, side, tp, in_parallel_region(parent))
+            self._vp_layouts.update({k: layout for k in keys})
             counter = [0]
 
             def record(value, _keys=keys, _counter=counter):  # runs eagerly, in the op's body

@@ -106,6 +106,12 @@ def test_tp_layout_of_vllm_layers():
     assert vc.tp_layout(down, "in", 2) == {"kind": "cat"}
     assert vc.tp_layout(down, "out", 2) == {"kind": "replicated"}
     assert vc.tp_layout(torch.nn.LayerNorm(4), "out", 2) == {"kind": "replicated"}
+    # a per-head q/k norm (Qwen3) between qkv_proj and o_proj holds this rank's heads: measured on
+    # two H200s, reading it as replicated made the ranks disagree by 6.7 (relative)
+    attn = torch.nn.Module()
+    attn.qkv_proj, attn.o_proj, attn.q_norm = qkv, down, torch.nn.LayerNorm(4)
+    assert vc.in_parallel_region(attn) and not vc.in_parallel_region(torch.nn.Sequential(attn))
+    assert vc.tp_layout(attn.q_norm, "out", 2, vc.in_parallel_region(attn)) == {"kind": "cat"}
 
 
 def test_merge_ranks_rebuilds_the_single_gpu_tensor():
@@ -121,6 +127,11 @@ def test_merge_ranks_rebuilds_the_single_gpu_tensor():
     assert torch.equal(merged, torch.cat([full_q, kv], -1))
     z = torch.randn(5, 8)
     assert torch.equal(vc.merge_ranks({"kind": "cat"}, [z[:, :4], z[:, 4:]]), z)
+    heads = torch.randn(5, 4, 3)  # [T, heads, head_dim]: shards along the heads
+    assert torch.equal(vc.merge_ranks({"kind": "cat"}, [heads[:, :2], heads[:, 2:]]), heads)
+    # one kv head on two ranks (Gemma's MQA at tp 2, measured): both ranks hold it, it is taken once
+    k = torch.randn(7, 32)
+    assert torch.equal(vc.merge_ranks({"kind": "cat"}, [k, k.clone()]), k)
     assert torch.equal(vc.merge_ranks({"kind": "sum"}, [z, z]), 2 * z)
     assert vc.merge_ranks({"kind": "replicated"}, [z, z.clone()]) is z
 
