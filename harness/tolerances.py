@@ -118,7 +118,3 @@ def tolerance(dtype: str, floor: float | None) -> float:
         return cal.minimum
     return max(cal.multiple * floor, cal.minimum)
 
-
-def tolerance_for(dtype: str, kind: str = "activation") -> float:
-    """Uncalibrated gate (the minimum); kept for callers that only validate a dtype."""
-    return calibration_for(dtype).minimum

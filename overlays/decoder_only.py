@@ -54,6 +54,7 @@ class DecoderOnlyOverlay(Overlay):
 
     name = "decoder_only"
     norm_offset = 0.0  # 1.0 where norms multiply by (1 + w)
+    layer_norm_bias = False  # LayerNorm with a bias (GPT-2, OPT, NeoX, StableLM, StarCoder2): un-fold is (y - b) / w
     # Layer-free hooks the attention scores are derived from: rotated q/k here;
     # ("attn.hook_q", "attn.hook_k") for an architecture without rotary
     # embeddings; None where scores cannot be derived (then they are non-firing).
@@ -76,7 +77,9 @@ class DecoderOnlyOverlay(Overlay):
                     d_mlp=d_mlp, n_layers=config_get(cfg, "num_hidden_layers", "n_layer"))
 
     def unfold(self, module: str) -> UnfoldNorm:
-        return UnfoldNorm(f"{module}.weight", self.norm_offset)
+        """Un-fold a norm's affine part: ``÷ (w + offset)``, after ``- b`` for a LayerNorm with bias."""
+        return UnfoldNorm(f"{module}.weight", self.norm_offset,
+                          bias=f"{module}.bias" if self.layer_norm_bias else None)
 
     def qk_norm_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
         """vLLM normalizes q/k as ``[T, heads, d_head]``; TL's norm hooks are ``[heads, T, d_head]``."""

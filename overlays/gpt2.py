@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Cols, Heads, HookSpec, UnfoldNorm
+from .base import Cols, Heads, HookSpec
 from .decoder_only import DecoderOnlyOverlay
 
 
@@ -41,8 +41,7 @@ class GPT2Overlay(DecoderOnlyOverlay):
     name = "gpt2"
     score_inputs = ("attn.hook_q", "attn.hook_k")
 
-    def unfold(self, module: str) -> UnfoldNorm:
-        return UnfoldNorm(f"{module}.weight", 0.0, bias=f"{module}.bias")
+    layer_norm_bias = True
 
     def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
         L, b = f"transformer.h.{i}", f"blocks.{i}"

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Cols, DropBatch, Heads, HookSpec, NonFiring, UnfoldNorm
+from .base import Cols, DropBatch, Heads, HookSpec, NonFiring
 from .decoder_only import DecoderOnlyOverlay
 
 _NO_ROTATED_QK = ("HF's apply_rotary_pos_emb (a function, not a module) rotates q/k inside GPTNeoXAttention.forward "
@@ -56,8 +56,7 @@ class GPTNeoXOverlay(DecoderOnlyOverlay):
     name = "gpt_neox"
     score_inputs = None
 
-    def unfold(self, module: str) -> UnfoldNorm:
-        return UnfoldNorm(f"{module}.weight", 0.0, bias=f"{module}.bias")
+    layer_norm_bias = True
 
     def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
         L, b = f"model.layers.{i}", f"blocks.{i}"

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Cols, Heads, HookSpec, UnfoldNorm, config_get
+from .base import Cols, Heads, HookSpec, config_get
 from .decoder_only import DecoderOnlyOverlay
 
 
@@ -45,8 +45,7 @@ class OPTOverlay(DecoderOnlyOverlay):
     def dims(self, cfg: Any) -> dict[str, int]:
         return {**super().dims(cfg), "d_mlp": int(config_get(cfg, "ffn_dim"))}
 
-    def unfold(self, module: str) -> UnfoldNorm:
-        return UnfoldNorm(f"{module}.weight", 0.0, bias=f"{module}.bias")
+    layer_norm_bias = True
 
     def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
         L, b = f"model.decoder.layers.{i}", f"blocks.{i}"

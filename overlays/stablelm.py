@@ -24,7 +24,7 @@ Module tree as in :mod:`overlays.decoder_only` (``model.layers.{i}`` with
 from __future__ import annotations
 
 
-from .base import HookSpec, UnfoldNorm
+from .base import HookSpec
 from .decoder_only import DecoderOnlyOverlay
 
 
@@ -33,8 +33,7 @@ class StableLMOverlay(DecoderOnlyOverlay):
 
     name = "stablelm"
 
-    def unfold(self, module: str) -> UnfoldNorm:
-        return UnfoldNorm(f"{module}.weight", 0.0, bias=f"{module}.bias")
+    layer_norm_bias = True
 
     def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
         specs = super().layer_specs(i, d)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Cols, DropBatch, Heads, HookSpec, NonFiring, UnfoldNorm
+from .base import Cols, DropBatch, Heads, HookSpec, NonFiring
 from .decoder_only import DecoderOnlyOverlay
 
 _ROT = ("HF's apply_rotary_pos_emb is a function, not a module, inside Starcoder2Attention.forward under vLLM's "
@@ -50,8 +50,7 @@ class Starcoder2Overlay(DecoderOnlyOverlay):
     name = "starcoder2"
     score_inputs = None
 
-    def unfold(self, module: str) -> UnfoldNorm:
-        return UnfoldNorm(f"{module}.weight", 0.0, bias=f"{module}.bias")
+    layer_norm_bias = True
 
     def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
         L, b = f"model.layers.{i}", f"blocks.{i}"
