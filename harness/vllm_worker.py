@@ -136,12 +136,20 @@ def eval_input(module: torch.nn.Module, args: tuple, kwargs: dict, terms: list, 
         elif name in kwargs:
             values.append(kwargs[name])
         else:
-            sig = sig_cache.get(id(module))
-            if sig is None:
-                sig = sig_cache[id(module)] = inspect.signature(module.forward)
-            bound = sig.bind_partial(*args, **kwargs).arguments
-            values.append(bound.get(name))
+            # Positional: the parameter names are read once, at install time, because
+            # torch.compile cannot trace inspect's binding inside a hook.
+            names = sig_cache.get(id(module))
+            if names is None:
+                names = sig_cache[id(module)] = parameter_names(module)
+            pos = names.index(name) if name in names else len(args)
+            values.append(args[pos] if pos < len(args) else None)
     return _sum_terms(values, read)
+
+
+def parameter_names(module: torch.nn.Module) -> tuple[str, ...]:
+    """Names of ``module.forward``'s positional parameters, in order."""
+    return tuple(p.name for p in inspect.signature(module.forward).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
 class CaptureExtension:
@@ -197,7 +205,7 @@ class CaptureExtension:
             if side == "in" and any(name for _, name in terms):
                 # now, not while torch.compile traces the hook: a dict filled during tracing is a
                 # side effect dynamo replays with ``dict.update``, which vLLM refuses under CUDA graphs
-                sig_cache[id(module)] = inspect.signature(module.forward)
+                sig_cache[id(module)] = parameter_names(module)
             if side == "in":
                 def pre(mod, args, kwargs, _t=terms, _r=read, _slot=slot):
                     value = eval_input(mod, args, kwargs, _t, _r, sig_cache)
