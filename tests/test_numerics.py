@@ -29,9 +29,10 @@ def test_bf16_passes_with_calibrated_tolerances(parity_session, family):
 
 
 @pytest.mark.slow
-def test_compiled_mode_gives_the_same_verdicts_as_eager(parity_session):
-    eager = parity_session.run("qwen3", compiled=False)
-    compiled = parity_session.run("qwen3", compiled=True)
+@pytest.mark.parametrize("family", ["qwen3", "gpt_neox"])  # a native vLLM model; one on the Transformers backend
+def test_compiled_mode_gives_the_same_verdicts_as_eager(parity_session, family):
+    eager = parity_session.run(family, compiled=False)
+    compiled = parity_session.run(family, compiled=True)
     assert compiled.result.compiled and not eager.result.compiled
     assert not _failures(compiled)
     verdicts = lambda run: {(r.reference, r.hook): r.status for r in run.result.rows}  # noqa: E731
