@@ -44,7 +44,7 @@ def write_depth_plot(result: dict, path: Path) -> Path | None:
         ax.plot(layers, [p[2] for p in pts], ls=":", lw=0.8, color=color)
     ax.set_yscale("log")
     ax.set_xlabel("layer")
-    ax.set_ylabel("rel err = max|vLLM − bridge| / rms(bridge)")
+    ax.set_ylabel("rel err = worst-row ||vLLM − bridge|| / ||bridge||")
     ax.set_title(f"{result['model']} ({result.get('device', 'cpu')}, {result['dtype']}): error by depth "
                  "(dotted: calibrated tolerance)", fontsize=9)
     ax.legend(fontsize=6, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))

@@ -132,11 +132,13 @@ def to_markdown(result: dict) -> str:
     if result.get("error"):
         out += ["## Engine error", "", "```", result["error"].strip(), "```", ""]
     out += ["## Hooks", "",
-            "`rel_err` = max |vLLM − reference| / RMS(reference), worst prompt. `floor` = the reference's own "
+            "`rel_err` = ||vLLM − reference|| / ||reference|| of the worst last-dim row (a token's vector, a head's "
+            "vector, a query's attention row), worst prompt. `floor` = the reference's own "
             "distance from itself in the truth dtype; `tol` = max(multiple × floor, minimum) "
             "(harness/tolerances.py); `margin` = rel_err / tol (< 1 passes). `cos_min` = worst per-token cosine. "
             "References: `bridge` TransformerBridge, `compat` its compatibility mode, `hf` plain HF forward hooks, "
-            "`bridge~hf` the two references against each other, `bridge-ragged` vLLM's ragged-batch run "
+            "`bridge~hf` the two references against each other, `compat-processed` compatibility mode with "
+            "HookedTransformer's weight processing (harness/processing.py), `bridge-ragged` vLLM's ragged-batch run "
             "(all prompts in one batch) against the bridge run alone. *(derived)*: computed host-side from "
             "captured hooks (harness/derived.py; entries masked on both sides ignored), not a tensor vLLM "
             "materialized.", "",
