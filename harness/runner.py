@@ -64,10 +64,6 @@ class HookResult:
         return self.rel_err / self.tolerance if self.tolerance else math.nan
 
     @property
-    def test_id(self) -> str:
-        return f"{self.model}-{self.reference}-{self.hook}"
-
-    @property
     def passed(self) -> bool:
         return self.status == "pass"
 
@@ -269,6 +265,11 @@ def evaluate(model: str, specs: dict[str, HookSpec], subject: SubjectCapture, re
             pairs, problem = None, f"{hook}: conversion failed: {exc}"
         rows.append(_row(model, "bridge-ragged", hook, hook, tolerance(dtype, floor), floor, pairs, problem))
     rows.extend(_logit_rows(model, subject, refs, prompts, dtype))
+    for row in rows:  # say how vLLM's value was obtained, so a failing mapping can be read off the message
+        spec = specs.get(row.hook)
+        if spec is not None and row.status != "pass" and "~" not in row.reference:
+            steps = "; ".join(c.describe() for c in spec.convert) or "none"
+            row.message += f" [vLLM read: {spec.module} {spec.read}; conversions: {steps}]"
     return rows
 
 

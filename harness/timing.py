@@ -8,8 +8,6 @@ subject profiles inside its worker through ``CaptureExtension.vp_profile``).
 """
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Any, Callable
 
 
@@ -37,11 +35,3 @@ def profile_call(fn: Callable[[], Any], n: int = 15) -> list[dict]:
         fn()
     return top_ops(prof, n)
 
-
-def median_seconds(fn: Callable[[], Any], repeats: int = 5) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)

@@ -214,9 +214,6 @@ class Overlay:
     def nonfiring_hooks(self) -> list[str]:
         return [n.template for n in self.nonfiring()]
 
-    def describe(self) -> str:
-        return (type(self).__doc__ or self.name).strip().splitlines()[0]
-
 
 def expand_layers(template: str, n_layers: int) -> list[str]:
     if "{i}" not in template:

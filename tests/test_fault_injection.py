@@ -87,6 +87,7 @@ def test_every_planted_bug_fails_with_margin(planted_run):
             assert row.rel_err >= need * row.tolerance, (
                 f"{row.hook}: planted bug only {row.rel_err / row.tolerance:.1f}x the tolerance (need {need}x)")
             assert row.hook in row.message and "tolerance" in row.message
+            assert "conversions:" in row.message  # the message shows the mapping that produced the value
 
 
 def test_untouched_hooks_still_pass(planted_run):
