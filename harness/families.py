@@ -78,8 +78,13 @@ FAMILIES: dict[str, ModelSpec] = {
         # Phi-3: fused qkv_proj / gate_up_proj in HF too; pad_token_id (0) in the vocab.
         ModelSpec("phi3", "phi3", {**_TINY, "rms_norm_eps": 1e-5}),
         # OLMo-2: post-norms (after attention / MLP, none before), q/k norms
-        # over the whole projection, attention biases, untied.
-        ModelSpec("olmo2", "olmo2", {**_TINY, "attention_bias": True, "rms_norm_eps": 1e-5}),
+        # over the whole projection, untied.  No attention biases, as in every
+        # released OLMo-2: vLLM 0.20's native Olmo2Attention builds its
+        # projections with bias=False and its loader skips ".bias" weights it has
+        # no parameter for, so a checkpoint with attention_bias=True loads
+        # silently wrong there (measured on the H200: hook_q rel err 0.15 from
+        # layer 0; docs/gpu/README.md).
+        ModelSpec("olmo2", "olmo2", {**_TINY, "rms_norm_eps": 1e-5}),
         # Mixtral: 4 experts, top-2 (renormalized), untied.
         ModelSpec("mixtral", "mixtral", {**_TINY, "num_local_experts": 4, "num_experts_per_tok": 2,
                                          "rms_norm_eps": 1e-5}),

@@ -167,6 +167,17 @@ def to_markdown(result: dict) -> str:
         out += ["", "### Failures", ""] + [
             f"- {r['message']}" + (f" — **known reference bug**: {r['known_issue']}" if r.get("known_issue") else "")
             for r in failing]
+    if result.get("routing_flips"):
+        out += ["", "## Expert-routing flips (harness.routing)", "",
+                "Tokens whose top-k experts differ between vLLM and the bridge.  An *explained* flip (vLLM's "
+                "router logits at that token within the router hook's calibrated tolerance, so rounding swapped "
+                "a near-tie) sets its prompt aside in every row downstream of that layer's routing; an "
+                "unexplained one sets nothing aside.", "",
+                "| prompt | layer | token | reference top-k gap | max router-logit difference | router rel err "
+                "| tolerance | explained |", "|---|---|---|---|---|---|---|---|"]
+        for f in result["routing_flips"]:
+            out.append(f"| {f['prompt']} | {f['layer']} | {f['token']} | {f['gap']:.2e} | {f['noise']:.2e} "
+                       f"| {f['rel_err']:.1e} | {f['tolerance']:.1e} | {'yes' if f['explained'] else '**no**'} |")
     out += ["", "## Non-firing hooks", "", "| hook | layers | reason |", "|---|---|---|"]
     for n in result.get("nonfiring", []):
         out.append(f"| `{n['template']}` | {len(n['hooks'])} | {n['reason']} |")

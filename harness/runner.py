@@ -11,6 +11,7 @@ fault injection with a deliberately wrong overlay.
 from __future__ import annotations
 
 import math
+from functools import partial
 import shutil
 import tempfile
 import platform
@@ -21,11 +22,13 @@ from pathlib import Path
 
 import torch
 
-from overlays.base import Derived, DropBatch, HookSpec, NonFiring, expand_layers, hook_kind, layer_of
+from overlays.base import (Derived, DropBatch, HookSpec, NonFiring, config_get, expand_layers, hook_kind,
+                           layer_of)
 
 from .compare import (ShapeMismatch, argmax_agreement, compare_tensors, failure_message, logit_metrics, verdict)
 from .conversions import convert, stitch_calls
 from .derived import derive, ignore_common_mask
+from .routing import GATE, Flip, find_flips, set_aside
 from .known_issues import known_issue
 from .processing import processed_hook, to_hooked_coordinates
 from .hook_names import compat_alias, hf_hook
@@ -87,6 +90,9 @@ class ModelResult:
     versions: dict = field(default_factory=dict)
     prompts: list[list[int]] = field(default_factory=list)
     prompt_names: list[str] = field(default_factory=list)
+    # tokens whose top-k experts differ between vLLM and the bridge (harness.routing): explained
+    # ones set prompts aside downstream, unexplained ones leave the failures standing
+    routing_flips: list[dict] = field(default_factory=list)
     selected_hooks: list[str] | None = None  # selective capture: the hooks asked for (None: all offered)
     skipped: str | None = None  # this (model, dtype) is not run, and why (a declared vLLM refusal)
     error: str | None = None
@@ -117,7 +123,10 @@ _AXES = {2: ("pos", "d"), 3: ("pos", "head", "d_head"), 1: ("pos",)}
 def _compare_prompts(label: str, pairs: list[tuple[torch.Tensor, torch.Tensor]], tol: float) -> dict:
     """Compare every prompt; keep the worst one's metrics."""
     worst = None
-    for p, (subj, ref) in enumerate(pairs):
+    for p, pair in enumerate(pairs):
+        if pair is None:  # set aside (harness.routing)
+            continue
+        subj, ref = pair
         m = compare_tensors(subj, ref)
         if worst is None or not (m.rel_err <= worst[1].rel_err):
             worst = (p, m)
@@ -180,18 +189,46 @@ def ragged_hook(hook: str) -> bool:
 
 
 def _row(model: str, reference: str, hook: str, reference_hook: str, tol: float, floor: float | None,
-         pairs: list[tuple[torch.Tensor, torch.Tensor]] | None, problem: str = "") -> HookResult:
+         pairs: list[tuple[torch.Tensor, torch.Tensor]] | None, problem: str = "",
+         flips: list[Flip] = ()) -> HookResult:
+    """One compared row.  ``flips``: explained expert-routing flips; the prompts they set
+    aside for this hook (harness.routing) are left out and named in the message."""
     row = HookResult(model, reference, hook, reference_hook, layer_of(hook), hook_kind(hook), "error", tol,
                      floor=floor)
     if problem or pairs is None:
         row.message = problem or f"{hook}: no values for {reference}"
         return row
+    aside = set_aside(hook, list(flips))
+    kept = [None if p in aside else pair for p, pair in enumerate(pairs)]
+    note = ("; prompt(s) set aside: expert routing flipped at a near-tie upstream (" +
+            "; ".join(f.describe() for f in aside.values()) + ")") if aside else ""
+    if all(k is None for k in kept):
+        row.status = "inconclusive"
+        row.message = f"{hook} vs {reference}: every prompt set aside{note}"
+        return row
     try:
-        for key, value in _compare_prompts(f"{model} {hook} vs {reference}:{reference_hook}", pairs, tol).items():
+        for key, value in _compare_prompts(f"{model} {hook} vs {reference}:{reference_hook}", kept, tol).items():
             setattr(row, key, value)
+        row.message += note
     except ShapeMismatch as exc:
         row.message = f"{hook} vs {reference}:{reference_hook}: {exc}"
     return row
+
+
+def _routing_flips(values: dict[str, list[torch.Tensor]], store: dict, k: int | None, n: int,
+                   tolerances: dict[str, float]) -> list[Flip]:
+    """Every token whose top-k expert set differs between vLLM's router logits and the bridge's;
+    ``tolerances``: each router hook's calibrated tolerance."""
+    if not k:
+        return []
+    out: list[Flip] = []
+    for hook, subj in values.items():
+        m = GATE.match(hook)
+        if m is None or _pairs(subj, store, hook, n) is None:
+            continue
+        for p in range(n):
+            out += find_flips(subj[p], store[p][hook], int(k), p, int(m.group(1)), tolerances[hook])
+    return out
 
 
 def _pairs(subject: list[torch.Tensor] | dict, store: dict, name: str, n: int):
@@ -201,10 +238,12 @@ def _pairs(subject: list[torch.Tensor] | dict, store: dict, name: str, n: int):
 
 
 def evaluate(model: str, specs: dict[str, HookSpec], subject: SubjectCapture, refs: ReferenceCapture,
-             prompts: list[list[int]], dtype: str, derived: dict[str, Derived] | None = None
-             ) -> list[HookResult]:
+             prompts: list[list[int]], dtype: str, derived: dict[str, Derived] | None = None,
+             routing_k: int | None = None) -> list[HookResult]:
     """Rows for every planned case; the tolerance of each is calibrated from the
-    reference's noise floor for that hook (harness.tolerances)."""
+    reference's noise floor for that hook (harness.tolerances).  ``routing_k``: the
+    experts per token of a mixture-of-experts model, whose explained routing flips
+    set prompts aside downstream of them (harness.routing)."""
     n = len(prompts)
     bridge_floor, hf_floor = refs.floors.get("bridge", {}), refs.floors.get("hf", {})
     rows: list[HookResult] = []
@@ -226,34 +265,39 @@ def evaluate(model: str, specs: dict[str, HookSpec], subject: SubjectCapture, re
             except Exception as exc:  # a conversion that cannot apply is a mapping error
                 problem = f"{hook}: conversion failed: {exc}"
                 break
-        if not problem:
+        if problem:
+            failed[hook] = problem  # the derived hooks computed from it say why they have no value
+        else:
             values[hook] = subj
+    router_tol = {h: tolerance(dtype, bridge_floor.get(h)) for h in specs if GATE.match(h)}
+    found = _routing_flips(values, refs.bridge, routing_k, n, router_tol)
+    compared = partial(_row, flips=found)
+    for hook, spec in specs.items():
+        problem, subj = failed.get(hook, ""), values.get(hook)
         floor = bridge_floor.get(hook)
         if _bridge_name(hook, spec) is not None:
             pairs = None if problem else _pairs(subj, refs.bridge, hook, n)
-            rows.append(_row(model, "bridge", hook, hook, tolerance(dtype, floor), floor, pairs,
-                             problem or ("" if pairs else f"{hook}: TransformerBridge has no hook {hook!r}")))
-        if problem:
-            failed[hook] = problem  # the derived hooks computed from it say why they have no value
+            rows.append(compared(model, "bridge", hook, hook, tolerance(dtype, floor), floor, pairs,
+                                 problem or ("" if pairs else f"{hook}: TransformerBridge has no hook {hook!r}")))
         alias = _compat_name(hook, spec)
         if alias is not None:
             pairs = None if problem else _pairs(subj, refs.compat, alias, n)
-            rows.append(_row(model, "compat", hook, alias, tolerance(dtype, floor), floor, pairs,
-                             problem or ("" if pairs else f"{hook}: compatibility mode has no hook {alias!r}")))
+            rows.append(compared(model, "compat", hook, alias, tolerance(dtype, floor), floor, pairs,
+                            problem or ("" if pairs else f"{hook}: compatibility mode has no hook {alias!r}")))
         if alias is not None and processed_hook(hook):
             norm = refs.meta.get("normalization_type")
             pairs = None if problem else _pairs([to_hooked_coordinates(x, norm) for x in subj],
                                                 refs.compat_processed, alias, n)
-            rows.append(_row(model, "compat-processed", hook, alias, tolerance(dtype, floor), floor, pairs,
-                             problem or ("" if pairs else f"{hook}: processed compatibility mode has no hook "
-                                         f"{alias!r} ({refs.meta.get('processed_error', 'not captured')})")))
+            rows.append(compared(model, "compat-processed", hook, alias, tolerance(dtype, floor), floor, pairs,
+                            problem or ("" if pairs else f"{hook}: processed compatibility mode has no hook "
+                                        f"{alias!r} ({refs.meta.get('processed_error', 'not captured')})")))
         hf_name = _hf_name(hook, spec)
         if hf_name is not None:
             f = hf_floor.get(hf_name)
             pairs = None if problem else _pairs(subj, refs.hf, hf_name, n)
-            rows.append(_row(model, "hf", hook, hf_name, tolerance(dtype, f), f, pairs,
-                             problem or ("" if pairs else f"{hook}: HF forward hooks did not capture it")))
-    rows += _derived_rows(model, derived or {}, values, refs, n, dtype, failed)
+            rows.append(compared(model, "hf", hook, hf_name, tolerance(dtype, f), f, pairs,
+                            problem or ("" if pairs else f"{hook}: HF forward hooks did not capture it")))
+    rows += _derived_rows(model, derived or {}, values, refs, n, dtype, failed, found)
     for hook, spec in specs.items():
         hf_name = _hf_name(hook, spec)
         if hf_name is not None:
@@ -263,29 +307,50 @@ def evaluate(model: str, specs: dict[str, HookSpec], subject: SubjectCapture, re
             rows.append(_row(model, "bridge~hf", hook, hf_name, tolerance(reference_key(dtype), f), f, pairs,
                              "" if pairs else f"{hook}: missing in TransformerBridge or HF"))
     lengths = [len(t) for t in prompts]
+    ragged: dict[str, list[torch.Tensor] | None] = {}
+    ragged_problem: dict[str, str] = {}
     for hook, spec in specs.items():
         if not ragged_hook(hook) or _bridge_name(hook, spec) is None:
             continue
-        floor = bridge_floor.get(hook)
         row_dim = 1 if spec.convert and isinstance(spec.convert[0], DropBatch) else 0  # [1, T, ...] reads
         raws = [subject.ragged_read(p, spec.raw_key, lengths, row_dim) for p in range(n)]
         if any(r is None for r in raws):
-            rows.append(_row(model, "bridge-ragged", hook, hook, tolerance(dtype, floor), floor, None,
-                             f"{hook}: no ragged-batch capture (vLLM did not report its batch layout)"))
+            ragged[hook], ragged_problem[hook] = None, (
+                f"{hook}: no ragged-batch capture (vLLM did not report its batch layout)")
             continue
         try:
-            subj = [convert(spec, r, subject.params) for r in raws]
-            pairs, problem = _pairs(subj, refs.bridge, hook, n), ""
+            ragged[hook] = [convert(spec, r, subject.params) for r in raws]
         except Exception as exc:  # noqa: BLE001
-            pairs, problem = None, f"{hook}: conversion failed: {exc}"
-        rows.append(_row(model, "bridge-ragged", hook, hook, tolerance(dtype, floor), floor, pairs, problem))
-    rows.extend(_logit_rows(model, subject, refs, prompts, dtype))
+            ragged[hook], ragged_problem[hook] = None, f"{hook}: conversion failed: {exc}"
+    # the batched forward may flip other near-ties than the single-prompt ones
+    ragged_flips = found + [f for f in _routing_flips({h: v for h, v in ragged.items() if v is not None},
+                                                      refs.bridge, routing_k, n, router_tol) if f not in found]
+    for hook, subj in ragged.items():
+        floor = bridge_floor.get(hook)
+        pairs = None if subj is None else _pairs(subj, refs.bridge, hook, n)
+        rows.append(_row(model, "bridge-ragged", hook, hook, tolerance(dtype, floor), floor, pairs,
+                         ragged_problem.get(hook, ""), flips=ragged_flips))
+    rows.extend(_logit_rows(model, subject, refs, prompts, dtype, found))
     for row in rows:  # say how vLLM's value was obtained, so a failing mapping can be read off the message
         spec = specs.get(row.hook)
         if spec is not None and row.status != "pass" and "~" not in row.reference:
             steps = "; ".join(c.describe() for c in spec.convert) or "none"
             row.message += f" [vLLM read: {spec.module} {spec.read}; conversions: {steps}]"
     return rows
+
+
+def _converted(subject: SubjectCapture, spec: HookSpec, prompts: list[list[int]]) -> list[torch.Tensor] | None:
+    """``spec``'s converted capture for every prompt, or None where any is missing or fails to convert."""
+    try:
+        out = []
+        for p, toks in enumerate(prompts):
+            raw = subject.read(p, spec.raw_key)
+            if raw is None:
+                return None
+            out.append(convert(spec, _canonical(subject, p, spec, raw, len(toks)), subject.params))
+        return out
+    except Exception:  # noqa: BLE001 -- the hook's own row reports the failure
+        return None
 
 
 def _canonical(subject: SubjectCapture, p: int, spec: HookSpec, first: torch.Tensor, n_tokens: int) -> torch.Tensor:
@@ -299,7 +364,7 @@ def _canonical(subject: SubjectCapture, p: int, spec: HookSpec, first: torch.Ten
 
 
 def _derived_rows(model: str, derived: dict[str, Derived], values: dict, refs: ReferenceCapture, n: int,
-                  dtype: str, failed: dict[str, str] | None = None) -> list[HookResult]:
+                  dtype: str, failed: dict[str, str] | None = None, flips: list[Flip] = ()) -> list[HookResult]:
     """Rows for hooks computed from other hooks' captures; entries masked on both
     sides (causal / window) are ignored (harness.derived)."""
     rows = []
@@ -318,20 +383,22 @@ def _derived_rows(model: str, derived: dict[str, Derived], values: dict, refs: R
             pairs = None if problem else _pairs(subj, store, name, n)
             pairs = pairs and [(s, ignore_common_mask(s, r)) for s, r in pairs]
             row = _row(model, ref, hook, name, tolerance(dtype, floor), floor, pairs,
-                       problem or ("" if pairs else f"{hook}: reference {ref} has no hook {name!r}"))
+                       problem or ("" if pairs else f"{hook}: reference {ref} has no hook {name!r}"), flips=flips)
             row.derived = True
             rows.append(row)
     return rows
 
 
-def _logit_rows(model, subject, refs, prompts, dtype) -> list[HookResult]:
+def _logit_rows(model, subject, refs, prompts, dtype, flips: list[Flip] = ()) -> list[HookResult]:
     floor = refs.floors.get("hf", {}).get("logprobs")
     pairs = [(subject.logprobs[p], refs.logprobs[p]) for p in range(len(prompts))]
     # reference entries vLLM did not return (top-k mode) are masked out
     pairs = [(s, torch.where(torch.isnan(s), torch.full_like(r, math.nan), r)) for s, r in pairs]
-    row = _row(model, "hf", "logprobs", "log_softmax(logits)", tolerance(dtype, floor), floor, pairs)
+    row = _row(model, "hf", "logprobs", "log_softmax(logits)", tolerance(dtype, floor), floor, pairs, flips=flips)
     row.kind = "logprobs"
-    row.logit_metrics = logit_metrics(pairs)
+    aside = set_aside("argmax", list(flips))
+    pairs = [pair for p, pair in enumerate(pairs) if p not in aside]
+    row.logit_metrics = logit_metrics(pairs) if pairs else {}
     agree = [argmax_agreement(s, r) for s, r in pairs]
     n_agree, n_pos = sum(a[0] for a in agree), sum(a[1] for a in agree)
     # Final-position top-1 must agree, except for a near tie (each top-1 within the
@@ -345,6 +412,10 @@ def _logit_rows(model, subject, refs, prompts, dtype) -> list[HookResult]:
                     f"{model}: final-position argmax differs from HF in {sum(not a[3] for a in agree)} prompt(s) "
                     f"beyond a near tie; top-1 agreement {n_agree}/{n_pos} positions")
     am.logit_metrics = row.logit_metrics
+    if aside:
+        am.message += f"; prompt(s) {sorted(aside)} set aside: expert routing flipped at a near-tie upstream"
+        if not pairs:
+            am.status, am.message = "inconclusive", f"argmax: every prompt set aside{am.message}"
     return [row, am]
 
 
@@ -486,7 +557,12 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
                                       processed_names=processed_names)
         if gate != dtype:  # fp32 under TF32 matmuls: floors from the references' own TF32 run
             run.refs.floors = tf32_floors(target.checkpoint, prompts, [*specs, *derived], device)
-        result.rows = evaluate(target.name, specs, run.subject, run.refs, prompts, gate, derived)
+        routing_k = config_get(cfg, "num_experts_per_tok") if any(GATE.match(h) for h in specs) else None
+        result.rows = evaluate(target.name, specs, run.subject, run.refs, prompts, gate, derived, routing_k)
+        gates = {h: v for h in specs if GATE.match(h) and (v := _converted(run.subject, specs[h], prompts)) is not None}
+        result.routing_flips = [f.to_dict() for f in _routing_flips(
+            gates, run.refs.bridge, routing_k, len(prompts),
+            {h: tolerance(gate, run.refs.floors.get("bridge", {}).get(h)) for h in gates})]
         ceiling = calibration_for(dtype).ceiling
         for row in result.rows:
             if row.floor is not None and row.tolerance > ceiling and row.status != "error":

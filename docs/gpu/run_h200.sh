@@ -5,6 +5,7 @@
 #
 #   export PYTHONPATH=/tmp/site:$PWD
 #   bash docs/gpu/run_h200.sh launch            # copy the tree to $WORK, start `plan` in the background
+#                                               # (MODELS=a,b: only those families' six variants)
 #   bash docs/gpu/run_h200.sh collect [WAIT_S]  # wait (at most WAIT_S) for it; tar what is there to $OUT
 #   bash docs/gpu/run_h200.sh gate|others       # the older one-call phases (see docs/gpu/README.md)
 #
@@ -64,6 +65,10 @@ case "$phase" in
   plan)
     python3 -c "from harness.families import FAMILIES; from harness.checkpoints import checkpoint_dir
 for s in FAMILIES.values(): checkpoint_dir(s)" >>"$log" 2>&1   # built once, before parallel jobs
+    if [ -n "${MODELS:-}" ]; then  # a re-run of some families only: their six variants, nothing else
+      run python3 -m harness run --device cuda --model "$MODELS" "${variants[@]}" --jobs "${JOBS:-12}"
+      python3 -m harness matrix >/dev/null 2>&1; touch "$WORK/DONE"; exit 0
+    fi
     last=$(( $(nvidia-smi -L | wc -l) - 1 ))
     ( CUDA_VISIBLE_DEVICES=$last timeout -k 10 2400 python3 -m pytest -q -p no:cacheprovider \
         tests/test_vllm_compat.py tests/test_overlays.py >"$WORK/log-compat.txt" 2>&1; echo "rc=$?" >>"$WORK/log-compat.txt"

@@ -1,0 +1,61 @@
+"""Expert-routing flips (harness.routing) on small tensors: what is set aside, and what never is."""
+import pytest
+import torch
+
+from harness.routing import after_routing, find_flips, set_aside
+
+TOL = 1e-2  # a router hook's calibrated tolerance (row-wise relative error)
+
+
+def _logits(*rows):
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def test_a_near_tie_flip_is_explained_by_the_router_difference():
+    ref = _logits([3.0, 1.0005, 1.0, -2.0], [0.0, 5.0, 1.0, 2.0])
+    subj = _logits([3.0, 0.9995, 1.0, -2.0], [0.0, 5.0, 1.0, 2.0])  # experts 1 and 2 swap at token 0
+    (f,) = find_flips(subj, ref, k=2, prompt=3, layer=1, tolerance=TOL)
+    assert (f.prompt, f.layer, f.token) == (3, 1, 0)
+    assert f.gap == pytest.approx(5e-4) and f.noise == pytest.approx(1e-3) and f.explained
+
+
+def test_a_flip_with_the_router_outside_its_tolerance_is_not_explained():
+    ref = _logits([3.0, 1.2, 1.0, -2.0])
+    subj = _logits([3.0, 1.0, 1.01, -2.0])  # router rel err 0.057 > 1e-2
+    (f,) = find_flips(subj, ref, k=2, prompt=0, layer=0, tolerance=TOL)
+    assert f.rel_err == pytest.approx(0.2 / ref[0].norm().item(), rel=0.1) and not f.explained
+    # a swap always needs a router difference of at least half the gap
+    assert f.noise >= f.gap / 2
+
+
+def test_a_wrong_router_explains_nothing():
+    """A mapping bug in the router moves its logits far beyond its tolerance: no prompt is set aside."""
+    ref = _logits([3.0, 2.0, 1.9, -2.0])
+    subj = _logits([3.0, -5.0, 1.0, -2.0])
+    (f,) = find_flips(subj, ref, k=2, prompt=0, layer=0, tolerance=TOL)
+    assert f.gap == pytest.approx(0.1) and f.noise == pytest.approx(7.0) and not f.explained
+    assert set_aside("blocks.0.hook_out", [f]) == {}
+
+
+def test_same_expert_sets_are_no_flip_even_when_their_order_changes():
+    ref = _logits([3.0, 2.999, 1.0, -2.0])
+    subj = _logits([2.999, 3.0, 1.0, -2.0])
+    assert find_flips(subj, ref, k=2, prompt=0, layer=0, tolerance=TOL) == []
+
+
+def test_what_lies_downstream_of_a_layers_routing():
+    assert not after_routing("embed.hook_out", 0)
+    assert not after_routing("blocks.1.mlp.gate.hook_out", 1) and not after_routing("blocks.1.mlp.hook_in", 1)
+    assert not after_routing("blocks.1.attn.hook_q", 1) and not after_routing("blocks.1.hook_resid_mid", 1)
+    assert after_routing("blocks.1.mlp.hook_out", 1) and after_routing("blocks.1.hook_out", 1)
+    assert after_routing("blocks.2.attn.hook_q", 1) and after_routing("blocks.2.mlp.gate.hook_out", 1)
+    assert not after_routing("blocks.0.hook_out", 1)
+    assert after_routing("ln_final.hook_normalized", 1) and after_routing("logprobs", 0)
+
+
+def test_explained_flips_set_their_prompt_aside_downstream_only():
+    ref = _logits([3.0, 1.0005, 1.0, -2.0])
+    near = find_flips(_logits([3.0, 0.9995, 1.0, -2.0]), ref, 2, prompt=2, layer=1, tolerance=TOL)
+    assert set(set_aside("blocks.1.hook_out", near)) == {2}
+    assert set_aside("blocks.1.mlp.gate.hook_out", near) == {}
+    assert set_aside("blocks.0.hook_out", near) == {}
