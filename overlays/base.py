@@ -199,6 +199,12 @@ class Overlay:
     def nonfiring(self) -> list[NonFiring]:
         return []
 
+    def cuda_graph_nonfiring(self, hf_config: Any) -> list[NonFiring]:
+        """Hooks that fire in eager mode but not on CUDA-graph replays (compiled mode on CUDA):
+        modules vLLM calls inside another custom op, out of dynamo's sight, so their hooks
+        run while the graph is captured and never again (see harness.vllm_compat)."""
+        return []
+
     def derived_specs(self, hf_config: Any) -> dict[str, Derived]:
         """Hooks computed host-side from :meth:`hook_specs` captures (none by default)."""
         return {}

@@ -19,6 +19,9 @@ architecture's own conversions:
 """
 from __future__ import annotations
 
+from typing import Any
+
+from .base import NonFiring
 from .mixtral import SparseMoEOverlay
 
 
@@ -29,5 +32,15 @@ class Qwen3MoeOverlay(SparseMoEOverlay):
     moe_module = "mlp"
     qk_norm = True
 
+    def cuda_graph_nonfiring(self, hf_config: Any) -> list[NonFiring]:
+        return [NonFiring("blocks.{i}.mlp.gate.hook_out", _ROUTER_IN_FUSED_OP)]
+
+
+_ROUTER_IN_FUSED_OP = (
+    "under CUDA graphs (compiled mode on CUDA, vLLM 0.20): Qwen3MoeSparseMoeBlock hands its router "
+    "(mlp.gate) to FusedMoE, whose vllm::moe_forward custom op calls it inside the op, out of dynamo's "
+    "sight; the op is captured into the CUDA graph, so the router's hook runs at graph capture only and "
+    "never on replays (measured on the H200: never fired); splitting the graph at vllm::moe_forward fails "
+    "in vLLM 0.20's piecewise codegen.  Eager mode captures the router logits")
 
 __all__ = ["Qwen3MoeOverlay"]

@@ -123,3 +123,19 @@ def test_get_overlay_follows_the_implementation():
     for arch, variants in VARIANTS.items():
         assert get_overlay(arch, "native") is variants["native"]
         assert get_overlay(arch, "transformers") is variants["transformers"]
+
+
+def test_cuda_graph_nonfiring_hooks_leave_the_plan_only_under_cuda_graphs():
+    """Qwen3-MoE's router runs inside vLLM 0.20's fused-MoE op: offered in eager mode, declared
+    non-firing (with the reason) when vLLM runs compiled with CUDA graphs."""
+    from harness.runner import subject_plan
+    from harness.targets import target_for_family
+
+    t = target_for_family(FAMILIES["qwen3_moe"])
+    eager, _, nf_eager = subject_plan(t)
+    graphs, _, nf_graphs = subject_plan(t, cuda_graphs=True)
+    assert "blocks.0.mlp.gate.hook_out" in eager and "blocks.0.mlp.gate.hook_out" not in graphs
+    added = [nf for nf in nf_graphs if nf not in nf_eager]
+    assert [nf.template for nf in added] == ["blocks.{i}.mlp.gate.hook_out"] and "moe_forward" in added[0].reason
+    m = target_for_family(FAMILIES["mixtral"])  # Mixtral calls its router in the traced forward
+    assert subject_plan(m, cuda_graphs=True)[0].keys() == subject_plan(m)[0].keys()
