@@ -143,18 +143,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_matrix(args: argparse.Namespace) -> int:
     from .matrix import write_matrix
 
+    from .matrix import to_grid
+
     md, rows = write_matrix(args.report_dir)
-    print(md.read_text())
+    text = to_grid(rows) if args.grid else md.read_text()
+    print(text)
     if args.readme:
-        update_readme(args.readme, md.read_text())
+        update_readme(args.readme, text, args.marker)
     return 0 if rows else 1
 
 
-MARK_START, MARK_END = "<!-- support-matrix:start -->", "<!-- support-matrix:end -->"
-
-
-def update_readme(readme: Path, matrix_md: str) -> None:
-    """Replace the text between the support-matrix markers with the generated matrix."""
+def update_readme(readme: Path, matrix_md: str, marker: str = "support-matrix") -> None:
+    """Replace the text between the ``<!-- {marker}:start/end -->`` markers with the generated matrix."""
+    MARK_START, MARK_END = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"  # noqa: N806
     text = readme.read_text()
     if MARK_START not in text or MARK_END not in text:
         raise SystemExit(f"{readme}: no {MARK_START} ... {MARK_END} markers to replace")
@@ -194,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     mat.add_argument("--report-dir", type=Path, default=DEFAULT_REPORTS)
     mat.add_argument("--readme", type=Path, default=None,
                      help="also paste the matrix between the support-matrix markers of this file (README.md)")
+    mat.add_argument("--grid", action="store_true",
+                     help="print (and paste) the compact grid: a family per row, a variant per column")
+    mat.add_argument("--marker", default="support-matrix",
+                     help="the README markers to paste between (<!-- MARKER:start --> ... :end -->)")
     mat.set_defaults(fn=_cmd_matrix)
     args = parser.parse_args(argv)
     return args.fn(args)

@@ -3,7 +3,8 @@
 Contract: :func:`build_matrix(report_dir)` reads every
 ``<report_dir>/*/report*.json`` and returns one row per (model, variant);
 :func:`write_matrix` writes ``support_matrix.md`` and ``support_matrix.json``
-beside them.  Never hand-edited: reports from several runs, machines or
+beside them; :func:`to_grid` is the compact view (a family per row, a variant
+per column) the README shows for the GPU runs.  Never hand-edited: reports from several runs, machines or
 shards merge simply by sitting in the same folder.
 """
 from __future__ import annotations
@@ -60,12 +61,38 @@ def to_markdown(rows: list[dict]) -> str:
         if r.get("error"):
             verdict += f": {r['error'][:80]}"
         if r.get("inconclusive"):
-            verdict += f" ({r['inconclusive']} rows inconclusive: {r['dtype']} noise above the ceiling)"
+            verdict += (f" ({r['inconclusive']} rows inconclusive: {r['dtype']} noise above the ceiling, "
+                        "or every prompt set aside at an expert-routing near-tie)")
         if r.get("known_issues"):
             verdict += f" ({r['known_issues']} rows explained by a known reference bug, see report)"
         out.append(f"| {r['model']} | `{r['architecture']}` | {r['overlay']} | {r['variant']} | {r['vllm']} "
                    f"| {r['transformers']} | {r['transformer_lens']} | {r['hooks_passed']} / {r['hooks_offered']} "
                    f"| {r['hook_kinds']} | {r['nonfiring']} | {worst} | {verdict} |")
+    return "\n".join(out) + "\n"
+
+
+_CELL = {"pass": "✅", "fail": "❌", "error": "💥", "skipped": "⏭"}
+
+
+def to_grid(rows: list[dict]) -> str:
+    """Families by variants: verdict, hooks passed / offered, and the inconclusive rows' count."""
+    variants = sorted({r["variant"] for r in rows if "variant" in r},
+                      key=lambda v: (v.endswith("-tp2"), "compiled" in v, v))
+    families = list(dict.fromkeys(r["model"] for r in rows))
+    cell = {(r["model"], r.get("variant")): r for r in rows}
+    out = ["| family | " + " | ".join(f"`{v}`" for v in variants) + " |", "|---|" + "---|" * len(variants)]
+    for fam in families:
+        cells = []
+        for v in variants:
+            r = cell.get((fam, v))
+            if r is None:
+                cells.append("—")
+                continue
+            c = f"{_CELL[r['verdict']]} {r['hooks_passed']}/{r['hooks_offered']}"
+            if r.get("inconclusive"):
+                c += f" ({r['inconclusive']} inc.)"
+            cells.append(c)
+        out.append(f"| {fam} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 
