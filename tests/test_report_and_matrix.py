@@ -64,3 +64,28 @@ def test_known_issue_lookup():
     assert known_issue("OPTForCausalLM", "hf", "blocks.2.attn.hook_attn_scores") is None
     assert known_issue("OPTForCausalLM", "bridge", "blocks.2.attn.hook_pattern") is None
     assert known_issue("LlamaForCausalLM", "bridge", "blocks.2.attn.hook_attn_scores") is None
+
+
+def test_grid_has_a_family_per_row_and_a_variant_per_column(tmp_path):
+    from harness.__main__ import update_readme
+    from harness.matrix import to_grid
+
+    write_report(_result("a"), tmp_path)
+    write_report(_result("a", dtype="bfloat16"), tmp_path)
+    write_report(_result("b", status="fail", rel=0.3), tmp_path)
+    grid = to_grid(build_matrix(tmp_path))
+    lines = grid.strip().splitlines()
+    assert lines[0] == "| family | `cpu-bfloat16` | `cpu-float32` |"
+    assert lines[2] == "| a | ✅ 1/1 | ✅ 1/1 |" and lines[3] == "| b | — | ❌ 0/1 |"
+    readme = tmp_path / "README.md"
+    readme.write_text("x\n<!-- gpu-grid:start -->\nold\n<!-- gpu-grid:end -->\ny\n")
+    update_readme(readme, grid, "gpu-grid")
+    assert "old" not in readme.read_text() and "| a | ✅ 1/1 | ✅ 1/1 |" in readme.read_text()
+
+
+def test_routing_flips_are_listed_in_the_report():
+    r = _result("m")
+    r["routing_flips"] = [{"prompt": 2, "layer": 1, "token": 12, "gap": 1e-4, "noise": 2e-4, "rel_err": 1e-3,
+                           "tolerance": 5e-3, "explained": True}]
+    md = to_markdown(r)
+    assert "Expert-routing flips" in md and "| 2 | 1 | 12 |" in md
