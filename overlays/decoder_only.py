@@ -94,6 +94,13 @@ class DecoderOnlyOverlay(Overlay):
                 f"{A}.k_norm", "out", (self.unfold(f"{A}.k_norm"), SwapAxes(0, 1)), kv),
         }
 
+    def rotary_specs(self, A: str, b: str, d: dict[str, int]) -> dict[str, HookSpec]:
+        """``hook_rot_q`` / ``hook_rot_k``: the outputs of the attention's rotary-embedding module
+        ``{A}.rotary_emb`` (``(q, k)``, flat), split into heads."""
+        q, kv = d["n_heads"] * d["head_dim"], d["n_kv"] * d["head_dim"]
+        return {f"{b}.attn.hook_rot_q": HookSpec(f"{A}.rotary_emb", "out[0]", (Heads(d["n_heads"], d["head_dim"]),), q),
+                f"{b}.attn.hook_rot_k": HookSpec(f"{A}.rotary_emb", "out[1]", (Heads(d["n_kv"], d["head_dim"]),), kv)}
+
     def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
         L = f"model.layers.{i}"
         A = f"{L}.self_attn"
@@ -111,8 +118,7 @@ class DecoderOnlyOverlay(Overlay):
             f"{b}.attn.hook_k": HookSpec(f"{A}.qkv_proj", "out[0]", (Cols(q, q + kv), kh), kv),
             f"{b}.attn.hook_v": HookSpec(f"{A}.qkv_proj", "out[0]", (Cols(q + kv, q + 2 * kv), kh), kv),
             **self.qk_norm_specs(i, d),
-            f"{b}.attn.hook_rot_q": HookSpec(f"{A}.rotary_emb", "out[0]", (qh,), q),
-            f"{b}.attn.hook_rot_k": HookSpec(f"{A}.rotary_emb", "out[1]", (kh,), kv),
+            **self.rotary_specs(A, b, d),
             f"{b}.attn.hook_z": HookSpec(f"{A}.o_proj", "in[0]", (qh,), q),
             f"{b}.attn.hook_out": HookSpec(A, "out", width=d["d_model"]),
             f"{b}.hook_resid_mid": HookSpec(f"{L}.post_attention_layernorm", "in[0]+in[1]",

@@ -75,11 +75,6 @@ class Olmo2Overlay(DecoderOnlyOverlay):
     batch: tuple = ()  # conversions first applied to every HF-module read
     attn_out = "out"  # the attention module's return: a tensor (native), (output, weights) (HF)
 
-    def rotary_specs(self, A: str, b: str, d: dict[str, Any]) -> dict[str, HookSpec]:
-        q, kv = d["n_heads"] * d["head_dim"], d["n_kv"] * d["head_dim"]
-        return {f"{b}.attn.hook_rot_q": HookSpec(f"{A}.rotary_emb", "out[0]", (Heads(d["n_heads"], d["head_dim"]),), q),
-                f"{b}.attn.hook_rot_k": HookSpec(f"{A}.rotary_emb", "out[1]", (Heads(d["n_kv"], d["head_dim"]),), kv)}
-
     def layer_specs(self, i: int, d: dict[str, Any]) -> dict[str, HookSpec]:
         L, b = f"model.layers.{i}", f"blocks.{i}"
         A, M = f"{L}.self_attn", f"{L}.mlp"
