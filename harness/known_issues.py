@@ -7,6 +7,13 @@ and fails the day the reference is fixed (strict XPASS), so a stale entry
 cannot linger.  Reports keep the row's real numbers and status, add the
 reason, and count it apart from unexplained failures.  Each entry names the
 version it was measured with and the evidence.
+
+Retired: "TransformerLens 4.3.0's default weight processing raises
+``RuntimeError: shape '[4, 32]' is invalid for input of size 64`` for OLMo-2"
+held for a checkpoint with ``attention_bias=True`` only.  The synthetic OLMo-2
+lost its attention biases (vLLM 0.20 drops them, and no released OLMo-2 has
+any: harness/families.py); processed compatibility mode then matches vLLM on
+every residual hook, so the entry went (a strict xfail would have failed).
 """
 from __future__ import annotations
 
@@ -23,13 +30,6 @@ class KnownIssue:
 
 
 KNOWN_ISSUES: tuple[KnownIssue, ...] = (
-    KnownIssue(
-        "Olmo2ForCausalLM", ("compat-processed",), "*",
-        "TransformerLens 4.3.0 bug: enable_compatibility_mode() with its default weight processing raises "
-        "RuntimeError(\"shape '[4, 32]' is invalid for input of size 64\") for OLMo-2 (its q/k norms span the "
-        "whole projection, not one head), so there is no processed reference to compare with; the unprocessed "
-        "compatibility mode and the bridge both match vLLM.",
-    ),
     KnownIssue(
         "OPTForCausalLM", ("bridge", "compat"), "blocks.{i}.attn.hook_attn_scores",
         "TransformerLens 4.3.0 bug: for OPT the generic AttentionBridge.forward fires hook_attn_scores with "
