@@ -108,8 +108,8 @@ class ParitySession:
             run = run_model(self.target(name), dtype=dtype, device=self.device, subject=self.subject,
                             compiled=compiled, precision=self.precision, tp=self.tp,
                             hooks=set(hooks) if hooks is not None else None)
+            self.runs[key] = run  # before the report: a failed write must not re-boot the engines per test
             write_report(run.result.to_dict(), self.report_dir)
-            self.runs[key] = run
         return self.runs[key]
 
 
