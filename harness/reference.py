@@ -69,14 +69,24 @@ def _run_cache(bridge, tokens: list[int], names: set[str], device: str) -> dict[
     return {n: reference_to_canonical(n, cache[n]) for n in names if n in cache}
 
 
-def _bridge_captures(checkpoint, dtype, prompts, names, device, compat=False, processed=False, meta=None):
+def _bridge_and_compat(checkpoint, dtype, prompts, names, legacy, device):
+    """Canonical-name captures, then compatibility-mode (no processing) captures, from one boot:
+    the mode only adds legacy hook names, it changes no weight."""
     bridge = _boot_bridge(checkpoint, dtype, device)
-    if processed:  # HookedTransformer's default weight processing (harness.processing)
-        bridge.enable_compatibility_mode()
-        if meta is not None:
-            meta["normalization_type"] = getattr(bridge.cfg, "normalization_type", None)
-    elif compat:
-        bridge.enable_compatibility_mode(no_processing=True)
+    canonical = {p: _run_cache(bridge, toks, names, device) for p, toks in enumerate(prompts)}
+    if not legacy:
+        return canonical, {}
+    bridge.enable_compatibility_mode(no_processing=True)
+    return canonical, {p: _run_cache(bridge, toks, legacy, device) for p, toks in enumerate(prompts)}
+
+
+def _processed_captures(checkpoint, dtype, prompts, names, device, meta=None):
+    """Compatibility mode with HookedTransformer's default weight processing (harness.processing):
+    its own boot, since processing rewrites the weights."""
+    bridge = _boot_bridge(checkpoint, dtype, device)
+    bridge.enable_compatibility_mode()
+    if meta is not None:
+        meta["normalization_type"] = getattr(bridge.cfg, "normalization_type", None)
     return {p: _run_cache(bridge, toks, names, device) for p, toks in enumerate(prompts)}
 
 
@@ -146,22 +156,20 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
     want, legacy = set(hooks), set(compat_names)
 
     t = time.perf_counter()
-    bridge = _bridge_captures(checkpoint, tdtype, prompts, want, device)
+    bridge, compat = _bridge_and_compat(checkpoint, tdtype, prompts, want, legacy, device)
     meta["bridge_s"] = time.perf_counter() - t
-    compat = _bridge_captures(checkpoint, tdtype, prompts, legacy, device, compat=True)
     try:
-        processed = _bridge_captures(checkpoint, tdtype, prompts, set(processed_names), device,
-                                     processed=True, meta=meta) if processed_names else {}
+        processed = _processed_captures(checkpoint, tdtype, prompts, set(processed_names), device,
+                                        meta=meta) if processed_names else {}
     except Exception as exc:  # noqa: BLE001 -- processing unsupported for this architecture: rows say so
         processed, meta["processed_error"] = {}, f"{type(exc).__name__}: {exc}"
     floors: dict[str, dict[str, float]] = {}
     if calibrate:
-        truth = _bridge_captures(checkpoint, truth_dtype, prompts, want, device)
+        truth, truth_compat = _bridge_and_compat(checkpoint, truth_dtype, prompts, want, legacy, device)
         floors["bridge"] = _floors(bridge, truth)
-        del truth
         if legacy:  # compatibility mode computes some hooks its own way: its own noise floor
-            floors["compat"] = _floors(compat, _bridge_captures(checkpoint, truth_dtype, prompts, legacy, device,
-                                                                compat=True))
+            floors["compat"] = _floors(compat, truth_compat)
+        del truth, truth_compat
 
     hf_model = _load_hf(checkpoint, tdtype, device)
     n_layers = int(getattr(hf_model.config, "num_hidden_layers", 0) or 0)

@@ -169,7 +169,8 @@ def to_markdown(result: dict) -> str:
             for r in failing]
     if result.get("routing_flips"):
         out += ["", "## Expert-routing flips (harness.routing)", "",
-                "Tokens whose top-k experts differ between vLLM and the bridge.  An *explained* flip (vLLM's "
+                "Tokens whose top-k experts differ between vLLM and the bridge (single-prompt runs, then the "
+                "flips only the ragged batch adds).  An *explained* flip (vLLM's "
                 "router logits at that token within the router hook's calibrated tolerance, so rounding swapped "
                 "a near-tie) sets its prompt aside in every row downstream of that layer's routing; an "
                 "unexplained one sets nothing aside.", "",

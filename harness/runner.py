@@ -251,11 +251,12 @@ def _pairs(subject: list[torch.Tensor] | dict, store: dict, name: str, n: int):
 
 def evaluate(model: str, specs: dict[str, HookSpec], subject: SubjectCapture, refs: ReferenceCapture,
              prompts: list[list[int]], dtype: str, derived: dict[str, Derived] | None = None,
-             routing_k: int | None = None) -> list[HookResult]:
+             routing_k: int | None = None, flips_out: list[Flip] | None = None) -> list[HookResult]:
     """Rows for every planned case; the tolerance of each is calibrated from the
     reference's noise floor for that hook (harness.tolerances).  ``routing_k``: the
     experts per token of a mixture-of-experts model, whose explained routing flips
-    set prompts aside downstream of them (harness.routing)."""
+    set prompts aside downstream of them (harness.routing); every flip found (single
+    and ragged runs) is appended to ``flips_out`` for the report."""
     n = len(prompts)
     bridge_floor, hf_floor = refs.floors.get("bridge", {}), refs.floors.get("hf", {})
     rows: list[HookResult] = []
@@ -343,6 +344,8 @@ def evaluate(model: str, specs: dict[str, HookSpec], subject: SubjectCapture, re
         pairs = None if subj is None else _pairs(subj, refs.bridge, hook, n)
         rows.append(_row(model, "bridge-ragged", hook, hook, tolerance(dtype, floor), floor, pairs,
                          ragged_problem.get(hook, ""), flips=ragged_flips))
+    if flips_out is not None:
+        flips_out.extend(ragged_flips)
     rows.extend(_logit_rows(model, subject, refs, prompts, dtype, found))
     for row in rows:  # say how vLLM's value was obtained, so a failing mapping can be read off the message
         spec = specs.get(row.hook)
@@ -350,20 +353,6 @@ def evaluate(model: str, specs: dict[str, HookSpec], subject: SubjectCapture, re
             steps = "; ".join(c.describe() for c in spec.convert) or "none"
             row.message += f" [vLLM read: {spec.module} {spec.read}; conversions: {steps}]"
     return rows
-
-
-def _converted(subject: SubjectCapture, spec: HookSpec, prompts: list[list[int]]) -> list[torch.Tensor] | None:
-    """``spec``'s converted capture for every prompt, or None where any is missing or fails to convert."""
-    try:
-        out = []
-        for p, toks in enumerate(prompts):
-            raw = subject.read(p, spec.raw_key)
-            if raw is None:
-                return None
-            out.append(convert(spec, _canonical(subject, p, spec, raw, len(toks)), subject.params))
-        return out
-    except Exception:  # noqa: BLE001 -- the hook's own row reports the failure
-        return None
 
 
 def _canonical(subject: SubjectCapture, p: int, spec: HookSpec, first: torch.Tensor, n_tokens: int) -> torch.Tensor:
@@ -583,11 +572,9 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
         if gate != dtype:  # fp32 under TF32 matmuls: floors from the references' own TF32 run
             run.refs.floors = tf32_floors(target.checkpoint, prompts, [*specs, *derived], device)
         routing_k = config_get(cfg, "num_experts_per_tok") if any(GATE.match(h) for h in specs) else None
-        result.rows = evaluate(target.name, specs, run.subject, run.refs, prompts, gate, derived, routing_k)
-        gates = {h: v for h in specs if GATE.match(h) and (v := _converted(run.subject, specs[h], prompts)) is not None}
-        result.routing_flips = [f.to_dict() for f in _routing_flips(
-            gates, run.refs.bridge, routing_k, len(prompts),
-            {h: tolerance(gate, run.refs.floors.get("bridge", {}).get(h)) for h in gates})]
+        flips: list[Flip] = []
+        result.rows = evaluate(target.name, specs, run.subject, run.refs, prompts, gate, derived, routing_k, flips)
+        result.routing_flips = [f.to_dict() for f in flips]
         ceiling = calibration_for(dtype).ceiling
         for row in result.rows:
             if row.floor is not None and row.tolerance > ceiling and row.status != "error":

@@ -62,6 +62,7 @@ matter, measured or read:
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -134,23 +135,28 @@ def _registry_tables(source: str) -> dict[str, dict]:
     return tables
 
 
+@functools.lru_cache(maxsize=1)
+def _installed_registry() -> tuple[str, dict[str, dict]]:
+    """The installed vLLM's registry path and literal tables, parsed once per process."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        raise LookupError("vLLM is not installed: cannot tell which model implementation it uses")
+    path = Path(list(spec.submodule_search_locations)[0]) / "model_executor" / "models" / "registry.py"
+    return str(path), _registry_tables(path.read_text())
+
+
 def model_implementation(architecture: str, registry_source: str | None = None) -> str:
     """``"native"`` where the installed vLLM (or ``registry_source``, the text of its
     ``vllm/model_executor/models/registry.py``) has its own model class for
     ``architecture``; ``"transformers"`` where it runs it through its Transformers
     modeling backend.  Raises naming the file when the registry cannot be read."""
     if registry_source is None:
-        import importlib.util
-        from pathlib import Path
-
-        spec = importlib.util.find_spec("vllm")
-        if spec is None or not spec.submodule_search_locations:
-            raise LookupError(f"vLLM is not installed: cannot tell how it implements {architecture}")
-        path = Path(list(spec.submodule_search_locations)[0]) / "model_executor" / "models" / "registry.py"
-        registry_source = path.read_text()
+        path, tables = _installed_registry()
     else:
-        path = "<registry_source>"
-    tables = _registry_tables(registry_source)
+        path, tables = "<registry_source>", _registry_tables(registry_source)
     text_gen = tables.get("_TEXT_GENERATION_MODELS")
     if text_gen is None:
         raise LookupError(f"{path}: no literal _TEXT_GENERATION_MODELS table; update "
@@ -231,11 +237,10 @@ def engine_info(worker: Any) -> dict:
     return info
 
 
-def add_splitting_op(*ops: str) -> bool:
-    """Make ``ops`` (default: the capture op) graph-splitting ops, like attention: piecewise
-    CUDA graphs then never contain them, and they run eagerly on every replay.  Returns
+def add_splitting_op(op: str = CAPTURE_OP) -> bool:
+    """Make ``op`` a graph-splitting op, like attention: piecewise CUDA graphs
+    then never contain it, and it runs eagerly on every replay.  Returns
     whether the class list was there to extend."""
-    ops = ops or (CAPTURE_OP,)
     try:
         from vllm.config.compilation import CompilationConfig
     except ImportError:
@@ -243,7 +248,8 @@ def add_splitting_op(*ops: str) -> bool:
     split = getattr(CompilationConfig, "_attention_ops", None)
     if not isinstance(split, list):
         return False
-    split.extend(op for op in ops if op not in split)
+    if op not in split:
+        split.append(op)
     return True
 
 

@@ -45,8 +45,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import (Cols, Derived, Heads, HookSpec, Mul, NonFiring, Overlay, SwapAxes, UnfoldNorm, config_get,
-                   expand_layers)
+from .base import (Cols, Derived, DropBatch, Heads, HookSpec, Mul, NonFiring, Overlay, SwapAxes, UnfoldNorm,
+                   config_get, expand_layers)
 
 
 class DecoderOnlyOverlay(Overlay):
@@ -62,6 +62,10 @@ class DecoderOnlyOverlay(Overlay):
     # Per-head q/k RMSNorm before rotary (Qwen3, Qwen3-MoE, Gemma-3): offer
     # attn.q_norm/k_norm.hook_normalized, un-folded and moved to TL's heads-first layout.
     qk_norm = False
+    # Overlays whose reads may sit on HF modules (see TransformersBackend): conversions first
+    # applied to every such read, and the read of the attention module's return.
+    batch: tuple = ()
+    attn_out = "out"
 
     # -- hooks an architecture may change ------------------------------------
     def embed_conversions(self, cfg: Any) -> tuple:
@@ -228,4 +232,20 @@ class DecoderOnlyOverlay(Overlay):
         return []
 
 
-__all__ = ["DecoderOnlyOverlay", "Mul"]
+class TransformersBackend:
+    """Mixin for an overlay of an architecture vLLM runs through its Transformers modeling
+    backend (HF's modules, vLLM layers swapped in): HF modules see ``[1, T, ...]`` (every read
+    starts with ``DropBatch``), HF attention modules return ``(output, weights)`` (``out[0]``),
+    and HF rotates q/k in a function (``apply_rotary_pos_emb``) before calling vLLM's attention
+    as ``attn.forward(q, k, v)``, bypassing module hooks: no rotated q/k to capture, so no
+    derived scores / pattern (the overlay's ``nonfiring`` says why).  Put it first in the bases."""
+
+    batch = (DropBatch(),)
+    attn_out = "out[0]"
+    score_inputs = None
+
+    def rotary_specs(self, A: str, b: str, d: dict[str, int]) -> dict[str, HookSpec]:
+        return {}
+
+
+__all__ = ["DecoderOnlyOverlay", "Mul", "TransformersBackend"]

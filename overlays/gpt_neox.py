@@ -57,8 +57,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Cols, DropBatch, Heads, HookSpec, NonFiring
-from .decoder_only import DecoderOnlyOverlay
+from .base import Cols, Heads, HookSpec, NonFiring
+from .decoder_only import DecoderOnlyOverlay, TransformersBackend
 
 _NO_ROTATED_QK = ("HF's apply_rotary_pos_emb (a function, not a module) rotates q/k inside GPTNeoXAttention.forward "
                   "under vLLM's Transformers backend, and vLLM's Attention is invoked as attn.forward(q, k, v), "
@@ -74,8 +74,6 @@ class GPTNeoXOverlay(DecoderOnlyOverlay):
     name = "gpt_neox"
     layer_norm_bias = True
     root = "gpt_neox"  # the model's attribute holding embed_in / layers / final_layer_norm
-    batch: tuple = ()  # conversions first applied to every HF-module read
-    attn_out = "out"  # the attention module's return: a tensor (native), (output, weights) (HF)
 
     def qkv(self, A: str, d: dict[str, int]) -> dict[str, HookSpec]:
         D, H, hd = d["d_model"], d["n_heads"], d["head_dim"]
@@ -119,13 +117,10 @@ class GPTNeoXOverlay(DecoderOnlyOverlay):
         return specs
 
 
-class GPTNeoXTransformersOverlay(GPTNeoXOverlay):
+class GPTNeoXTransformersOverlay(TransformersBackend, GPTNeoXOverlay):
     """GPT-NeoX via vLLM's Transformers backend: HF tree, [1, T, d], head-interleaved qkv."""
 
     root = "model"
-    batch = (DropBatch(),)
-    attn_out = "out[0]"
-    score_inputs = None
 
     def qkv(self, A: str, d: dict[str, int]) -> dict[str, HookSpec]:
         hd, D = d["head_dim"], d["d_model"]

@@ -59,8 +59,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Cols, DropBatch, Heads, HookSpec, NonFiring
-from .decoder_only import DecoderOnlyOverlay
+from .base import Cols, Heads, HookSpec, NonFiring
+from .decoder_only import DecoderOnlyOverlay, TransformersBackend
 
 _NO_ROTATED_QK = (
     "HF's apply_rotary_pos_emb (a function, not a module) rotates q/k inside Olmo2Attention.forward under "
@@ -72,8 +72,6 @@ class Olmo2Overlay(DecoderOnlyOverlay):
     """OLMo-2, vLLM's native model: post-norms, whole-projection q/k norms, rotary module."""
 
     name = "olmo2"
-    batch: tuple = ()  # conversions first applied to every HF-module read
-    attn_out = "out"  # the attention module's return: a tensor (native), (output, weights) (HF)
 
     def layer_specs(self, i: int, d: dict[str, Any]) -> dict[str, HookSpec]:
         L, b = f"model.layers.{i}", f"blocks.{i}"
@@ -119,15 +117,8 @@ class Olmo2Overlay(DecoderOnlyOverlay):
         return specs
 
 
-class Olmo2TransformersOverlay(Olmo2Overlay):
+class Olmo2TransformersOverlay(TransformersBackend, Olmo2Overlay):
     """OLMo-2 via vLLM's Transformers backend: HF tree, [1, T, d], no hookable rotary."""
-
-    batch = (DropBatch(),)
-    attn_out = "out[0]"
-    score_inputs = None  # no rotated q/k to derive scores from (see module docstring)
-
-    def rotary_specs(self, A: str, b: str, d: dict[str, Any]) -> dict[str, HookSpec]:
-        return {}
 
     def nonfiring(self) -> list[NonFiring]:
         return [NonFiring("blocks.{i}.attn.hook_rot_q", _NO_ROTATED_QK),

@@ -42,8 +42,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Cols, DropBatch, Heads, HookSpec, NonFiring
-from .decoder_only import DecoderOnlyOverlay
+from .base import Cols, Heads, HookSpec, NonFiring
+from .decoder_only import DecoderOnlyOverlay, TransformersBackend
 
 _ROT = ("HF's apply_rotary_pos_emb is a function, not a module, inside Starcoder2Attention.forward under vLLM's "
         "Transformers backend, and vLLM's Attention is invoked as attn.forward(q, k, v), bypassing module hooks: "
@@ -57,8 +57,6 @@ class Starcoder2Overlay(DecoderOnlyOverlay):
 
     name = "starcoder2"
     layer_norm_bias = True
-    batch: tuple = ()  # conversions first applied to every HF-module read
-    attn_out = "out"  # the attention module's return: a tensor (native), (output, weights) (HF)
 
     def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
         L, b = f"model.layers.{i}", f"blocks.{i}"
@@ -101,15 +99,8 @@ class Starcoder2Overlay(DecoderOnlyOverlay):
 
 
 
-class Starcoder2TransformersOverlay(Starcoder2Overlay):
+class Starcoder2TransformersOverlay(TransformersBackend, Starcoder2Overlay):
     """StarCoder2 via vLLM's Transformers backend: HF tree, [1, T, d], no hookable rotary."""
-
-    batch = (DropBatch(),)
-    attn_out = "out[0]"
-    score_inputs = None
-
-    def rotary_specs(self, A: str, b: str, d: dict[str, int]) -> dict[str, HookSpec]:
-        return {}
 
     def nonfiring(self) -> list[NonFiring]:
         return [
