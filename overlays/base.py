@@ -119,11 +119,11 @@ class HookSpec:
     convert: tuple[Conversion, ...] = ()
     width: int | None = None
     # "first": the module's first call per prompt.  "all": every call, stitched
-    # into one [T, ...] tensor by row counts (harness.conversions.stitch_calls),
+    # into one [T, ...] tensor by row counts (harness.comparison.conversions.stitch_calls),
     # e.g. vLLM's logits processor, called once for the sampled last position
     # and once for the prompt positions when prompt log-probs are requested.
     calls: str = "first"
-    # This hook's name on a reference where it differs from harness.hook_names'
+    # This hook's name on a reference where it differs from harness.vocab.hook_names'
     # defaults: ((reference, name or None), ...), reference "bridge", "compat" or "hf".
     # None: that reference holds no tensor equal to this hook, so no row is made
     # against it (Granite: the legacy hook_attn_out is attn.hook_out times the
@@ -161,7 +161,7 @@ class HookSpec:
 @dataclass(frozen=True)
 class Derived:
     """A hook vLLM never materializes, computed host-side from captured hooks
-    (:mod:`harness.derived`).  Reported as derived: it proves the formula on
+    (:mod:`harness.comparison.derived`).  Reported as derived: it proves the formula on
     vLLM's inputs, not a tensor vLLM computed.
 
     ``kind`` ``"attn_scores"``: ``softcap(q @ k^T * scale)`` with k's heads
@@ -202,7 +202,7 @@ class Overlay:
     def cuda_graph_nonfiring(self, hf_config: Any) -> list[NonFiring]:
         """Hooks that fire in eager mode but not on CUDA-graph replays (compiled mode on CUDA):
         modules vLLM calls inside another custom op, out of dynamo's sight, so their hooks
-        run while the graph is captured and never again (see harness.vllm_compat)."""
+        run while the graph is captured and never again (see harness.engines.vllm_compat)."""
         return []
 
     def derived_specs(self, hf_config: Any) -> dict[str, Derived]:

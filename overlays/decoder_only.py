@@ -20,7 +20,7 @@ Traps this overlay handles, hook by hook:
   TransformerLens's ``hook_normalized`` is taken before ``* w``.  ``ln1``,
   ``ln2`` and ``ln_final`` un-fold with ``÷ w`` (``÷ (1 + w)`` where
   ``norm_offset`` is 1).  Norm weights of a real checkpoint can hold exact
-  zeros in principle; synthetic ones never do (see harness.checkpoints).
+  zeros in principle; synthetic ones never do (see harness.models.checkpoints).
 - Fused projections.  ``qkv_proj`` returns ``[q | k | v]`` concatenated
   (grouped-query: k and v are ``n_kv_heads * head_dim`` wide); ``gate_up_proj``
   returns ``[gate | up]``.  Both are sliced by column and split into heads.
@@ -39,7 +39,7 @@ Traps this overlay handles, hook by hook:
   attention kernel fuses them); they are *derived* host-side from the
   captured rotated q and k (:attr:`score_inputs`) with the config's attention
   scale, grouped-query repeat, causal / sliding-window mask and logit
-  soft-cap, and reported as derived (:mod:`harness.derived`).
+  soft-cap, and reported as derived (:mod:`harness.comparison.derived`).
 """
 from __future__ import annotations
 

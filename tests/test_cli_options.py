@@ -39,8 +39,8 @@ def test_collection_one_item_per_model_reference_hook():
 
 
 def test_model_path_runs_a_local_checkpoint():
-    from harness.checkpoints import checkpoint_dir
-    from harness.families import FAMILIES
+    from harness.models.checkpoints import checkpoint_dir
+    from harness.models.families import FAMILIES
 
     ckpt = checkpoint_dir(FAMILIES["llama"])
     p = _pytest("--model-path", str(ckpt))

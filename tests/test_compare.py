@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from harness.compare import ShapeMismatch, argmax_agreement, compare_tensors, failure_message, verdict
+from harness.comparison.compare import ShapeMismatch, argmax_agreement, compare_tensors, failure_message, verdict
 
 
 def test_identical_tensors_have_zero_error():

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from harness.conversions import convert
+from harness.comparison.conversions import convert
 from overlays.base import Cols, Heads, HookSpec, Mul, UnfoldNorm
 
 
@@ -63,7 +63,7 @@ def test_drop_batch_and_swap_axes():
 
 
 def test_unknown_conversion_is_a_type_error():
-    from harness.conversions import apply_one
+    from harness.comparison.conversions import apply_one
 
     with pytest.raises(TypeError, match="unknown conversion"):
         apply_one(object(), torch.ones(1), {})

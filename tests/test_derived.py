@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-from harness.compare import compare_tensors, failure_message
-from harness.conversions import stitch_calls
-from harness.derived import attention_pattern, attention_scores, derive, ignore_common_mask, visible_keys
-from harness.report import report_stem, variant_of
+from harness.comparison.compare import compare_tensors, failure_message
+from harness.comparison.conversions import stitch_calls
+from harness.comparison.derived import attention_pattern, attention_scores, derive, ignore_common_mask, visible_keys
+from harness.reporting.report import report_stem, variant_of
 from overlays.base import Derived
 
 
@@ -131,8 +131,8 @@ def test_overlay_derivation_parameters_come_from_the_config():
 
 
 def test_every_family_offers_or_declares_scores_pattern_and_unembed():
-    from harness.families import FAMILIES
-    from harness.targets import target_for_family
+    from harness.models.families import FAMILIES
+    from harness.models.targets import target_for_family
     from overlays.base import expand_layers
 
     from overlays import NoOverlayError
@@ -173,7 +173,7 @@ def test_failure_message_carries_norm_ratio():
 def test_tl_plan_lists_tl_hooks_and_its_reasons():
     from transformers import AutoConfig
 
-    from harness.subject_tl_vllm import TL_REASONS, tl_plan
+    from harness.engines.subject_tl_vllm import TL_REASONS, tl_plan
 
     cfg = AutoConfig.for_model("gemma", hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                                num_attention_heads=4, num_key_value_heads=1, head_dim=32, vocab_size=512,

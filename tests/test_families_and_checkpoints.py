@@ -1,8 +1,8 @@
 """Family registry and synthetic checkpoints."""
 import pytest
 
-from harness.checkpoints import checkpoint_dir, spec_key
-from harness.families import DEFAULT_FAMILIES, FAMILIES, UnknownFamilyError, resolve_families
+from harness.models.checkpoints import checkpoint_dir, spec_key
+from harness.models.families import DEFAULT_FAMILIES, FAMILIES, UnknownFamilyError, resolve_families
 
 
 def test_default_set_and_selection():

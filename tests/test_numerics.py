@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.families import DEFAULT_FAMILIES
+from harness.models.families import DEFAULT_FAMILIES
 
 pytestmark = pytest.mark.parity
 

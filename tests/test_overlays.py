@@ -1,8 +1,8 @@
 """Overlays are data: check the registry and every family's specs without booting an engine."""
 import pytest
 
-from harness.families import FAMILIES
-from harness.hook_names import compat_alias
+from harness.models.families import FAMILIES
+from harness.vocab.hook_names import compat_alias
 from overlays import OVERLAYS, NoOverlayError, get_overlay
 from overlays.base import READ_GRAMMAR, Mul, UnfoldNorm, expand_layers, hook_kind, layer_of
 
@@ -14,7 +14,7 @@ def test_unknown_architecture_names_known_ones():
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_every_family_has_a_registered_overlay_with_valid_specs(family):
-    from harness.targets import target_for_family
+    from harness.models.targets import target_for_family
 
     target = target_for_family(FAMILIES[family])
     assert target.architecture in OVERLAYS
@@ -32,7 +32,7 @@ def test_every_family_has_a_registered_overlay_with_valid_specs(family):
 
 
 def test_seed_contract_is_derived():
-    from harness.targets import target_for_family
+    from harness.models.targets import target_for_family
 
     t = target_for_family(FAMILIES["qwen3"])
     cap = t.overlay.capture_specs(t.hf_config)
@@ -41,7 +41,7 @@ def test_seed_contract_is_derived():
 
 
 def test_gemma_declares_embedding_scale_and_offset_norms():
-    from harness.targets import target_for_family
+    from harness.models.targets import target_for_family
 
     t = target_for_family(FAMILIES["gemma"])
     specs = t.overlay.hook_specs(t.hf_config)
@@ -64,7 +64,7 @@ _VARIANT_FAMILIES = {"gpt_neox": "gpt_neox", "olmo2": "model", "starcoder2": "mo
 
 @pytest.mark.parametrize("family", sorted(_VARIANT_FAMILIES))
 def test_native_and_transformers_backend_variants_differ_where_the_trees_do(family):
-    from harness.targets import target_for_family
+    from harness.models.targets import target_for_family
     from overlays import VARIANTS
     from overlays.base import DropBatch
 
@@ -90,7 +90,7 @@ def test_native_and_transformers_backend_variants_differ_where_the_trees_do(fami
 
 def test_gpt_neox_qkv_layouts():
     """Native: the loader permutes rows to [q | k | v]; HF backend: per-head [q_h | k_h | v_h]."""
-    from harness.targets import target_for_family
+    from harness.models.targets import target_for_family
     from overlays import VARIANTS
     from overlays.base import Cols, Heads
 
@@ -105,8 +105,8 @@ def test_gpt_neox_qkv_layouts():
 
 def test_gpt_neox_native_rotated_qk_feed_derived_hooks_but_make_no_rows():
     """TransformerBridge has no hook_rot_q for GPT-NeoX: the native capture is a derived hook's input only."""
-    from harness.runner import planned_cases
-    from harness.targets import target_for_family
+    from harness.pipeline.runner import planned_cases
+    from harness.models.targets import target_for_family
     from overlays import VARIANTS
 
     t = target_for_family(FAMILIES["gpt_neox"])
@@ -128,8 +128,8 @@ def test_get_overlay_follows_the_implementation():
 def test_cuda_graph_nonfiring_hooks_leave_the_plan_only_under_cuda_graphs():
     """Qwen3-MoE's router runs inside vLLM 0.20's fused-MoE op: offered in eager mode, declared
     non-firing (with the reason) when vLLM runs compiled with CUDA graphs."""
-    from harness.runner import subject_plan
-    from harness.targets import target_for_family
+    from harness.pipeline.runner import subject_plan
+    from harness.models.targets import target_for_family
 
     t = target_for_family(FAMILIES["qwen3_moe"])
     eager, _, nf_eager = subject_plan(t)

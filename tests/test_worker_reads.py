@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from harness.vllm_worker import eval_input, eval_output, natural_key, parse_read, resolve_module
+from harness.engines.vllm_worker import eval_input, eval_output, natural_key, parse_read, resolve_module
 from overlays.base import HookSpec
 
 

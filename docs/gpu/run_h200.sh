@@ -62,7 +62,7 @@ case "$phase" in
     cd "$WORK" && rm -rf reports/*/ && setsid nohup bash docs/gpu/run_h200.sh plan >"$WORK/plan.out" 2>&1 </dev/null &
     sleep 2; echo "plan started in $WORK"; exit 0 ;;
   plan)
-    python3 -c "from harness.families import FAMILIES; from harness.checkpoints import checkpoint_dir
+    python3 -c "from harness.models.families import FAMILIES; from harness.models.checkpoints import checkpoint_dir
 for s in FAMILIES.values(): checkpoint_dir(s)" >>"$log" 2>&1   # built once, before parallel jobs
     if [ -n "${MODELS:-}" ]; then  # a re-run of some families only: their six variants, nothing else
       run python3 -m harness run --device cuda --model "$MODELS" "${variants[@]}" --jobs "${JOBS:-12}"
@@ -77,7 +77,7 @@ for s in FAMILIES.values(): checkpoint_dir(s)" >>"$log" 2>&1   # built once, bef
     ( run python3 -m harness run --device cuda --tp 2 --model $core3 --dtype float32,bfloat16 --modes eager \
         --jobs 3 ) &
     run python3 -m harness run --device cuda --model $core3 "${variants[@]}" --jobs "${JOBS:-12}"
-    others=$(python3 -c "from harness.families import FAMILIES; print(','.join(f for f in FAMILIES if f not in '$core3'.split(',')))")
+    others=$(python3 -c "from harness.models.families import FAMILIES; print(','.join(f for f in FAMILIES if f not in '$core3'.split(',')))")
     run python3 -m harness run --device cuda --model "$others" "${variants[@]}" --jobs "${JOBS:-12}"
     wait
     python3 -m harness matrix >/dev/null 2>&1; touch "$WORK/DONE"; exit 0 ;;

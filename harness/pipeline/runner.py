@@ -25,19 +25,20 @@ import torch
 from overlays.base import (Derived, DropBatch, HookSpec, NonFiring, config_get, expand_layers, hook_kind,
                            layer_of)
 
-from .compare import (ShapeMismatch, argmax_agreement, compare_tensors, failure_message, logit_metrics, verdict)
-from .conversions import convert, stitch_calls
-from .derived import derive, ignore_common_mask
-from .routing import GATE, Flip, find_flips, set_aside
-from .known_issues import known_issue
-from .processing import processed_hook, to_hooked_coordinates
-from .hook_names import compat_alias, hf_hook
-from .prompts import default_prompts
-from .reference import ReferenceCapture, capture_references
-from .shapes import subject_to_canonical
-from .subject import SubjectCapture, capture_vllm
-from .targets import Target
-from .tolerances import calibration_for, calibration_key, reference_key, tolerance
+from harness.paths import CACHE_ROOT
+from harness.comparison.compare import (ShapeMismatch, argmax_agreement, compare_tensors, failure_message, logit_metrics, verdict)
+from harness.comparison.conversions import convert, stitch_calls
+from harness.comparison.derived import derive, ignore_common_mask
+from harness.comparison.routing import GATE, Flip, find_flips, set_aside
+from harness.references.known_issues import known_issue
+from harness.references.processing import processed_hook, to_hooked_coordinates
+from harness.vocab.hook_names import compat_alias, hf_hook
+from harness.models.prompts import default_prompts
+from harness.references.reference import ReferenceCapture, capture_references
+from harness.comparison.shapes import subject_to_canonical
+from harness.engines.subject import SubjectCapture, capture_vllm
+from harness.models.targets import Target
+from harness.references.tolerances import calibration_for, calibration_key, reference_key, tolerance
 
 
 @dataclass
@@ -56,10 +57,10 @@ class HookResult:
     cos_min: float = math.nan
     worst: dict = field(default_factory=dict)
     message: str = ""
-    floor: float | None = None  # the reference's own noise floor for this hook (see harness.tolerances)
+    floor: float | None = None  # the reference's own noise floor for this hook (see harness.references.tolerances)
     logit_metrics: dict = field(default_factory=dict)  # KL, top-1, top-k overlap (logprobs rows)
-    derived: bool = False  # computed host-side from other hooks' captures (harness.derived)
-    known_issue: str | None = None  # a documented bug in the reference engine (harness.known_issues)
+    derived: bool = False  # computed host-side from other hooks' captures (harness.comparison.derived)
+    known_issue: str | None = None  # a documented bug in the reference engine (harness.references.known_issues)
 
     @property
     def margin(self) -> float:
@@ -81,7 +82,7 @@ class ModelResult:
     dtype: str
     seed: int | None
     device: str = "cpu"  # "cpu" or "cuda"; the report's variant is f"{device}-{dtype}"
-    subject: str = "vllm"  # harness.runner.SUBJECTS; a non-default one prefixes the variant
+    subject: str = "vllm"  # harness.pipeline.runner.SUBJECTS; a non-default one prefixes the variant
     device_info: dict = field(default_factory=dict)  # GPU name, driver, CUDA, precision mode
     compiled: bool = False  # vLLM with torch.compile (and CUDA graphs on GPU) instead of eager
     rows: list[HookResult] = field(default_factory=list)
@@ -90,7 +91,7 @@ class ModelResult:
     versions: dict = field(default_factory=dict)
     prompts: list[list[int]] = field(default_factory=list)
     prompt_names: list[str] = field(default_factory=list)
-    # tokens whose top-k experts differ between vLLM and the bridge (harness.routing): explained
+    # tokens whose top-k experts differ between vLLM and the bridge (harness.comparison.routing): explained
     # ones set prompts aside downstream, unexplained ones leave the failures standing
     routing_flips: list[dict] = field(default_factory=list)
     selected_hooks: list[str] | None = None  # selective capture: the hooks asked for (None: all offered)
@@ -124,7 +125,7 @@ def _compare_prompts(label: str, pairs: list[tuple[torch.Tensor, torch.Tensor]],
     """Compare every prompt; keep the worst one's metrics."""
     worst = None
     for p, pair in enumerate(pairs):
-        if pair is None:  # set aside (harness.routing)
+        if pair is None:  # set aside (harness.comparison.routing)
             continue
         subj, ref = pair
         m = compare_tensors(subj, ref)
@@ -204,7 +205,7 @@ def _row(model: str, reference: str, hook: str, reference_hook: str, tol: float,
          pairs: list[tuple[torch.Tensor, torch.Tensor]] | None, problem: str = "",
          flips: list[Flip] = ()) -> HookResult:
     """One compared row.  ``flips``: explained expert-routing flips; the prompts they set
-    aside for this hook (harness.routing) are left out and named in the message."""
+    aside for this hook (harness.comparison.routing) are left out and named in the message."""
     row = HookResult(model, reference, hook, reference_hook, layer_of(hook), hook_kind(hook), "error", tol,
                      floor=floor)
     if problem or pairs is None:
@@ -253,9 +254,9 @@ def evaluate(model: str, specs: dict[str, HookSpec], subject: SubjectCapture, re
              prompts: list[list[int]], dtype: str, derived: dict[str, Derived] | None = None,
              routing_k: int | None = None, flips_out: list[Flip] | None = None) -> list[HookResult]:
     """Rows for every planned case; the tolerance of each is calibrated from the
-    reference's noise floor for that hook (harness.tolerances).  ``routing_k``: the
+    reference's noise floor for that hook (harness.references.tolerances).  ``routing_k``: the
     experts per token of a mixture-of-experts model, whose explained routing flips
-    set prompts aside downstream of them (harness.routing); every flip found (single
+    set prompts aside downstream of them (harness.comparison.routing); every flip found (single
     and ragged runs) is appended to ``flips_out`` for the report."""
     n = len(prompts)
     bridge_floor, hf_floor = refs.floors.get("bridge", {}), refs.floors.get("hf", {})
@@ -368,7 +369,7 @@ def _canonical(subject: SubjectCapture, p: int, spec: HookSpec, first: torch.Ten
 def _derived_rows(model: str, derived: dict[str, Derived], values: dict, refs: ReferenceCapture, n: int,
                   dtype: str, failed: dict[str, str] | None = None, flips: list[Flip] = ()) -> list[HookResult]:
     """Rows for hooks computed from other hooks' captures; entries masked on both
-    sides (causal / window) are ignored (harness.derived)."""
+    sides (causal / window) are ignored (harness.comparison.derived)."""
     rows = []
     for hook, spec in derived.items():
         problem, subj = "", []
@@ -454,7 +455,7 @@ def subject_plan(target: Target, subject: str = "vllm", cuda_graphs: bool = Fals
     move from offered to non-firing."""
     cfg = target.hf_config
     if subject == "tl-vllm":
-        from .subject_tl_vllm import tl_plan
+        from harness.engines.subject_tl_vllm import tl_plan
 
         return tl_plan(cfg)
     if subject != "vllm":
@@ -487,7 +488,7 @@ def resolve_device(device: str = "auto") -> str:
 
 def tf32_floors(checkpoint: Path, prompts: list[list[int]], hooks: list[str], device: str) -> dict:
     """The references' own distance from fp64 with their fp32 matmuls in TF32: the floors of the
-    ``float32-tf32`` gate (harness.tolerances).  TF32 error grows with depth and through the
+    ``float32-tf32`` gate (harness.references.tolerances).  TF32 error grows with depth and through the
     softmax, so one constant cannot gate every hook; the references themselves stay IEEE."""
     matmul = torch.backends.cuda.matmul
     before = matmul.allow_tf32
@@ -506,7 +507,7 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
     """``subject_env``: environment for the vLLM process only (e.g. ``TRITON_F32_DEFAULT``);
     ``subject``: one of :data:`SUBJECTS`; ``compiled``: vLLM with torch.compile instead of eager;
     ``precision`` (CUDA fp32): ``ieee`` sets ``TRITON_F32_DEFAULT=ieee`` in the vLLM process, ``tf32``
-    leaves Triton's TF32 default and gates with its own calibration (harness.tolerances);
+    leaves Triton's TF32 default and gates with its own calibration (harness.references.tolerances);
     ``tp``: vLLM's tensor_parallel_size (the references run on one device)."""
     t0 = time.perf_counter()
     precision = precision if device == "cuda" else "ieee"  # CPU fp32 is IEEE: its gate never changes
@@ -542,12 +543,12 @@ def run_model(target: Target, dtype: str = "float32", work_root: Path | None = N
         # A fresh folder per run: two sessions (or a CLI run beside pytest) must never
         # share a subject's output files.  Removed after a successful load; kept with
         # its log when the engine fails (the error names it).
-        runs_root = work_root or Path(__file__).resolve().parent.parent / ".cache" / "runs"
+        runs_root = work_root or CACHE_ROOT / "runs"
         runs_root.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-{subject}-{device}-{dtype}-{precision}"
                                      f"-tp{tp}{'-compiled' if compiled else ''}-"))
         if subject == "tl-vllm":
-            from .subject_tl_vllm import capture_tl_vllm
+            from harness.engines.subject_tl_vllm import capture_tl_vllm
 
             run.subject = capture_tl_vllm(target.checkpoint, dtype=dtype, prompts=prompts, specs=specs,
                                           max_model_len=target.max_model_len, work_dir=work, env=subject_env,

@@ -12,7 +12,7 @@ Retired: "TransformerLens 4.3.0's default weight processing raises
 ``RuntimeError: shape '[4, 32]' is invalid for input of size 64`` for OLMo-2"
 held for a checkpoint with ``attention_bias=True`` only.  The synthetic OLMo-2
 lost its attention biases (vLLM 0.20 drops them, and no released OLMo-2 has
-any: harness/families.py); processed compatibility mode then matches vLLM on
+any: harness/models/families.py); processed compatibility mode then matches vLLM on
 every residual hook, so the entry went (a strict xfail would have failed).
 """
 from __future__ import annotations

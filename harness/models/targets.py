@@ -17,7 +17,7 @@ from typing import Any
 from overlays import NoOverlayError, Overlay, get_overlay
 from overlays.base import config_get
 
-from .families import ModelSpec, UnknownFamilyError, resolve_families
+from harness.models.families import ModelSpec, UnknownFamilyError, resolve_families
 
 
 class TargetError(ValueError):
@@ -64,7 +64,7 @@ def _architecture(checkpoint: Path) -> str:
 
 
 def target_for_family(spec: ModelSpec) -> Target:
-    from .checkpoints import checkpoint_dir
+    from harness.models.checkpoints import checkpoint_dir
 
     ckpt = checkpoint_dir(spec)
     arch = _architecture(ckpt)

@@ -1,7 +1,7 @@
 """Tolerances: calibrated per (model, dtype, hook) from the reference's own noise floor.
 
 The gated metric is the *error relative to the reference's scale*, row by
-row (:func:`harness.compare.compare_tensors`): ``rel = max over rows of
+row (:func:`harness.comparison.compare.compare_tensors`): ``rel = max over rows of
 ||subject - reference|| / ||reference||``, a row being a vector along the
 last dim (a token's residual vector, a head's d_head vector, a query's
 attention row).  The worst row localizes an error; the L2 inside the row

@@ -22,7 +22,7 @@ COMPAT_ALIASES: dict[str, str] = {
     "blocks.{i}.attn.hook_v": "blocks.{i}.attn.hook_v",
     "blocks.{i}.attn.hook_z": "blocks.{i}.attn.hook_z",
     # compatibility mode masks with -inf where the bridge uses the dtype's min
-    # (harness.derived.ignore_common_mask ignores entries masked on both sides)
+    # (harness.comparison.derived.ignore_common_mask ignores entries masked on both sides)
     "blocks.{i}.attn.hook_attn_scores": "blocks.{i}.attn.hook_attn_scores",
     "blocks.{i}.attn.hook_pattern": "blocks.{i}.attn.hook_pattern",
     "blocks.{i}.mlp.hook_pre": "blocks.{i}.mlp.hook_pre",
@@ -43,7 +43,7 @@ def compat_alias(hook: str) -> str | None:
     return legacy.format(i=m.group(1)) if m else legacy
 
 
-# Hooks plain HF forward hooks capture, for every architecture (harness.reference).
+# Hooks plain HF forward hooks capture, for every architecture (harness.references.reference).
 HF_HOOK_TEMPLATES: frozenset[str] = frozenset({"embed.hook_out", "blocks.{i}.hook_in", "blocks.{i}.hook_out"})
 
 

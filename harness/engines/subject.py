@@ -1,4 +1,4 @@
-"""Host side of the vLLM subject: launch :mod:`harness.subject_vllm` in its own
+"""Host side of the vLLM subject: launch :mod:`harness.engines.subject_vllm` in its own
 process and load what it wrote.
 
 Contract: :func:`capture_vllm` returns a :class:`SubjectCapture` or raises
@@ -13,6 +13,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from harness.paths import REPO_ROOT
 
 import torch
 
@@ -63,7 +65,7 @@ def launch_subject(module: str, request: dict, work_dir: Path, name: str, env: d
     req_path = work_dir / f"{name}_request.json"
     req_path.write_text(json.dumps(request, indent=1))
     log_path = work_dir / f"{name}.log"
-    repo = str(Path(__file__).resolve().parent.parent)
+    repo = str(REPO_ROOT)
     env = {**os.environ, **(env or {})}
     env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     with open(log_path, "w") as log:
@@ -82,7 +84,7 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
                  timeout_s: float = 900, full_logprobs: bool = True,
                  env: dict[str, str] | None = None, ragged: bool = True,
                  enforce_eager: bool = True, device: str = "cpu", tp: int = 1) -> SubjectCapture:
-    """``device`` picks the engine's arguments (harness.vllm_compat); ``tp``: tensor-parallel ranks."""
+    """``device`` picks the engine's arguments (harness.engines.vllm_compat); ``tp``: tensor-parallel ranks."""
     from safetensors.torch import load_file
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -94,7 +96,7 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
         "full_logprobs": full_logprobs, "ragged": ragged,
         "enforce_eager": enforce_eager, "device": device, "tp": tp,
     }
-    launch_subject("harness.subject_vllm", request, work_dir, "subject", env, timeout_s)
+    launch_subject("harness.engines.subject_vllm", request, work_dir, "subject", env, timeout_s)
     logprobs = {int(k): v for k, v in load_file(str(out_dir / "logprobs.safetensors")).items()}
     return SubjectCapture(
         raw=load_file(str(out_dir / "raw.safetensors")),

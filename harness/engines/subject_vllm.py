@@ -1,4 +1,4 @@
-"""The vLLM subject, run as its own process: ``python -m harness.subject_vllm REQUEST.json``.
+"""The vLLM subject, run as its own process: ``python -m harness.engines.subject_vllm REQUEST.json``.
 
 Contract: reads a request (checkpoint, dtype, prompts as token ids, the
 ``[module, read]`` pairs to record, parameter names to export), boots one vLLM
@@ -16,7 +16,7 @@ One process per model: vLLM keeps process-global state, and a crash here
 costs this model only.  The engine core stays in-process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the profiler sees the forward.
 Engine environment and arguments per device / vLLM line come from
-:mod:`harness.vllm_compat`.
+:mod:`harness.engines.vllm_compat`.
 
 Tensor parallelism (request ``tp`` > 1): every rank records its own reads
 (``raw*.safetensors.rankN``).  Reads every rank holds whole (residual stream,
@@ -41,7 +41,7 @@ TP_AGREE = 1e-3  # a rank disagreeing more than this on a replicated read is a s
 
 
 def _env_defaults(device: str = "cpu", tp: int = 1) -> None:
-    from harness.vllm_compat import subject_env_defaults
+    from harness.engines.vllm_compat import subject_env_defaults
 
     for key, value in subject_env_defaults(device, tp).items():
         os.environ.setdefault(key, value)
@@ -51,7 +51,7 @@ def _load_dump(dumps: list[dict], tp_stats: dict) -> dict:
     """One ``{key: tensor}`` from every rank's dump file (deleted after reading)."""
     from safetensors.torch import load_file
 
-    from harness.vllm_compat import merge_ranks, rank_disagreement
+    from harness.engines.vllm_compat import merge_ranks, rank_disagreement
 
     per_rank = [load_file(d["path"]) for d in sorted(dumps, key=lambda d: d["rank"])]
     for d in dumps:
@@ -119,12 +119,12 @@ def main(request_path: str) -> int:
     import vllm
     from vllm import LLM, SamplingParams
 
-    from harness.vllm_compat import llm_kwargs, sampling_kwargs, supported_line
+    from harness.engines.vllm_compat import llm_kwargs, sampling_kwargs, supported_line
 
     meta: dict = {"vllm_version": vllm.__version__, "torch_version": torch.__version__,
                   "vllm_line_verified": supported_line(vllm.__version__),
                   "import_s": time.perf_counter() - t_import}
-    # Hooks go in before vLLM compiles the model (harness.vllm_plugin), in every mode.
+    # Hooks go in before vLLM compiles the model (harness.engines.vllm_plugin), in every mode.
     reads_path = out_dir / "reads.json"
     reads_path.write_text(json.dumps(req["reads"]))
     os.environ["VLLM_PARITY_READS"] = str(reads_path)
@@ -133,7 +133,7 @@ def main(request_path: str) -> int:
         model=req["checkpoint"],
         dtype=req["dtype"],
         enforce_eager=req.get("enforce_eager", True),
-        worker_extension_cls="harness.vllm_worker.CaptureExtension",
+        worker_extension_cls="harness.engines.vllm_worker.CaptureExtension",
         max_model_len=req["max_model_len"],
         skip_tokenizer_init=False,
         **llm_kwargs(device=device, tp=tp, compiled=not req.get("enforce_eager", True)),

@@ -7,7 +7,7 @@ Options: ``--model qwen3,gemma`` (families; default set when absent),
 harness's overlays; its reports are ``report-tl-vllm.*``), ``--device
 auto|cpu|cuda`` (vLLM and the references on the same device; auto: cuda where
 torch sees one), ``--precision ieee|tf32`` (fp32 matmuls of vLLM on CUDA, see
-harness.tolerances), ``--tp N`` (vLLM's tensor_parallel_size).  Bad values fail
+harness.references.tolerances), ``--tp N`` (vLLM's tensor_parallel_size).  Bad values fail
 at configure time with the list of what is valid.
 
 Tests that take a ``parity_case`` argument are generated as one item per
@@ -35,7 +35,7 @@ class ParityCase:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("vllm-parity", "vLLM activation parity")
     group.addoption("--model", default=None,
-                    help="comma-separated model families to test (default: the default set; see harness/families.py)")
+                    help="comma-separated model families to test (default: the default set; see harness/models/families.py)")
     group.addoption("--model-path", default=None, help="a local HF checkpoint directory to test (comma-separated for several)")
     group.addoption("--dtype", default="float32", help="dtype for both engines (default float32)")
     group.addoption("--compiled", action="store_true", default=False,
@@ -45,7 +45,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="where vLLM and the reference engines run (default auto: cuda if torch sees a GPU)")
     group.addoption("--precision", default="ieee", choices=("ieee", "tf32"),
                     help="fp32 matmuls of vLLM on CUDA: ieee (TRITON_F32_DEFAULT=ieee, default) or tf32 "
-                         "(Triton's default; gated by its own calibration, harness/tolerances.py)")
+                         "(Triton's default; gated by its own calibration, harness/references/tolerances.py)")
     group.addoption("--tp", type=int, default=1, help="vLLM tensor_parallel_size (default 1)")
     group.addoption("--subject", default="vllm", choices=("vllm", "tl-vllm"),
                     help="what is compared with the references: vllm (this harness's overlays, default) or "
@@ -61,7 +61,7 @@ class ParitySession:
         self.dtype = config.getoption("--dtype")
         self.subject = config.getoption("--subject")
         self.compiled = config.getoption("--compiled")
-        from harness.runner import resolve_device
+        from harness.pipeline.runner import resolve_device
 
         self.device = resolve_device(config.getoption("--device"))
         self.precision = config.getoption("--precision")
@@ -76,7 +76,7 @@ class ParitySession:
 
     def targets(self):
         if self._targets is None:
-            from harness.targets import targets_from_options
+            from harness.models.targets import targets_from_options
 
             self._targets = targets_from_options(self.model, self.model_path)
             self._by_name.update({t.name: t for t in self._targets})
@@ -84,8 +84,8 @@ class ParitySession:
 
     def target(self, name: str):
         if name not in self._by_name:
-            from harness.families import FAMILIES
-            from harness.targets import target_for_family
+            from harness.models.families import FAMILIES
+            from harness.models.targets import target_for_family
 
             self.targets()
             if name not in self._by_name:
@@ -102,8 +102,8 @@ class ParitySession:
         hooks = self.selected.get(name) if selective else None
         key = (name, dtype, compiled, hooks)
         if key not in self.runs:
-            from harness.report import write_report
-            from harness.runner import run_model
+            from harness.reporting.report import write_report
+            from harness.pipeline.runner import run_model
 
             run = run_model(self.target(name), dtype=dtype, device=self.device, subject=self.subject,
                             compiled=compiled, precision=self.precision, tp=self.tp,
@@ -114,9 +114,9 @@ class ParitySession:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from harness.families import UnknownFamilyError, resolve_families
-    from harness.targets import TargetError, target_for_path
-    from harness.tolerances import UnsupportedDtypeError, calibration_for, calibration_key
+    from harness.models.families import UnknownFamilyError, resolve_families
+    from harness.models.targets import TargetError, target_for_path
+    from harness.references.tolerances import UnsupportedDtypeError, calibration_for, calibration_key
 
     try:
         resolve_families(config.getoption("--model"))
@@ -125,7 +125,7 @@ def pytest_configure(config: pytest.Config) -> None:
         calibration_for(calibration_key(config.getoption("--dtype"), config.getoption("--precision")))
         if config.getoption("--tp") < 1:
             raise UnsupportedDtypeError(f"--tp {config.getoption('--tp')}: must be 1 or more")
-        from harness.runner import resolve_device
+        from harness.pipeline.runner import resolve_device
 
         resolve_device(config.getoption("--device"))
     except (UnknownFamilyError, TargetError, UnsupportedDtypeError, ValueError) as exc:
@@ -138,8 +138,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     session: ParitySession = metafunc.config._vllm_parity  # type: ignore[attr-defined]
     if "parity_case" in metafunc.fixturenames:
-        from harness.known_issues import known_issue
-        from harness.runner import planned_cases, subject_plan
+        from harness.references.known_issues import known_issue
+        from harness.pipeline.runner import planned_cases, subject_plan
 
         params = []
         for t in session.targets():
@@ -150,7 +150,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 params.append(pytest.param(ParityCase(t.name, ref, hook), id=f"{t.name}-{ref}-{hook}", marks=marks))
         metafunc.parametrize("parity_case", params)
     if "nonfiring_case" in metafunc.fixturenames:
-        from harness.runner import subject_plan
+        from harness.pipeline.runner import subject_plan
         from overlays.base import expand_layers
 
         params = []
@@ -184,7 +184,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 chosen[case.model].add(case.hook)
     if not chosen:
         return
-    from harness.runner import planned_cases, subject_plan
+    from harness.pipeline.runner import planned_cases, subject_plan
 
     for model, hooks in chosen.items():
         specs, derived, _ = subject_plan(ps.target(model), ps.subject, ps.device == "cuda" and ps.compiled)
@@ -201,7 +201,7 @@ def parity_session(request: pytest.FixtureRequest) -> ParitySession:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     ps = getattr(session.config, "_vllm_parity", None)
     if ps is not None and ps.runs:
-        from harness.matrix import write_matrix
+        from harness.reporting.matrix import write_matrix
 
         ps.matrix_path, _ = write_matrix(ps.report_dir)
 

@@ -6,12 +6,12 @@ Contract: :func:`capture_references` returns a :class:`ReferenceCapture`:
 
 * ``bridge[prompt][hook]``, ``compat[prompt][legacy]``, ``hf[prompt][hook]``,
   ``compat_processed[prompt][legacy]`` (compatibility mode with HookedTransformer's
-  default weight processing, see :mod:`harness.processing`)
-  -- tensors in canonical layout (batch dim dropped, see :mod:`harness.shapes`);
+  default weight processing, see :mod:`harness.references.processing`)
+  -- tensors in canonical layout (batch dim dropped, see :mod:`harness.comparison.shapes`);
 * ``logprobs[prompt]`` -- fp64 ``[T, V]`` log-softmax of HF's logits;
 * ``floors[engine][hook]`` -- the noise floor of that engine for that hook:
   the worst relative error (over prompts) between the engine in the run dtype
-  and the same engine in the truth dtype (see :mod:`harness.tolerances`);
+  and the same engine in the truth dtype (see :mod:`harness.references.tolerances`);
 * ``meta`` -- boot times, forward latency, top operators.
 
 HF hooks are architecture-agnostic: the decoder layers are the model's
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import torch
 
-from .compare import compare_tensors
-from .derived import ignore_common_mask
-from .shapes import reference_to_canonical
-from .timing import profile_call
-from .tolerances import TORCH_DTYPES, calibration_for
+from harness.comparison.compare import compare_tensors
+from harness.comparison.derived import ignore_common_mask
+from harness.comparison.shapes import reference_to_canonical
+from harness.engines.timing import profile_call
+from harness.references.tolerances import TORCH_DTYPES, calibration_for
 
 
 @dataclass
@@ -81,7 +81,7 @@ def _bridge_and_compat(checkpoint, dtype, prompts, names, legacy, device):
 
 
 def _processed_captures(checkpoint, dtype, prompts, names, device, meta=None):
-    """Compatibility mode with HookedTransformer's default weight processing (harness.processing):
+    """Compatibility mode with HookedTransformer's default weight processing (harness.references.processing):
     its own boot, since processing rewrites the weights."""
     bridge = _boot_bridge(checkpoint, dtype, device)
     bridge.enable_compatibility_mode()

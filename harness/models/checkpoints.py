@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from .families import ModelSpec
+from harness.models.families import ModelSpec
+from harness.paths import CACHE_ROOT
 
 BUILD_VERSION = 1
 
@@ -29,7 +30,7 @@ def cache_root() -> Path:
     root = os.environ.get("VLLM_PARITY_CACHE")
     if root:
         return Path(root)
-    return Path(__file__).resolve().parent.parent / ".cache" / "checkpoints"
+    return CACHE_ROOT / "checkpoints"
 
 
 def spec_key(spec: ModelSpec) -> str:

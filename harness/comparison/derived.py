@@ -14,7 +14,7 @@ tokens, with q ``[T, n_heads, d_head]`` and k ``[T, n_kv, d_head]``:
 * ``pattern`` -> ``[n_heads, T, T]``: softmax of the scores over keys.
 
 Arithmetic runs in fp64 and the result is cast to the inputs' dtype promoted
-to at least fp32, as :mod:`harness.conversions` does.
+to at least fp32, as :mod:`harness.comparison.conversions` does.
 
 Traps:
 
@@ -22,7 +22,7 @@ Traps:
   dtype's most negative finite value, its compatibility mode with ``-inf``.
   Neither is a number to compare, so :func:`ignore_common_mask` turns the
   entries masked on *both* sides into NaN in the reference (NaN in the
-  reference means "ignore" to :func:`harness.compare.compare_tensors`); an
+  reference means "ignore" to :func:`harness.comparison.compare.compare_tensors`); an
   entry masked on one side only stays and fails with an infinite or huge
   error, so a wrong mask or window still fails.
 - Soft-capping comes before the mask (HF and the bridge agree), so a capped

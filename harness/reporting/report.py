@@ -19,7 +19,7 @@ SCHEMA_VERSION = 1
 
 def _device_dtype(result: dict) -> str:
     """``cpu-float32``, ``cuda-bfloat16``; CUDA fp32 names its matmul precision
-    (``cuda-float32-ieee`` / ``-tf32``, harness.tolerances); ``-tpN`` for tensor parallelism."""
+    (``cuda-float32-ieee`` / ``-tf32``, harness.references.tolerances); ``-tpN`` for tensor parallelism."""
     info = result.get("device_info") or {}
     out = f"{result.get('device', 'cpu')}-{result['dtype']}"
     if result.get("device") == "cuda" and result["dtype"] == "float32":
@@ -135,12 +135,12 @@ def to_markdown(result: dict) -> str:
             "`rel_err` = ||vLLM − reference|| / ||reference|| of the worst last-dim row (a token's vector, a head's "
             "vector, a query's attention row), worst prompt. `floor` = the reference's own "
             "distance from itself in the truth dtype; `tol` = max(multiple × floor, minimum) "
-            "(harness/tolerances.py); `margin` = rel_err / tol (< 1 passes). `cos_min` = worst per-token cosine. "
+            "(harness/references/tolerances.py); `margin` = rel_err / tol (< 1 passes). `cos_min` = worst per-token cosine. "
             "References: `bridge` TransformerBridge, `compat` its compatibility mode, `hf` plain HF forward hooks, "
             "`bridge~hf` the two references against each other, `compat-processed` compatibility mode with "
-            "HookedTransformer's weight processing (harness/processing.py), `bridge-ragged` vLLM's ragged-batch run "
+            "HookedTransformer's weight processing (harness/references/processing.py), `bridge-ragged` vLLM's ragged-batch run "
             "(all prompts in one batch) against the bridge run alone. *(derived)*: computed host-side from "
-            "captured hooks (harness/derived.py; entries masked on both sides ignored), not a tensor vLLM "
+            "captured hooks (harness/comparison/derived.py; entries masked on both sides ignored), not a tensor vLLM "
             "materialized.", "",
             "| status | reference | hook | rel_err | floor | tol | margin | max_abs | cos_min | worst (prompt, index) |",
             "|---|---|---|---|---|---|---|---|---|---|"]
@@ -168,7 +168,7 @@ def to_markdown(result: dict) -> str:
             f"- {r['message']}" + (f" — **known reference bug**: {r['known_issue']}" if r.get("known_issue") else "")
             for r in failing]
     if result.get("routing_flips"):
-        out += ["", "## Expert-routing flips (harness.routing)", "",
+        out += ["", "## Expert-routing flips (harness.comparison.routing)", "",
                 "Tokens whose top-k experts differ between vLLM and the bridge (single-prompt runs, then the "
                 "flips only the ragged batch adds).  An *explained* flip (vLLM's "
                 "router logits at that token within the router hook's calibrated tolerance, so rounding swapped "
@@ -206,7 +206,7 @@ def write_report(result: dict, report_dir: Path) -> Path:
     payload = {"schema": SCHEMA_VERSION, **result, "summary": summarize(result)}
     path = folder / f"{stem}.json"
     path.write_text(json.dumps(payload, indent=1, default=_json_default, allow_nan=True))
-    from .depth_plot import write_depth_plot
+    from harness.reporting.depth_plot import write_depth_plot
 
     png = write_depth_plot(result, folder / f"{stem.replace('report', 'depth', 1)}.png")
     md = to_markdown(result)

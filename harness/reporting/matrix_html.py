@@ -1,7 +1,7 @@
 """The support matrix as a self-contained HTML heatmap.
 
 Contract: :func:`to_html(rows, reports)` is pure: ``rows`` are
-:func:`harness.matrix.build_matrix` rows (one per model x variant), ``reports``
+:func:`harness.reporting.matrix.build_matrix` rows (one per model x variant), ``reports``
 maps each row's ``report`` path to that report's JSON dict.  It returns one
 HTML page -- inline CSS, no script, no external resource -- with exactly one
 ``<tbody>`` row per matrix row.  :func:`write_html` loads the reports and

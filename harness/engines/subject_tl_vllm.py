@@ -18,7 +18,7 @@ Contract:
   conversion: TL's driver already converts (fused residual summed,
   ``ln_final`` un-folded), and that conversion is what is under test.  The
   spec's ``raw_key`` only names where the capture is stored.
-* :func:`capture_tl_vllm` runs ``python -m harness.subject_tl_vllm REQ.json``
+* :func:`capture_tl_vllm` runs ``python -m harness.engines.subject_tl_vllm REQ.json``
   in its own process (vLLM's process-global state; a crash costs one model)
   and returns a :class:`SubjectCapture` in the default subject's layout:
   ``raw["{prompt}:{path}|out#0"]`` ``[T, width]``, no parameters, and
@@ -112,14 +112,14 @@ def capture_tl_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], s
                     env: dict[str, str] | None = None, ragged: bool = True, enforce_eager: bool = True):
     from safetensors.torch import load_file
 
-    from .subject import SubjectCapture, launch_subject
+    from harness.engines.subject import SubjectCapture, launch_subject
 
     work_dir.mkdir(parents=True, exist_ok=True)
     out_dir = work_dir / "subject_tl_vllm"
     request = {"checkpoint": str(checkpoint), "dtype": dtype, "prompts": prompts,
                "hooks": {h: s.raw_key for h, s in specs.items()}, "max_model_len": max_model_len,
                "out_dir": str(out_dir), "ragged": ragged, "enforce_eager": enforce_eager}
-    launch_subject("harness.subject_tl_vllm", request, work_dir, "subject_tl_vllm", env, timeout_s)
+    launch_subject("harness.engines.subject_tl_vllm", request, work_dir, "subject_tl_vllm", env, timeout_s)
     return SubjectCapture(
         raw=load_file(str(out_dir / "raw.safetensors")), params={},
         logprobs={int(k): v for k, v in load_file(str(out_dir / "logprobs.safetensors")).items()},

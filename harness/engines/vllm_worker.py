@@ -1,7 +1,7 @@
 """vLLM worker extension that records hook reads (mixed into vLLM's Worker).
 
 Contract: vLLM mixes :class:`CaptureExtension` into its worker class through
-``LLM(worker_extension_cls="harness.vllm_worker.CaptureExtension")``; the
+``LLM(worker_extension_cls="harness.engines.vllm_worker.CaptureExtension")``; the
 driver calls the ``vp_*`` methods by name with ``llm.collective_rpc``, so no
 insecure serialization is needed.  Files, not tensors, cross the RPC boundary:
 ``vp_dump(path)`` writes a safetensors file per rank, which works the same for
@@ -14,9 +14,9 @@ tensor read later would hold someone else's value.
 
 Every hook hands its value to one custom op, ``vllm_parity::tap(x, slot)``,
 whose Python body records it.  Under torch.compile the hooks are traced into
-the graph (they are installed before compilation, see harness.vllm_plugin) and
+the graph (they are installed before compilation, see harness.engines.vllm_plugin) and
 the op stays in it as an ordered side effect; with piecewise CUDA graphs vLLM
-splits the graph at the op (harness.vllm_compat.add_splitting_op), so it runs
+splits the graph at the op (harness.engines.vllm_compat.add_splitting_op), so it runs
 eagerly between graph replays and records the values of *this* replay.  Inside
 a stream capture (full CUDA graphs) it records nothing: only replays count.
 Counting calls of a shared module and the on/off switch happen in the op's
@@ -24,7 +24,7 @@ body, at run time, so they hold in compiled mode too.
 
 vLLM internals (the model inside the runner, the batch layout, how a module
 is sharded across tensor-parallel ranks) are reached through
-:mod:`harness.vllm_compat` only.
+:mod:`harness.engines.vllm_compat` only.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from .vllm_compat import CAPTURE_OP, batch_layout, engine_info, in_parallel_region, runner_model, tp_layout
+from harness.engines.vllm_compat import CAPTURE_OP, batch_layout, engine_info, in_parallel_region, runner_model, tp_layout
 
 _TERM = re.compile(r"^(out|in)(?:\[(\d+)\]|\.(\w+))?$")
 _SINKS: list = []  # slot -> the recording function of this process's CaptureExtension
@@ -245,11 +245,11 @@ class CaptureExtension:
         return batch_layout(self.model_runner)
 
     def vp_missing(self) -> list[str] | None:
-        """Modules the pre-compile install (harness.vllm_plugin) could not find; None if it never ran."""
+        """Modules the pre-compile install (harness.engines.vllm_plugin) could not find; None if it never ran."""
         return getattr(self, "_vp_missing", None)
 
     def vp_engine_info(self) -> dict:
-        """Compilation and CUDA-graph mode of this worker (harness.vllm_compat.engine_info)."""
+        """Compilation and CUDA-graph mode of this worker (harness.engines.vllm_compat.engine_info)."""
         return engine_info(self)
 
     def vp_set_enabled(self, enabled: bool) -> None:
@@ -302,6 +302,6 @@ class CaptureExtension:
             self._vp_prof.__enter__()
             return None
         self._vp_prof.__exit__(None, None, None)
-        from harness.timing import top_ops
+        from harness.engines.timing import top_ops
 
         return top_ops(self._vp_prof)

@@ -8,7 +8,7 @@ it starts, workers included.  It does nothing unless the environment variable
 ``VLLM_PARITY_READS`` names a JSON file holding the ``[module, read]`` list:
 then ``Worker.load_model`` is wrapped to call ``CaptureExtension.vp_install``
 on the freshly loaded model, and the capture op joins vLLM's graph-splitting
-ops (harness.vllm_compat).  An environment variable, not a module global,
+ops (harness.engines.vllm_compat).  An environment variable, not a module global,
 because tensor-parallel workers are separate processes.  Any other vLLM engine
 in the same environment is untouched (the variable is unset there).
 """
@@ -25,9 +25,9 @@ def register() -> None:
     global _patched
     if _patched or not os.environ.get(ENV):
         return
-    from .vllm_compat import add_splitting_op, worker_class
+    from harness.engines.vllm_compat import add_splitting_op, worker_class
 
-    # the capture op runs outside CUDA graphs, between replays (harness.vllm_worker)
+    # the capture op runs outside CUDA graphs, between replays (harness.engines.vllm_worker)
     add_splitting_op()
     Worker = worker_class()  # noqa: N806 -- every device's worker inherits its load_model
     original = Worker.load_model

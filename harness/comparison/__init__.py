@@ -1,0 +1,1 @@
+"""Pure functions from captures to verdict numbers: conversions, derived hooks, metrics, routing flips, evaluation of a plan."""

@@ -1,0 +1,1 @@
+"""The only code that runs vLLM: the subject process, its worker extension and plugin, and what differs between vLLM lines (vllm_compat)."""

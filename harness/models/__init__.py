@@ -1,0 +1,1 @@
+"""What is tested: model families (data), offline checkpoint building, targets, prompts."""
