@@ -65,14 +65,15 @@ class PlantedOverlay(Overlay):
 @pytest.fixture(scope="module", params=sorted(MIN_MARGIN))
 def planted_run(request, parity_session, tmp_path_factory):
     from harness.pipeline.runner import run_model
+    from harness.pipeline.variant import Variant
 
     dtype, _, precision = request.param.partition("-")
     if precision and parity_session.device != "cuda":
         pytest.skip(f"{request.param}: TF32 matmuls exist on CUDA only (session device {parity_session.device})")
     target = replace(parity_session.target("gemma"))
     target.overlay = PlantedOverlay(target.overlay, _faults)
-    run = run_model(target, dtype=dtype, work_root=tmp_path_factory.mktemp("planted"),
-                    device=parity_session.device, precision=precision or "ieee")
+    variant = Variant.make(dtype, parity_session.device, precision or "ieee")
+    run = run_model(target, variant, work_root=tmp_path_factory.mktemp("planted"))
     assert run.result.error is None, run.result.error
     run.gate = request.param
     return run

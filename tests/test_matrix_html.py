@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from harness.reporting.matrix import write_matrix
-from harness.reporting.matrix_html import COLOURS, cell, hook_kind, kind_columns, margin, margin_colour, to_html
+from harness.reporting.matrix_html import COLOURS, cell, hook_kind, kind_columns, margin, margin_colour, to_html  # noqa: F401
 from harness.reporting.report import write_report
 
 TOL = 1e-4

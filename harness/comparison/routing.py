@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from harness.vocab.hooks import split_layer
+
 GATE = re.compile(r"^blocks\.(\d+)\.mlp\.gate\.hook_out$")
 # hooks of the routing layer that do not depend on its expert choice
 _BEFORE_ROUTING_IN_LAYER = ("mlp.hook_in", "mlp.gate.hook_out")
@@ -77,10 +79,9 @@ def find_flips(subject: torch.Tensor, reference: torch.Tensor, k: int, prompt: i
 
 def after_routing(hook: str, layer: int) -> bool:
     """Whether ``hook`` (a canonical name, or ``logprobs`` / ``argmax``) depends on layer ``layer``'s routing."""
-    m = re.match(r"^blocks\.(\d+)\.(.+)$", hook)
-    if m is None:
+    i, kind = split_layer(hook)
+    if i is None:
         return not hook.startswith("embed.")  # ln_final, unembed, logits
-    i, kind = int(m.group(1)), m.group(2)
     if i != layer:
         return i > layer
     return kind in ("hook_out", "mlp.hook_out") or (kind.startswith("mlp.") and kind not in _BEFORE_ROUTING_IN_LAYER)

@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.vocab.capture_keys import RAGGED, capture_key
 from harness.paths import REPO_ROOT
 
 import torch
@@ -31,7 +32,7 @@ class SubjectCapture:
     meta: dict = field(default_factory=dict)
 
     def read(self, prompt: int, raw_key: str, call: int = 0) -> torch.Tensor | None:
-        return self.raw.get(f"{prompt}:{raw_key}#{call}")
+        return self.raw.get(capture_key(prompt, raw_key, call))
 
     def ragged_read(self, prompt: int, raw_key: str, prompt_lengths: list[int],
                     row_dim: int = 0) -> torch.Tensor | None:
@@ -47,7 +48,7 @@ class SubjectCapture:
             return None
         per_req: dict[str, list[torch.Tensor]] = {}
         for call, layout in enumerate(batches):
-            value = self.raw.get(f"ragged:{raw_key}#{call}")
+            value = self.raw.get(capture_key(RAGGED, raw_key, call))
             if value is None:
                 return None
             qsl = layout["query_start_loc"]

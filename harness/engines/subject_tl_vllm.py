@@ -55,6 +55,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.vocab.capture_keys import RAGGED, capture_key
 from overlays.base import HookSpec, NonFiring
 
 # TL 4.3.0's reasons, from the comments beside each entry of its overlay's
@@ -163,7 +164,7 @@ def main(request_path: str) -> int:
             if missing:
                 meta.setdefault("missing_hooks", {})[str(p)] = missing
             for hook in set(hooks) & set(cache.keys()):
-                raw[f"{p}:{hooks[hook]}#0"] = cache[hook][0].detach().cpu().contiguous()
+                raw[capture_key(p, hooks[hook])] = cache[hook][0].detach().cpu().contiguous()
             logprobs[str(p)] = torch.log_softmax(logits[0].detach().cpu().double(), dim=-1).contiguous()
     # run_with_cache wall time per prompt (engine step + capture read-back + logit reconstruction)
     meta["run_with_cache_ms_all"] = [x * 1e3 for x in times]
@@ -180,7 +181,7 @@ def main(request_path: str) -> int:
         with torch.no_grad():
             _, cache = batched.run_with_cache([list(t) for t in req["prompts"]], names_filter=lambda n: n in hooks)
         for hook in set(hooks) & set(cache.keys()):
-            raw[f"ragged:{hooks[hook]}#0"] = torch.cat(
+            raw[capture_key(RAGGED, hooks[hook])] = torch.cat(
                 [cache[hook][p, :n] for p, n in enumerate(lengths)]).detach().cpu().contiguous()
         starts = [0]
         for n in lengths:

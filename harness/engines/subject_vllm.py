@@ -36,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.vocab.capture_keys import RAGGED, strip_call
+
 
 TP_AGREE = 1e-3  # a rank disagreeing more than this on a replicated read is a sharding error
 
@@ -61,15 +63,15 @@ def _load_dump(dumps: list[dict], tp_stats: dict) -> dict:
     layouts = dumps[0].get("layouts", {})
     merged = {}
     for key, value in per_rank[0].items():
-        layout = layouts.get(key.rsplit("#", 1)[0], {"kind": "replicated"})
+        layout = layouts.get(strip_call(key), {"kind": "replicated"})
         values = [r.get(key) for r in per_rank]
         if layout["kind"] == "replicated":
             dis = rank_disagreement(values)
             worst = tp_stats.setdefault("replicated", {})
-            name = key.split("#")[0]
+            name = strip_call(key)
             worst[name] = max(worst.get(name, 0.0), dis)
         else:
-            tp_stats.setdefault("sharded", {})[key.split("#")[0]] = layout["kind"]
+            tp_stats.setdefault("sharded", {})[strip_call(key)] = layout["kind"]
         merged[key] = merge_ranks(layout, values)
     return merged
 
@@ -164,7 +166,7 @@ def main(request_path: str) -> int:
         if len(dump["forward_s"]) != 1:
             raise RuntimeError(f"prompt {p}: expected one model forward, saw {len(dump['forward_s'])}")
         for key, tensor in _load_dump(dumps, tp_stats).items():
-            raw[f"{p}:{key}"] = tensor
+            raw[f"{p}:{key}"] = tensor  # key is already "{read key}#{call}" (capture_keys.call_key)
         calls[p] = dump["calls"]
         logprobs[str(p)] = _logprob_matrix(out, vocab, len(tokens))
     if req.get("ragged") and len(req["prompts"]) > 1:
@@ -175,7 +177,7 @@ def main(request_path: str) -> int:
         llm.generate(batch, SamplingParams(max_tokens=1, temperature=0.0, detokenize=False), use_tqdm=False)
         dumps = llm.collective_rpc("vp_dump", args=(str(out_dir / "ragged.safetensors"),))
         for key, tensor in _load_dump(dumps, tp_stats).items():
-            raw[f"ragged:{key}"] = tensor
+            raw[f"{RAGGED}:{key}"] = tensor
         meta["ragged_batches"] = dumps[0]["batches"]
     if tp > 1:
         replicated = tp_stats.get("replicated", {})

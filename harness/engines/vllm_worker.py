@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from harness.vocab.capture_keys import call_key, read_key
 from harness.engines.vllm_compat import CAPTURE_OP, batch_layout, engine_info, in_parallel_region, runner_model, tp_layout
 
 _TERM = re.compile(r"^(out|in)(?:\[(\d+)\]|\.(\w+))?$")
@@ -186,7 +187,7 @@ class CaptureExtension:
             groups.setdefault((id(module), read), (module, []))[1].append(module_path)
         for (_, read), (module, paths) in groups.items():
             side, terms = parse_read(read)
-            keys = [f"{p}|{read}" for p in sorted(paths, key=natural_key)]
+            keys = [read_key(p, read) for p in sorted(paths, key=natural_key)]
             parent = resolve_module(model, paths[0].rpartition(".")[0]) if "." in paths[0] else model
             layout = tp_layout(module, side, tp, in_parallel_region(parent))
             self._vp_layouts.update({k: layout for k in keys})
@@ -268,7 +269,7 @@ class CaptureExtension:
 
         rank = getattr(self, "rank", 0)
         # clone: under torch.compile, inductor may return one buffer for two equal reads
-        out = {f"{k}#{n}": t.cpu().contiguous().clone() for k, ts in self._vp_records.items() for n, t in enumerate(ts)}
+        out = {call_key(k, n): t.cpu().contiguous().clone() for k, ts in self._vp_records.items() for n, t in enumerate(ts)}
         target = path if rank == 0 else f"{path}.rank{rank}"
         save_file(out, target)
         return {"rank": rank, "path": target, "calls": {k: len(v) for k, v in self._vp_records.items()},

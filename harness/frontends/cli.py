@@ -38,68 +38,55 @@ def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None) -> 
         import torch
 
         torch.set_num_threads(threads)
-    from harness.reporting.report import summarize
     from harness.pipeline.runner import run_model
+    from harness.reporting.report import summarize
 
-    target, dtype, precision, compiled, kw = job
-    result = run_model(target, dtype=dtype, precision=precision, compiled=compiled, **kw).result.to_dict()
+    target, variant = job
+    result = run_model(target, variant).result.to_dict()
     return {"result": result, "summary": summarize(result)}
 
 
-def _lost_job(job: tuple, exc: BaseException, subject: str) -> dict:
+def _lost_job(job: tuple, exc: BaseException) -> dict:
     """The result of a job whose worker process died (it had no chance to report): an error row."""
+    from harness.pipeline.results import ModelResult
     from harness.reporting.report import summarize
-    from harness.pipeline.runner import ModelResult
 
-    target, dtype, precision, compiled, kw = job
-    result = ModelResult(target.name, target.architecture, type(target.overlay).__name__, target.source,
-                         str(target.checkpoint), dtype, target.seed, device=kw["device"], subject=subject,
-                         compiled=compiled)
-    result.device_info = {"precision": precision, "tp": kw["tp"]} if kw["device"] == "cuda" else {}
+    target, variant = job
+    result = ModelResult.start(target, variant)
     result.error = f"worker process lost: {type(exc).__name__}: {exc}"
     d = result.to_dict()
     return {"result": d, "summary": summarize(d)}
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from harness.models.targets import TargetError, targets_from_options
+    from harness.pipeline.variant import VariantError, split_list, variants
+    from harness.references.tolerances import UnsupportedDtypeError, calibration_for
     from harness.reporting.matrix import write_matrix
     from harness.reporting.report import write_report
-    from harness.pipeline.runner import resolve_device
-    from harness.models.targets import TargetError, targets_from_options
-    from harness.references.tolerances import UnsupportedDtypeError, calibration_for, calibration_key
 
-    dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
-    precisions = [x.strip() for x in args.precision.split(",") if x.strip()]
-    modes = [m.strip() for m in (args.modes or ("compiled" if args.compiled else "eager")).split(",") if m.strip()]
+    args.report_dir = args.report_dir or DEFAULT_REPORTS
+    modes = split_list(args.modes or ("compiled" if args.compiled else "eager"))
     try:
-        device = resolve_device(args.device)
-        for d in dtypes:
-            for prec in precisions:
-                calibration_for(calibration_key(d, prec))
-        if set(modes) - {"eager", "compiled"} or args.tp < 1 or args.jobs < 1:
-            raise UnsupportedDtypeError(f"--modes {args.modes!r} (eager, compiled), --tp {args.tp}, --jobs {args.jobs}")
+        if args.jobs < 1:
+            raise VariantError(f"--jobs {args.jobs}: must be 1 or more")
+        runs = variants(split_list(args.dtype), args.device, split_list(args.precision), modes, args.tp,
+                        args.subject)
+        for v in runs:
+            calibration_for(v.gate_key)
         targets = targets_from_options(args.model, args.model_path)
     except (TargetError, UnsupportedDtypeError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    kw = {"subject": args.subject, "device": device, "tp": args.tp}
-    jobs = []
-    for mode in sorted(modes):  # compiled first: the longest runs start first
-        for target in targets:
-            for dtype in dtypes:
-                # the matmul precision means something for fp32 on CUDA only
-                for prec in (precisions if device == "cuda" and dtype == "float32" else precisions[:1]):
-                    jobs.append((target, dtype, prec, mode == "compiled", kw))
+    jobs = [(target, v) for v in runs for target in targets]
     status = 0
 
     def report(job: tuple, out: dict) -> None:
         nonlocal status
-        target, dtype, prec, compiled, _ = job
+        target, variant = job
         result, s = out["result"], out["summary"]
         path = write_report(result, args.report_dir)
-        print(f"== {target.name} ({target.architecture}, {target.overlay.name}, subject {args.subject}, {device}, "
-              f"{dtype}{'/' + prec if device == 'cuda' and dtype == 'float32' else ''}, "
-              f"{'compiled' if compiled else 'eager'}{f', tp {args.tp}' if args.tp > 1 else ''})", flush=True)
+        print(f"== {target.name} ({target.architecture}, {target.overlay.name}, {variant.describe()})", flush=True)
         print(f"   {s['verdict']}: {s['passed']}/{s['rows']} rows pass, worst rel err "
               f"{s['worst_rel_err']} ({s['worst_where']}), {result['wall_s']:.0f} s -> {path}", flush=True)
         if result.get("error"):
@@ -113,16 +100,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         import concurrent.futures as cf
         import importlib
         import multiprocessing as mp
+        import os
 
         import torch
 
         # one-GPU jobs are spread over the GPUs there are; a fresh process per job (spawn, one task
         # each) so its GPU is chosen before CUDA starts
-        gpus = torch.cuda.device_count() if device == "cuda" and args.tp == 1 else 0
+        gpus = torch.cuda.device_count() if runs[0].device == "cuda" and args.tp == 1 else 0
         # by its importable name: a spawned child cannot unpickle a function from __main__
         run_one = importlib.import_module("harness.frontends.cli")._run_one
-        import os
-
         threads = max(1, (os.cpu_count() or 1) // args.jobs)
         with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn"), max_tasks_per_child=1) as pool:
             futures = {pool.submit(run_one, job, i % gpus if gpus > 1 else None, threads): job
@@ -131,7 +117,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 try:
                     out = fut.result()
                 except Exception as exc:  # noqa: BLE001 -- a dead worker process loses its job only
-                    out = _lost_job(futures[fut], exc, args.subject)
+                    out = _lost_job(futures[fut], exc)
                 report(futures[fut], out)
     md, _ = write_matrix(args.report_dir)
     print()
@@ -165,30 +151,13 @@ def update_readme(readme: Path, matrix_md: str, marker: str = "support-matrix") 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness.frontends.options import add_to_argparse
+
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="run parity and write reports + matrix")
-    run.add_argument("--model", default=None, help="comma-separated families (default: the default set)")
-    run.add_argument("--model-path", default=None, help="local HF checkpoint directory (comma-separated for several)")
-    run.add_argument("--dtype", default="float32",
-                     help="comma-separated dtypes, one report each (float32, bfloat16, float16)")
-    run.add_argument("--compiled", action="store_true", help="vLLM with torch.compile instead of eager")
-    run.add_argument("--modes", default=None,
-                     help="comma-separated vLLM modes, one report each: eager, compiled (default: eager, "
-                          "or compiled with --compiled)")
-    run.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                     help="where vLLM and the references run (default auto: cuda if torch sees a GPU)")
-    run.add_argument("--precision", default="ieee",
-                     help="comma-separated fp32 matmul precisions of vLLM on CUDA, one report each: ieee "
-                          "(TRITON_F32_DEFAULT=ieee, default), tf32 (Triton's default; own calibration)")
-    run.add_argument("--tp", type=int, default=1, help="vLLM tensor_parallel_size (default 1)")
-    run.add_argument("--jobs", type=int, default=1,
-                     help="run this many (model, variant) jobs at once, each in its own process (default 1)")
-    run.add_argument("--subject", default="vllm", choices=("vllm", "tl-vllm"),
-                     help="vllm: this harness's overlays (default); tl-vllm: TransformerLens's own vLLM backend "
-                          "(reports report-tl-vllm.*)")
-    run.add_argument("--report-dir", type=Path, default=DEFAULT_REPORTS)
+    add_to_argparse(run)
     run.set_defaults(fn=_cmd_run)
     mat = sub.add_parser("matrix", help="regenerate the support matrix from reports/*/report*.json")
     mat.add_argument("--report-dir", type=Path, default=DEFAULT_REPORTS)

@@ -1,25 +1,22 @@
 """pytest plugin: options, the parity session fixture, test generation, and
 the end-of-session support matrix.  Nothing else.
 
-Options: ``--model qwen3,gemma`` (families; default set when absent),
-``--model-path DIR`` (a local checkpoint), ``--dtype``, ``--report-dir``,
-``--subject vllm|tl-vllm`` (TransformerLens's own vLLM backend instead of this
-harness's overlays; its reports are ``report-tl-vllm.*``), ``--device
-auto|cpu|cuda`` (vLLM and the references on the same device; auto: cuda where
-torch sees one), ``--precision ieee|tf32`` (fp32 matmuls of vLLM on CUDA, see
-harness.references.tolerances), ``--tp N`` (vLLM's tensor_parallel_size).  Bad values fail
-at configure time with the list of what is valid.
+Options come from the one table in :mod:`harness.frontends.options` (``--model``,
+``--model-path``, ``--dtype``, ``--compiled``, ``--device``, ``--precision``, ``--tp``,
+``--subject``, ``--report-dir``); the session's variant is one
+:class:`harness.pipeline.variant.Variant`.  Bad values fail at configure time with
+the list of what is valid.
 
 Tests that take a ``parity_case`` argument are generated as one item per
-(model, reference, hook) -- ids like ``gemma-bridge-ln_final.hook_normalized``
-so ``-k "gemma and ln_final"`` works.  ``nonfiring_case`` items are generated
-skipped, the skip reason naming the hook and why vLLM cannot expose it.  Each
-model's engines run once per session, lazily, when its first item runs; its
-report is written right then, and the matrix at session end.
+(model, reference, hook) from each model's plan (harness.pipeline.plan) -- ids like
+``gemma-bridge-ln_final.hook_normalized`` so ``-k "gemma and ln_final"`` works.
+``nonfiring_case`` items are generated skipped, the skip reason naming the hook and
+why vLLM cannot expose it.  Each model's engines run once per session, lazily, when
+its first item runs; its report is written right then, and the matrix at session end.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -33,46 +30,30 @@ class ParityCase:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("vllm-parity", "vLLM activation parity")
-    group.addoption("--model", default=None,
-                    help="comma-separated model families to test (default: the default set; see harness/models/families.py)")
-    group.addoption("--model-path", default=None, help="a local HF checkpoint directory to test (comma-separated for several)")
-    group.addoption("--dtype", default="float32", help="dtype for both engines (default float32)")
-    group.addoption("--compiled", action="store_true", default=False,
-                    help="run vLLM compiled (torch.compile; CUDA graphs on GPU) instead of eager")
-    group.addoption("--report-dir", default=None, help="where reports go (default: <rootdir>/reports)")
-    group.addoption("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                    help="where vLLM and the reference engines run (default auto: cuda if torch sees a GPU)")
-    group.addoption("--precision", default="ieee", choices=("ieee", "tf32"),
-                    help="fp32 matmuls of vLLM on CUDA: ieee (TRITON_F32_DEFAULT=ieee, default) or tf32 "
-                         "(Triton's default; gated by its own calibration, harness/references/tolerances.py)")
-    group.addoption("--tp", type=int, default=1, help="vLLM tensor_parallel_size (default 1)")
-    group.addoption("--subject", default="vllm", choices=("vllm", "tl-vllm"),
-                    help="what is compared with the references: vllm (this harness's overlays, default) or "
-                         "tl-vllm (TransformerLens's own vLLM backend); reports go to report-<subject>.json")
+    from harness.frontends.options import add_to_pytest
+
+    add_to_pytest(parser.getgroup("vllm-parity", "vLLM activation parity"))
 
 
 class ParitySession:
-    """Lazily runs each model once and writes its report."""
+    """Lazily runs each model once per variant and writes its report."""
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(self, config: pytest.Config, variant) -> None:
         self.model = config.getoption("--model")
         self.model_path = config.getoption("--model-path")
-        self.dtype = config.getoption("--dtype")
-        self.subject = config.getoption("--subject")
-        self.compiled = config.getoption("--compiled")
-        from harness.pipeline.runner import resolve_device
-
-        self.device = resolve_device(config.getoption("--device"))
-        self.precision = config.getoption("--precision")
-        self.tp = config.getoption("--tp")
+        self.variant = variant
         rd = config.getoption("--report-dir")
         self.report_dir = Path(rd) if rd else Path(str(config.rootpath)) / "reports"
         self._targets = None
         self._by_name: dict = {}
+        self._plans: dict = {}
         self.runs: dict = {}
         # model -> hooks the selected parity tests compare, where that is fewer than all
         self.selected: dict[str, frozenset[str]] = {}
+
+    @property
+    def device(self) -> str:
+        return self.variant.device
 
     def targets(self):
         if self._targets is None:
@@ -92,22 +73,30 @@ class ParitySession:
                 self._by_name[name] = target_for_family(FAMILIES[name])
         return self._by_name[name]
 
+    def plan(self, name: str):
+        """The full plan of ``name`` under the session's variant (built once)."""
+        if name not in self._plans:
+            from harness.pipeline.plan import build_plan
+
+            self._plans[name] = build_plan(self.target(name), self.variant)
+        return self._plans[name]
+
     def run(self, name: str, dtype: str | None = None, compiled: bool | None = None, selective: bool = False):
         """The session's run of ``name`` (engines booted once per (model, dtype, mode)); its report is written.
 
         ``selective``: capture only the hooks this session's selected parity tests compare
         (``-k`` selections stay cheap); a full selection captures everything."""
-        dtype = dtype or self.dtype
-        compiled = self.compiled if compiled is None else compiled
+        variant = replace(self.variant, dtype=dtype or self.variant.dtype,
+                          compiled=self.variant.compiled if compiled is None else compiled)
+        if variant.device != "cuda" or variant.dtype != "float32":
+            variant = replace(variant, precision="ieee")
         hooks = self.selected.get(name) if selective else None
-        key = (name, dtype, compiled, hooks)
+        key = (name, variant, hooks)
         if key not in self.runs:
-            from harness.reporting.report import write_report
             from harness.pipeline.runner import run_model
+            from harness.reporting.report import write_report
 
-            run = run_model(self.target(name), dtype=dtype, device=self.device, subject=self.subject,
-                            compiled=compiled, precision=self.precision, tp=self.tp,
-                            hooks=set(hooks) if hooks is not None else None)
+            run = run_model(self.target(name), variant, hooks=hooks)
             self.runs[key] = run  # before the report: a failed write must not re-boot the engines per test
             write_report(run.result.to_dict(), self.report_dir)
         return self.runs[key]
@@ -116,52 +105,46 @@ class ParitySession:
 def pytest_configure(config: pytest.Config) -> None:
     from harness.models.families import UnknownFamilyError, resolve_families
     from harness.models.targets import TargetError, target_for_path
-    from harness.references.tolerances import UnsupportedDtypeError, calibration_for, calibration_key
+    from harness.pipeline.variant import Variant
+    from harness.references.tolerances import UnsupportedDtypeError, calibration_for
 
     try:
         resolve_families(config.getoption("--model"))
         for p in filter(None, (config.getoption("--model-path") or "").split(",")):
             target_for_path(p)
-        calibration_for(calibration_key(config.getoption("--dtype"), config.getoption("--precision")))
-        if config.getoption("--tp") < 1:
-            raise UnsupportedDtypeError(f"--tp {config.getoption('--tp')}: must be 1 or more")
-        from harness.pipeline.runner import resolve_device
-
-        resolve_device(config.getoption("--device"))
+        variant = Variant.make(config.getoption("--dtype"), config.getoption("--device"),
+                               config.getoption("--precision"), config.getoption("--compiled"),
+                               config.getoption("--tp"), config.getoption("--subject"))
+        calibration_for(variant.gate_key)
     except (UnknownFamilyError, TargetError, UnsupportedDtypeError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
     config.addinivalue_line("markers", "parity: runs real vLLM and reference engines")
     config.addinivalue_line("markers", "slow: boots vLLM compiled (about a minute); still runs in CI")
-    config._vllm_parity = ParitySession(config)  # type: ignore[attr-defined]
+    config._vllm_parity = ParitySession(config, variant)  # type: ignore[attr-defined]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     session: ParitySession = metafunc.config._vllm_parity  # type: ignore[attr-defined]
     if "parity_case" in metafunc.fixturenames:
         from harness.references.known_issues import known_issue
-        from harness.pipeline.runner import planned_cases, subject_plan
 
         params = []
         for t in session.targets():
-            specs, derived, _ = subject_plan(t, session.subject, session.device == "cuda" and session.compiled)
-            for ref, hook in planned_cases(specs, derived):
-                issue = known_issue(t.architecture, ref, hook)
+            for case in session.plan(t.name).cases:
+                issue = known_issue(t.architecture, case.reference, case.hook)
                 marks = [pytest.mark.xfail(strict=True, reason=f"known reference bug: {issue.reason}")] if issue else []
-                params.append(pytest.param(ParityCase(t.name, ref, hook), id=f"{t.name}-{ref}-{hook}", marks=marks))
+                params.append(pytest.param(ParityCase(t.name, case.reference, case.hook),
+                                           id=f"{t.name}-{case.test_id}", marks=marks))
         metafunc.parametrize("parity_case", params)
     if "nonfiring_case" in metafunc.fixturenames:
-        from harness.pipeline.runner import subject_plan
-        from overlays.base import expand_layers
-
         params = []
+        subject = session.variant.subject
         for t in session.targets():
-            n_layers = int(getattr(t.hf_config, "num_hidden_layers", 0) or 0)
-            for nf in subject_plan(t, session.subject, session.device == "cuda" and session.compiled)[2]:
-                for hook in expand_layers(nf.template, n_layers):
-                    reason = (f"{hook} is non-firing in {session.subject} for {t.name} "
-                              f"(overlay {t.overlay.name if session.subject == 'vllm' else 'TL'}): {nf.reason}")
-                    params.append(pytest.param(ParityCase(t.name, "none", hook), id=f"{t.name}-nonfiring-{hook}",
-                                               marks=pytest.mark.skip(reason=reason)))
+            for hook, why in session.plan(t.name).nonfiring_hooks():
+                reason = (f"{hook} is non-firing in {subject} for {t.name} "
+                          f"(overlay {t.overlay.name if subject == 'vllm' else 'TL'}): {why}")
+                params.append(pytest.param(ParityCase(t.name, "none", hook), id=f"{t.name}-nonfiring-{hook}",
+                                           marks=pytest.mark.skip(reason=reason)))
         if not params:  # say so, rather than pytest's "got empty parameter set"
             params = [pytest.param(None, id="none", marks=pytest.mark.skip(
                 reason="no hook of the selected models is declared non-firing: every offered hook is compared"))]
@@ -175,21 +158,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if ps is None:
         return
     chosen: dict[str, set[str]] = {}
-    total: dict[str, int] = {}
     for item in items:
         case = getattr(item, "callspec", None) and item.callspec.params.get("parity_case")
         if case is not None:
             chosen.setdefault(case.model, set())
             if case.reference != "hf" or case.hook not in ("logprobs", "argmax"):
                 chosen[case.model].add(case.hook)
-    if not chosen:
-        return
-    from harness.pipeline.runner import planned_cases, subject_plan
-
     for model, hooks in chosen.items():
-        specs, derived, _ = subject_plan(ps.target(model), ps.subject, ps.device == "cuda" and ps.compiled)
-        total[model] = len({h for _, h in planned_cases(specs, derived)} - {"logprobs", "argmax"})
-        if len(hooks) < total[model]:
+        if len(hooks) < len(ps.plan(model).compared_hooks):
             ps.selected[model] = frozenset(hooks)
 
 

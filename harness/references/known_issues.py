@@ -17,8 +17,9 @@ every residual hook, so the entry went (a strict xfail would have failed).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from harness.vocab.hooks import matches
 
 
 @dataclass(frozen=True)
@@ -41,14 +42,8 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
 )
 
 
-def _matches(template: str, hook: str) -> bool:
-    if template == "*":
-        return True
-    return re.fullmatch(re.escape(template).replace(r"\{i\}", r"\d+"), hook) is not None
-
-
 def known_issue(architecture: str, reference: str, hook: str) -> KnownIssue | None:
     for issue in KNOWN_ISSUES:
-        if issue.architecture == architecture and reference in issue.references and _matches(issue.template, hook):
+        if issue.architecture == architecture and reference in issue.references and matches(issue.template, hook):
             return issue
     return None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.vocab.hook_names import template_of
+from harness.vocab.hooks import template_of
 
 RESIDUAL_WRITES: frozenset[str] = frozenset({
     "embed.hook_out", "blocks.{i}.hook_in", "blocks.{i}.hook_resid_mid", "blocks.{i}.hook_out",

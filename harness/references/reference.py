@@ -201,3 +201,17 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
         meta["forward_ms_all"] = [x * 1e3 for x in times]
         meta["top_ops"] = profile_call(lambda: hf_model(ids))
     return ReferenceCapture(bridge, compat, logprobs, hf, floors, meta, processed)
+
+
+def tf32_floors(checkpoint: Path, prompts: list[list[int]], hooks: list[str], device: str) -> dict:
+    """The references' own distance from fp64 with their fp32 matmuls in TF32: the floors of the
+    ``float32-tf32`` gate (harness.references.tolerances).  TF32 error grows with depth and through
+    the softmax, so one constant cannot gate every hook; the compared references themselves stay IEEE."""
+    matmul = torch.backends.cuda.matmul
+    before = matmul.allow_tf32
+    matmul.allow_tf32 = True
+    try:
+        return capture_references(checkpoint, dtype="float32", prompts=prompts, hooks=hooks, compat_names=[],
+                                  device=device, timing_repeats=1).floors
+    finally:
+        matmul.allow_tf32 = before

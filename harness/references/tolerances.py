@@ -80,16 +80,6 @@ CALIBRATION: dict[str, Calibration] = {
         "TF32 matmuls (Triton's fp32 default on GPU): 4x the reference's own TF32 floor, as bf16"),
 }
 
-PRECISIONS = ("ieee", "tf32")  # fp32 matmul precision of the vLLM subject on CUDA (--precision)
-
-
-def calibration_key(dtype: str, precision: str = "ieee") -> str:
-    """The CALIBRATION entry for a run: fp32 under ``--precision tf32`` has its own."""
-    if precision not in PRECISIONS:
-        raise UnsupportedDtypeError(f"--precision {precision!r}: supported: {', '.join(PRECISIONS)}")
-    return f"{dtype}-tf32" if precision == "tf32" and dtype == "float32" else dtype
-
-
 def reference_key(key: str) -> str:
     """The gate for the references checked against each other: they never run in TF32."""
     return key.split("-", 1)[0]

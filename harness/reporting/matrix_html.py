@@ -23,7 +23,7 @@ Traps:
 - ``rel_err`` may be NaN or missing on an errored row; NaN compares false, so
   the worst row is chosen with NaN as +inf.
 - Non-firing entries name templates (``blocks.{i}.attn.hook_pattern``), rows
-  name hooks; both reduce to the kind with :func:`overlays.base.hook_kind`.
+  name hooks; both reduce to the kind with :func:`harness.vocab.hooks.hook_kind`.
 - Reports are written concurrently by other runs: a report that cannot be
   read at render time becomes an error row, never an exception.
 - The colour is the margin, not the raw error, so a later dtype with a
@@ -34,12 +34,14 @@ from __future__ import annotations
 import html
 import json
 import math
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-# Forward order of the canonical kinds (DESIGN.md section 4); kinds not listed
+from harness.comparison.gate import margin
+from harness.vocab.hooks import hook_kind
+
+# Forward order of the canonical kinds (docs/DESIGN.md section 4); kinds not listed
 # are slotted in after their predecessor in the first report that has them.
 CANONICAL_KINDS: tuple[str, ...] = (
     "embed.hook_out", "pos_embed.hook_out", "hook_in", "ln1.hook_normalized",
@@ -59,22 +61,11 @@ MARGIN_STOPS: tuple[tuple[float, str], ...] = (
 COLOURS = {"fail": "#a50026", "error": "#111111", "nonfiring": "#bdbdbd", "absent": "#ffffff"}
 
 
-def hook_kind(hook_or_template: str) -> str:
-    """``blocks.3.attn.hook_q`` or ``blocks.{i}.attn.hook_q`` -> ``attn.hook_q``."""
-    return re.sub(r"^blocks\.(\d+|\{i\})\.", "", hook_or_template)
-
-
 # ----------------------------------------------------------------- cells
 
 def _num(x: Any) -> float:
     """rel_err as a float, NaN/missing as +inf (so the worst row wins)."""
     return float(x) if isinstance(x, (int, float)) and not math.isnan(x) else math.inf
-
-
-def margin(err: float, tol: float) -> float:
-    if tol > 0:
-        return err / tol
-    return 0.0 if err == 0 else math.inf
 
 
 def margin_colour(m: float) -> str:

@@ -14,31 +14,20 @@ import math
 from pathlib import Path
 from typing import Any
 
+from harness.comparison.gate import margin
+from harness.pipeline.variant import Variant
+
 SCHEMA_VERSION = 1
-
-
-def _device_dtype(result: dict) -> str:
-    """``cpu-float32``, ``cuda-bfloat16``; CUDA fp32 names its matmul precision
-    (``cuda-float32-ieee`` / ``-tf32``, harness.references.tolerances); ``-tpN`` for tensor parallelism."""
-    info = result.get("device_info") or {}
-    out = f"{result.get('device', 'cpu')}-{result['dtype']}"
-    if result.get("device") == "cuda" and result["dtype"] == "float32":
-        out += f"-{info.get('precision', 'ieee')}"
-    return out + (f"-tp{info['tp']}" if int(info.get("tp", 1) or 1) > 1 else "")
 
 
 def variant_of(result: dict) -> str:
     """``cpu-float32``; a subject other than the default vLLM one prefixes it (``tl-vllm-cpu-float32``)."""
-    subject = result.get("subject", "vllm")
-    return (("" if subject == "vllm" else f"{subject}-") + _device_dtype(result)
-            + ("-compiled" if result.get("compiled") else ""))
+    return Variant.from_result(result).name
 
 
 def report_stem(result: dict) -> str:
     """``report``; ``report-tl-vllm``, ``report-cuda-bfloat16``, ``report-tl-vllm-cuda-float32-ieee``."""
-    parts = [result.get("subject", "vllm"), _device_dtype(result),
-             "compiled" if result.get("compiled") else "eager"]
-    return "-".join(["report"] + [p for p in parts if p not in ("vllm", "cpu-float32", "eager")])
+    return Variant.from_result(result).report_stem
 
 
 def summarize(result: dict) -> dict:
@@ -77,7 +66,7 @@ def summarize(result: dict) -> dict:
 
 
 def _margin(row: dict) -> float:
-    return row["rel_err"] / row["tolerance"] if row.get("tolerance") else math.nan
+    return margin(row["rel_err"], row.get("tolerance") or 0.0)
 
 
 def _finite(x: Any) -> bool:
@@ -155,9 +144,9 @@ def to_markdown(result: dict) -> str:
         name = r["hook"] if r["reference_hook"] == r["hook"] else f"{r['hook']} → `{r['reference_hook']}`"
         if r.get("derived"):
             name += " *(derived)*"
-        margin = r["rel_err"] / r["tolerance"] if _finite(r["rel_err"]) and r["tolerance"] else None
+        margin_ = _margin(r)
         out.append(f"| {r['status']} | {r['reference']} | {name} | {_fmt(r['rel_err'])} | {_fmt(r.get('floor'))} "
-                   f"| {_fmt(r['tolerance'], '.1e')} | {_fmt(margin, '.3f')} | {_fmt(r['max_abs'])} "
+                   f"| {_fmt(r['tolerance'], '.1e')} | {_fmt(margin_, '.3f')} | {_fmt(r['max_abs'])} "
                    f"| {_fmt(r['cos_min'], '.7f')} | {where} |")
     lm = next((r.get("logit_metrics") for r in result.get("rows", []) if r.get("logit_metrics")), None)
     if lm:

@@ -7,7 +7,7 @@ or ``None`` where no one-to-one alias exists.  Data only.
 """
 from __future__ import annotations
 
-import re
+from harness.vocab.hooks import at_layer, layer_of, template_of
 
 # canonical template -> legacy template (one to one, same tensor)
 COMPAT_ALIASES: dict[str, str] = {
@@ -31,16 +31,9 @@ COMPAT_ALIASES: dict[str, str] = {
 }
 
 
-def template_of(hook: str) -> str:
-    return re.sub(r"^blocks\.\d+\.", "blocks.{i}.", hook)
-
-
 def compat_alias(hook: str) -> str | None:
     legacy = COMPAT_ALIASES.get(template_of(hook))
-    if legacy is None:
-        return None
-    m = re.match(r"^blocks\.(\d+)\.", hook)
-    return legacy.format(i=m.group(1)) if m else legacy
+    return None if legacy is None else at_layer(legacy, layer_of(hook))
 
 
 # Hooks plain HF forward hooks capture, for every architecture (harness.references.reference).

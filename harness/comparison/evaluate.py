@@ -1,0 +1,283 @@
+"""Evaluate a plan: captures of both sides -> one result row per planned case.
+
+Contract: :func:`evaluate(plan, subject, refs, prompts, gate, model)` is pure given
+its inputs (no engine runs): it converts the subject's raw captures with the
+overlay's conversions, derives the derived hooks, finds expert-routing flips, and
+emits exactly one :class:`HookResult` per ``plan.cases`` entry, in that order, each
+with its final status from ``gate.finalize``.  Every flip found is returned too.
+
+Traps:
+- A capture that never fired, or whose conversion fails, makes an ``error`` row on
+  every reference, and the derived hooks computed from it say which input failed.
+- Ragged-batch rows are the subject's batched run split per request; they may flip
+  other expert near-ties than the single-prompt runs, so their flips are their own.
+- A row's message names how vLLM's value was obtained (module, read, conversions) when
+  it does not pass, so a failing mapping can be read off the message.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from overlays.base import DropBatch, HookSpec
+from harness.comparison.compare import (ShapeMismatch, argmax_agreement, compare_tensors, failure_message,
+                                        logit_metrics, verdict)
+from harness.comparison.conversions import convert, stitch_calls
+from harness.comparison.derived import derive, ignore_common_mask
+from harness.comparison.gate import CROSS_REFERENCE, Gate
+from harness.comparison.routing import GATE, Flip, find_flips, set_aside
+from harness.comparison.shapes import subject_to_canonical
+from harness.pipeline.plan import Case, Plan
+from harness.pipeline.results import HookResult
+from harness.references.processing import to_hooked_coordinates
+
+_AXES = {2: ("pos", "d"), 3: ("pos", "head", "d_head"), 1: ("pos",)}
+Pairs = list  # [(subject, reference) or None (set aside)] per prompt
+
+
+def _compare_prompts(label: str, pairs: Pairs, tol: float) -> dict:
+    """Compare every prompt; keep the worst one's metrics."""
+    worst = None
+    for p, pair in enumerate(pairs):
+        if pair is None:  # set aside (harness.comparison.routing)
+            continue
+        m = compare_tensors(*pair)
+        if worst is None or not (m.rel_err <= worst[1].rel_err):
+            worst = (p, m)
+    p, m = worst
+    names = ("prompt",) + _AXES.get(len(m.shape), tuple(f"dim{k}" for k in range(len(m.shape))))
+    ok = verdict(m, tol)
+    return dict(
+        status="pass" if ok else "fail", rel_err=m.rel_err, max_abs=m.max_abs, ref_scale=m.ref_scale,
+        cos_min=m.cos_min,
+        worst={"prompt": p, "index": list(m.worst_index), "axes": list(names[1:]),
+               "subject": m.subject_at_worst, "reference": m.reference_at_worst},
+        # worst_index has no prompt axis: name its axes names[1:], then prefix the prompt
+        message="" if ok else failure_message(label, m, tol, names[1:]).replace(
+            "worst at [", f"worst at [prompt={p}, ", 1),
+    )
+
+
+def compared_row(model: str, case: Case, tol: float, floor: float | None, pairs: Pairs | None,
+                 problem: str = "", flips: list[Flip] = ()) -> HookResult:
+    """One compared row.  ``flips``: routing flips; the prompts the explained ones set
+    aside for this hook (harness.comparison.routing) are left out and named in the message."""
+    row = HookResult(model, case.reference, case.hook, case.reference_hook, case.layer, case.kind, "error", tol,
+                     floor=floor, derived=case.derived)
+    if problem or pairs is None:
+        row.message = problem or f"{case.hook}: no values for {case.reference}"
+        return row
+    aside = set_aside(case.hook, list(flips))
+    kept = [None if p in aside else pair for p, pair in enumerate(pairs)]
+    note = ("; prompt(s) set aside: expert routing flipped at a near-tie upstream (" +
+            "; ".join(f.describe() for f in aside.values()) + ")") if aside else ""
+    if all(k is None for k in kept):
+        row.status = "inconclusive"
+        row.message = f"{case.hook} vs {case.reference}: every prompt set aside{note}"
+        return row
+    try:
+        label = f"{model} {case.hook} vs {case.reference}:{case.reference_hook}"
+        for key, value in _compare_prompts(label, kept, tol).items():
+            setattr(row, key, value)
+        row.message += note
+    except ShapeMismatch as exc:
+        row.message = f"{case.hook} vs {case.reference}:{case.reference_hook}: {exc}"
+    return row
+
+
+def _pairs(subject, store: dict, name: str, n: int) -> Pairs | None:
+    if subject is None or any(name not in store.get(p, {}) for p in range(n)):
+        return None
+    return [(subject[p], store[p][name]) for p in range(n)]
+
+
+class _Evaluation:
+    """The state one evaluation builds once: converted captures, derived values, flips."""
+
+    def __init__(self, plan: Plan, subject, refs, prompts: list[list[int]], gate: Gate, model: str) -> None:
+        self.plan, self.subject, self.refs, self.gate, self.model = plan, subject, refs, gate, model
+        self.n, self.lengths = len(prompts), [len(t) for t in prompts]
+        self.values: dict[str, list[torch.Tensor]] = {}  # converted captures, also the inputs of derived hooks
+        self.failed: dict[str, str] = {}  # hook -> why its capture has no value
+        for hook, spec in plan.specs.items():
+            self._convert(hook, spec)
+        self.bridge_floor = refs.floors.get("bridge", {})
+        self.router_tol = {h: gate.tolerance("bridge", self.bridge_floor.get(h)) for h in plan.specs if GATE.match(h)}
+        self.flips = self._routing_flips(self.values)
+        self.derived_values: dict[str, list[torch.Tensor]] = {}
+        self.derived_failed: dict[str, str] = {}
+        for hook, spec in plan.derived.items():
+            self._derive(hook, spec)
+        self.ragged, self.ragged_failed = self._ragged()
+        # the batched forward may flip other near-ties than the single-prompt ones
+        self.ragged_flips = self.flips + [f for f in self._routing_flips(self.ragged) if f not in self.flips]
+
+    # -- subject values ------------------------------------------------------------
+    def _convert(self, hook: str, spec: HookSpec) -> None:
+        out = []
+        for p, n_tokens in enumerate(self.lengths):
+            raw = self.subject.read(p, spec.raw_key)
+            if raw is None:
+                problem = f"{hook}: vLLM hook on {spec.module!r} ({spec.read}) never fired"
+                if spec.module in (self.subject.meta.get("missing_modules") or []):
+                    engine = (self.subject.meta.get("device_info") or {}).get("engine") or {}
+                    problem += (f": no such module in vLLM's model tree ({engine.get('model_class', 'model class unknown')}"
+                                f"); the overlay describes another implementation of this architecture")
+                self.failed[hook] = problem
+                return
+            try:
+                out.append(convert(spec, self._canonical(p, spec, raw, n_tokens), self.subject.params))
+            except Exception as exc:  # noqa: BLE001 -- a conversion that cannot apply is a mapping error
+                self.failed[hook] = f"{hook}: conversion failed: {exc}"
+                return
+        self.values[hook] = out
+
+    def _canonical(self, p: int, spec: HookSpec, first: torch.Tensor, n_tokens: int) -> torch.Tensor:
+        """The raw read of one prompt in ``[T, ...]`` rows: the first call's, or every call stitched."""
+        if spec.calls != "all":
+            return subject_to_canonical(first, n_tokens)
+        calls = [first]
+        while (nxt := self.subject.read(p, spec.raw_key, len(calls))) is not None:
+            calls.append(nxt)
+        return stitch_calls(calls, n_tokens)
+
+    def _derive(self, hook: str, spec) -> None:
+        missing = [f"input {h}: {self.failed.get(h, 'not captured')}" for h in spec.inputs if h not in self.values]
+        try:
+            if missing:
+                raise LookupError("; ".join(missing))
+            self.derived_values[hook] = [derive(spec, {h: self.values[h][p] for h in spec.inputs})
+                                         for p in range(self.n)]
+        except Exception as exc:  # noqa: BLE001 -- a missing input or failed derivation is this hook's error
+            self.derived_failed[hook] = f"{hook} (derived {spec.describe()}): {exc}"
+
+    def _ragged(self) -> tuple[dict, dict]:
+        values, failed = {}, {}
+        for case in self.plan.cases:
+            if case.reference != "bridge-ragged":
+                continue
+            spec = self.plan.specs[case.hook]
+            row_dim = 1 if spec.convert and isinstance(spec.convert[0], DropBatch) else 0  # [1, T, ...] reads
+            raws = [self.subject.ragged_read(p, spec.raw_key, self.lengths, row_dim) for p in range(self.n)]
+            if any(r is None for r in raws):
+                failed[case.hook] = f"{case.hook}: no ragged-batch capture (vLLM did not report its batch layout)"
+                continue
+            try:
+                values[case.hook] = [convert(spec, r, self.subject.params) for r in raws]
+            except Exception as exc:  # noqa: BLE001
+                failed[case.hook] = f"{case.hook}: conversion failed: {exc}"
+        return values, failed
+
+    def _routing_flips(self, values: dict[str, list[torch.Tensor]]) -> list[Flip]:
+        """Every token whose top-k expert set differs between vLLM's router logits and the bridge's."""
+        k = self.plan.routing_k
+        if not k:
+            return []
+        out: list[Flip] = []
+        for hook, subj in values.items():
+            m = GATE.match(hook)
+            if m is None or _pairs(subj, self.refs.bridge, hook, self.n) is None:
+                continue
+            for p in range(self.n):
+                out += find_flips(subj[p], self.refs.bridge[p][hook], int(k), p, int(m.group(1)), self.router_tol[hook])
+        return out
+
+    # -- rows ------------------------------------------------------------------------
+    def _floor(self, case: Case) -> float | None:
+        refs, floors = self.refs, self.refs.floors
+        bridge = self.bridge_floor.get(case.hook)
+        if case.hook == "logprobs":
+            return floors.get("hf", {}).get("logprobs")
+        if case.reference in ("bridge", "bridge-ragged"):
+            return bridge
+        if case.reference in ("compat", "compat-processed"):
+            # |vLLM - compat| is bounded by the sum of both distances from the truth: the larger of the
+            # bridge's floor (the proxy for vLLM's own rounding) and compatibility mode's own, which
+            # computes some hooks its own way (OLMo-2's bf16 attention scores)
+            own = refs.floors.get("compat", {}).get(case.reference_hook)
+            return bridge if own is None else (own if bridge is None else max(bridge, own))
+        if case.reference == "hf":
+            return floors.get("hf", {}).get(case.reference_hook)
+        if case.reference == CROSS_REFERENCE:
+            return max(bridge or 0.0, floors.get("hf", {}).get(case.reference_hook, 0.0))
+        return None
+
+    def row(self, case: Case) -> HookResult:
+        floor = self._floor(case)
+        tol = self.gate.tolerance(case.reference, floor)
+        hook, ref, name, n = case.hook, case.reference, case.reference_hook, self.n
+        if case.derived:
+            problem = self.derived_failed.get(hook, "")
+            store = self.refs.bridge if ref == "bridge" else self.refs.compat
+            pairs = None if problem else _pairs(self.derived_values.get(hook), store, name, n)
+            pairs = pairs and [(s, ignore_common_mask(s, r)) for s, r in pairs]
+            return compared_row(self.model, case, tol, floor, pairs,
+                                problem or ("" if pairs else f"{hook}: reference {ref} has no hook {name!r}"),
+                                self.flips)
+        if ref == CROSS_REFERENCE:
+            bridge_vals = [self.refs.bridge.get(p, {}).get(hook) for p in range(n)]
+            pairs = None if any(v is None for v in bridge_vals) else _pairs(bridge_vals, self.refs.hf, name, n)
+            return compared_row(self.model, case, tol, floor, pairs, "" if pairs else
+                                f"{hook}: missing in TransformerBridge or HF")
+        if ref == "bridge-ragged":
+            pairs = _pairs(self.ragged.get(hook), self.refs.bridge, hook, n)
+            return compared_row(self.model, case, tol, floor, pairs, self.ragged_failed.get(hook, ""),
+                                self.ragged_flips)
+        problem, subj = self.failed.get(hook, ""), self.values.get(hook)
+        if ref == "compat-processed":
+            norm = self.refs.meta.get("normalization_type")
+            subj = None if problem else [to_hooked_coordinates(x, norm) for x in subj]
+        store, missing = {
+            "bridge": (self.refs.bridge, f"{hook}: TransformerBridge has no hook {name!r}"),
+            "compat": (self.refs.compat, f"{hook}: compatibility mode has no hook {name!r}"),
+            "compat-processed": (self.refs.compat_processed, f"{hook}: processed compatibility mode has no hook "
+                                 f"{name!r} ({self.refs.meta.get('processed_error', 'not captured')})"),
+            "hf": (self.refs.hf, f"{hook}: HF forward hooks did not capture it"),
+        }[ref]
+        pairs = None if problem else _pairs(subj, store, name, n)
+        return compared_row(self.model, case, tol, floor, pairs, problem or ("" if pairs else missing), self.flips)
+
+    def logit_rows(self) -> list[HookResult]:
+        lp_case, am_case = [c for c in self.plan.cases if c.hook in ("logprobs", "argmax")]
+        floor = self._floor(lp_case)
+        pairs = [(self.subject.logprobs[p], self.refs.logprobs[p]) for p in range(self.n)]
+        # reference entries vLLM did not return (top-k mode) are masked out
+        pairs = [(s, torch.where(torch.isnan(s), torch.full_like(r, math.nan), r)) for s, r in pairs]
+        row = compared_row(self.model, lp_case, self.gate.tolerance("hf", floor), floor, pairs, flips=self.flips)
+        aside = set_aside("argmax", list(self.flips))
+        pairs = [pair for p, pair in enumerate(pairs) if p not in aside]
+        row.logit_metrics = logit_metrics(pairs) if pairs else {}
+        agree = [argmax_agreement(s, r) for s, r in pairs]
+        n_agree, n_pos = sum(a[0] for a in agree), sum(a[1] for a in agree)
+        # Final-position top-1 must agree, except for a near tie (each top-1 within the
+        # other's top-5, as vLLM's check_logprobs_close allows): bf16 can flip those.
+        last_ok = all(a[3] for a in agree)
+        ties = sum(a[3] and not a[2] for a in agree)
+        am = HookResult(self.model, "hf", "argmax", am_case.reference_hook, None, "argmax",
+                        "pass" if last_ok else "fail", 0.0, rel_err=0.0 if last_ok else 1.0,
+                        worst={"agree_positions": n_agree, "positions": n_pos, "final_near_ties": ties},
+                        message="" if last_ok else
+                        f"{self.model}: final-position argmax differs from HF in {sum(not a[3] for a in agree)} "
+                        f"prompt(s) beyond a near tie; top-1 agreement {n_agree}/{n_pos} positions")
+        am.logit_metrics = row.logit_metrics
+        if aside:
+            am.message += f"; prompt(s) {sorted(aside)} set aside: expert routing flipped at a near-tie upstream"
+            if not pairs:
+                am.status, am.message = "inconclusive", f"argmax: every prompt set aside{am.message}"
+        return [row, am]
+
+
+def evaluate(plan: Plan, subject, refs, prompts: list[list[int]], gate: Gate, model: str
+             ) -> tuple[list[HookResult], list[Flip]]:
+    """One final row per planned case, in plan order, and every routing flip found (single and ragged runs)."""
+    ev = _Evaluation(plan, subject, refs, prompts, gate, model)
+    rows = [ev.row(c) for c in plan.cases if c.hook not in ("logprobs", "argmax")] + ev.logit_rows()
+    for row in rows:  # say how vLLM's value was obtained, so a failing mapping can be read off the message
+        spec = plan.specs.get(row.hook)
+        if spec is not None and row.status != "pass" and "~" not in row.reference:
+            steps = "; ".join(c.describe() for c in spec.convert) or "none"
+            row.message += f" [vLLM read: {spec.module} {spec.read}; conversions: {steps}]"
+    for row in rows:
+        gate.finalize(row)
+    return rows, ev.ragged_flips

@@ -1,0 +1,87 @@
+"""The command-line options, declared once, registered into argparse and pytest.
+
+Contract: :data:`OPTIONS` is the table; :func:`add_to_argparse` and :func:`add_to_pytest`
+register the rows for their front end (``where``), and :func:`variant_options` reads
+the variant axes back from either (an argparse ``Namespace`` or a pytest ``Config``).
+Choices live in :mod:`harness.pipeline.variant`, not here.
+
+Trap: the CLI runs every combination of comma-separated values (``--dtype
+float32,bfloat16`` = two reports); pytest runs one variant per session, so ``many``
+options take a single value there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.pipeline.variant import DEVICES, PRECISIONS, SUBJECTS
+
+
+@dataclass(frozen=True)
+class Option:
+    flag: str
+    help: str
+    default: Any = None
+    choices: tuple[str, ...] | None = None
+    type: type | None = None
+    flag_only: bool = False  # store_true
+    where: str = "both"  # "both" | "cli" | "pytest"
+    many: bool = False  # comma-separated list on the CLI (one report per value)
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    def kwargs(self, front: str) -> dict:
+        if self.flag_only:
+            return {"action": "store_true", "default": False, "help": self.help}
+        out: dict[str, Any] = {"default": self.default, "help": self.help}
+        if self.type is not None:
+            out["type"] = self.type
+        if self.choices and not (self.many and front == "cli"):
+            out["choices"] = self.choices
+        return out
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--model", "comma-separated model families (default: the default set; see harness/models/families.py)"),
+    Option("--model-path", "local HF checkpoint directory (comma-separated for several)"),
+    Option("--dtype", "dtype of both engines (float32, bfloat16, float16; CLI: comma-separated, one report each)",
+           default="float32", many=True),
+    Option("--compiled", "vLLM with torch.compile (CUDA graphs on a GPU) instead of eager", flag_only=True),
+    Option("--modes", "comma-separated vLLM modes, one report each: eager, compiled (default: eager, or "
+                      "compiled with --compiled)", where="cli"),
+    Option("--device", "where vLLM and the references run (default auto: cuda if torch sees a GPU)",
+           default="auto", choices=DEVICES),
+    Option("--precision", "fp32 matmuls of vLLM on CUDA: ieee (TRITON_F32_DEFAULT=ieee, default) or tf32 "
+                          "(Triton's default; own calibration, harness/references/tolerances.py); CLI: "
+                          "comma-separated, one report each", default="ieee", choices=PRECISIONS, many=True),
+    Option("--tp", "vLLM tensor_parallel_size (default 1)", default=1, type=int),
+    Option("--subject", "what is compared with the references: vllm (this harness's overlays, default) or tl-vllm "
+                        "(TransformerLens's own vLLM backend; reports report-tl-vllm.*)",
+           default="vllm", choices=SUBJECTS),
+    Option("--jobs", "run this many (model, variant) jobs at once, each in its own process (default 1)",
+           default=1, type=int, where="cli"),
+    Option("--report-dir", "where reports go (default: <repository>/reports)", type=Path),
+)
+
+
+def add_to_argparse(parser) -> None:
+    for opt in OPTIONS:
+        if opt.where in ("both", "cli"):
+            parser.add_argument(opt.flag, **opt.kwargs("cli"))
+
+
+def add_to_pytest(group) -> None:
+    for opt in OPTIONS:
+        if opt.where in ("both", "pytest"):
+            group.addoption(opt.flag, **opt.kwargs("pytest"))
+
+
+def read(source, flag: str) -> Any:
+    """An option's value from an argparse Namespace or a pytest Config."""
+    opt = next(o for o in OPTIONS if o.flag == flag)
+    if hasattr(source, "getoption"):
+        return source.getoption(flag)
+    return getattr(source, opt.dest)

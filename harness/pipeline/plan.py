@@ -1,0 +1,160 @@
+"""The plan of one (target, variant): what is captured and which rows are compared.
+
+Contract: :func:`build_plan` is called once per (target, variant, hook selection) and
+returns a frozen :class:`Plan`: the read specs and derived specs the subject offers,
+its non-firing hooks, and :attr:`Plan.cases` -- every (reference, hook) row in the
+order :func:`harness.comparison.evaluate.evaluate` emits them.  The pytest plugin
+parametrizes from the same cases, so test ids and report rows cannot drift apart.
+Nothing here boots an engine.
+
+Trap: ``cases`` follow the references' naming rules -- a hook makes a row against a
+reference only where that reference holds an equal tensor (``HookSpec.references``
+overrides, the compatibility-mode alias table, HF's three residual hooks); a hook with
+no bridge name is captured only as a derived hook's input and makes no row at all.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from overlays.base import Derived, HookSpec, NonFiring, config_get
+from harness.comparison.routing import GATE
+from harness.references.processing import processed_hook
+from harness.vocab.hook_names import compat_alias, hf_hook
+from harness.vocab.hooks import expand_layers, hook_kind, layer_of
+
+LOGIT_CASES = (("hf", "logprobs", "log_softmax(logits)"), ("hf", "argmax", "argmax(logits)"))
+
+
+@dataclass(frozen=True)
+class Case:
+    reference: str  # "bridge" | "compat" | "compat-processed" | "hf" | "bridge~hf" | "bridge-ragged"
+    hook: str  # canonical name (vLLM side); "logprobs" / "argmax" for the logit rows
+    reference_hook: str  # the name on the reference side
+    derived: bool = False
+
+    @property
+    def layer(self) -> int | None:
+        return layer_of(self.hook)
+
+    @property
+    def kind(self) -> str:
+        return hook_kind(self.hook)
+
+    @property
+    def test_id(self) -> str:
+        return f"{self.reference}-{self.hook}"
+
+
+def bridge_name(hook: str, spec: HookSpec) -> str | None:
+    """The hook's TransformerBridge name, or None for a hook captured only as a derived hook's input."""
+    return spec.reference_name("bridge", hook)
+
+
+def compat_name(hook: str, spec: HookSpec) -> str | None:
+    """The hook's compatibility-mode name: the overlay's override (HookSpec.references), else the table's."""
+    return spec.reference_name("compat", compat_alias(hook))
+
+
+def hf_name(hook: str, spec: HookSpec) -> str | None:
+    """The hook's name among the HF forward-hook captures, or None where HF holds no equal tensor."""
+    return spec.reference_name("hf", hook if hf_hook(hook) else None)
+
+
+def ragged_hook(hook: str) -> bool:
+    """Hooks compared in the ragged-batch run: all but logits, which a batch
+    without prompt log-probs computes for the sampled positions only."""
+    return hook_kind(hook) != "unembed.hook_out"
+
+
+def _cases(specs: dict[str, HookSpec], derived: dict[str, Derived]) -> tuple[Case, ...]:
+    out: list[Case] = []
+    for hook, spec in specs.items():
+        if bridge_name(hook, spec) is not None:
+            out.append(Case("bridge", hook, hook))
+        alias = compat_name(hook, spec)
+        if alias is not None:
+            out.append(Case("compat", hook, alias))
+            if processed_hook(hook):
+                out.append(Case("compat-processed", hook, alias))
+        hf = hf_name(hook, spec)
+        if hf is not None:
+            out.append(Case("hf", hook, hf))
+    for hook in derived:
+        out.append(Case("bridge", hook, hook, derived=True))
+        if compat_alias(hook) is not None:
+            out.append(Case("compat", hook, compat_alias(hook), derived=True))
+    out += [Case("bridge~hf", h, hf_name(h, s)) for h, s in specs.items() if hf_name(h, s) is not None]
+    out += [Case("bridge-ragged", h, h) for h, s in specs.items() if ragged_hook(h) and bridge_name(h, s) is not None]
+    return tuple(out) + tuple(Case(ref, hook, name) for ref, hook, name in LOGIT_CASES)
+
+
+@dataclass(frozen=True)
+class Plan:
+    specs: dict[str, HookSpec]
+    derived: dict[str, Derived]
+    nonfiring: tuple[NonFiring, ...]
+    n_layers: int
+    cases: tuple[Case, ...]
+    routing_k: int | None = None  # experts per token where router logits are captured (harness.comparison.routing)
+    selected: frozenset[str] | None = None  # the hooks a selective run asked for (None: all offered)
+    overlay_name: str | None = None  # what the report names as the overlay (None: the target's overlay class)
+    compat_names: tuple[str, ...] = field(default=())  # names to capture in compatibility mode
+    processed_names: tuple[str, ...] = field(default=())  # ... and in processed compatibility mode
+
+    @property
+    def compared_hooks(self) -> list[str]:
+        """Every hook with at least one row (the logit rows excluded), in row order."""
+        return list(dict.fromkeys(c.hook for c in self.cases if c.hook not in ("logprobs", "argmax")))
+
+    def nonfiring_rows(self) -> list[dict]:
+        return [{"template": nf.template, "hooks": expand_layers(nf.template, self.n_layers), "reason": nf.reason}
+                for nf in self.nonfiring]
+
+    def nonfiring_hooks(self) -> list[tuple[str, str]]:
+        """(hook, reason) for every concrete non-firing hook."""
+        return [(h, nf.reason) for nf in self.nonfiring for h in expand_layers(nf.template, self.n_layers)]
+
+
+def offered(target, variant) -> tuple[dict[str, HookSpec], dict[str, Derived], list[NonFiring]]:
+    """What the variant's subject offers for ``target``: read specs, derived specs, non-firing hooks.
+    Under CUDA graphs the overlay's ``cuda_graph_nonfiring`` hooks move from offered to non-firing."""
+    cfg = target.hf_config
+    if variant.subject == "tl-vllm":
+        from harness.engines.subject_tl_vllm import tl_plan
+
+        return tl_plan(cfg)
+    ov = target.overlay
+    specs, derived, nonfiring = ov.hook_specs(cfg), ov.derived_specs(cfg), ov.nonfiring_for(cfg)
+    if variant.cuda_graphs:
+        n_layers = int(getattr(cfg, "num_hidden_layers", 0) or 0)
+        for nf in ov.cuda_graph_nonfiring(cfg):
+            gone = set(expand_layers(nf.template, n_layers))
+            specs = {h: s for h, s in specs.items() if h not in gone}
+            derived = {h: d for h, d in derived.items() if h not in gone and not gone & set(d.inputs)}
+            nonfiring = nonfiring + [nf]
+    return specs, derived, nonfiring
+
+
+def select_hooks(specs: dict[str, HookSpec], derived: dict[str, Derived], hooks: set[str]
+                 ) -> tuple[dict[str, HookSpec], dict[str, Derived]]:
+    """Keep the hooks asked for, plus the captured hooks a kept derived hook is computed from."""
+    kept_derived = {h: d for h, d in derived.items() if h in hooks}
+    needed = set(hooks) | {i for d in kept_derived.values() for i in d.inputs}
+    return {h: s for h, s in specs.items() if h in needed}, kept_derived
+
+
+def build_plan(target, variant, hooks: set[str] | frozenset[str] | None = None) -> Plan:
+    """The plan of ``target`` under ``variant``; ``hooks``: a selective run's hooks (plus derived inputs)."""
+    cfg = target.hf_config
+    specs, derived, nonfiring = offered(target, variant)
+    if hooks is not None:
+        specs, derived = select_hooks(specs, derived, set(hooks))
+    compat = [a for a in [*(compat_name(h, s) for h, s in specs.items()), *(compat_alias(h) for h in derived)] if a]
+    processed = [compat_name(h, s) for h, s in specs.items() if processed_hook(h) and compat_name(h, s) is not None]
+    routing_k = config_get(cfg, "num_experts_per_tok") if any(GATE.match(h) for h in specs) else None
+    return Plan(specs=specs, derived=derived, nonfiring=tuple(nonfiring),
+                n_layers=int(getattr(cfg, "num_hidden_layers", 0) or 0), cases=_cases(specs, derived),
+                routing_k=routing_k, selected=frozenset(hooks) if hooks is not None else None,
+                overlay_name=("transformer_lens.model_bridge.sources.vllm (TL's own overlay)"
+                              if variant.subject == "tl-vllm" else None),
+                compat_names=tuple(compat), processed_names=tuple(processed))

@@ -1,0 +1,110 @@
+"""The result schema: rows, a model's result, a model's run.  Data only.
+
+Contract: a :class:`HookResult` is one compared (reference, hook) row with the numbers
+behind its verdict; a :class:`ModelResult` is one (target, variant) with its rows,
+non-firing hooks, timings and versions, and is what a report's JSON holds
+(``to_dict``); :class:`ModelRun` adds the in-memory captures for callers that want
+them (tests).  Statuses are :data:`Status`; a row's final status is assigned in one
+place (harness.comparison.gate.Gate.finalize) and never mutated afterwards.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from harness.comparison.gate import margin
+
+# pass: compared, within tolerance.  fail: compared, above it.  error: could not be
+# compared (no value, a conversion failed, shapes differ).  inconclusive: compared,
+# but the reference's own noise in this dtype is too large to gate the row.
+Status = Literal["pass", "fail", "error", "inconclusive"]
+STATUSES: tuple[Status, ...] = ("pass", "fail", "error", "inconclusive")
+
+
+@dataclass
+class HookResult:
+    model: str
+    reference: str  # "bridge" | "compat" | "compat-processed" | "hf" | "bridge~hf" | "bridge-ragged"
+    hook: str  # canonical name (the vLLM side)
+    reference_hook: str  # name on the reference side
+    layer: int | None
+    kind: str
+    status: Status
+    tolerance: float
+    rel_err: float = math.nan
+    max_abs: float = math.nan
+    ref_scale: float = math.nan
+    cos_min: float = math.nan
+    worst: dict = field(default_factory=dict)
+    message: str = ""
+    floor: float | None = None  # the reference's own noise floor for this hook (harness.references.tolerances)
+    logit_metrics: dict = field(default_factory=dict)  # KL, top-1, top-k overlap (logprobs rows)
+    derived: bool = False  # computed host-side from other hooks' captures (harness.comparison.derived)
+    known_issue: str | None = None  # a documented bug in the reference engine (harness.references.known_issues)
+
+    @property
+    def margin(self) -> float:
+        """error / tolerance: < 1 passes; a planted bug sits orders of magnitude above 1."""
+        return margin(self.rel_err, self.tolerance)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+
+@dataclass
+class ModelResult:
+    model: str
+    architecture: str
+    overlay: str
+    source: str
+    checkpoint: str
+    dtype: str
+    seed: int | None
+    device: str = "cpu"  # "cpu" or "cuda"
+    subject: str = "vllm"  # harness.pipeline.variant.SUBJECTS
+    device_info: dict = field(default_factory=dict)  # GPU name, driver, CUDA, precision mode
+    compiled: bool = False  # vLLM with torch.compile (and CUDA graphs on GPU) instead of eager
+    rows: list[HookResult] = field(default_factory=list)
+    nonfiring: list[dict] = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+    prompts: list[list[int]] = field(default_factory=list)
+    prompt_names: list[str] = field(default_factory=list)
+    # tokens whose top-k experts differ between vLLM and the bridge (harness.comparison.routing):
+    # explained ones set prompts aside downstream, unexplained ones leave the failures standing
+    routing_flips: list[dict] = field(default_factory=list)
+    selected_hooks: list[str] | None = None  # selective capture: the hooks asked for (None: all offered)
+    skipped: str | None = None  # this (model, dtype) is not run, and why (a declared vLLM refusal)
+    error: str | None = None
+    wall_s: float = 0.0
+
+    @classmethod
+    def start(cls, target: Any, variant: Any, overlay_name: str | None = None) -> "ModelResult":
+        """An empty result naming ``target`` and ``variant`` (harness.pipeline.variant.Variant)."""
+        return cls(target.name, target.architecture, overlay_name or type(target.overlay).__name__, target.source,
+                   str(target.checkpoint), variant.dtype, target.seed, device=variant.device,
+                   subject=variant.subject, compiled=variant.compiled, device_info=dict(variant.run_info))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def row(self, reference: str, hook: str) -> HookResult | None:
+        for r in self.rows:
+            if r.reference == reference and r.hook == hook:
+                return r
+        return None
+
+
+@dataclass
+class ModelRun:
+    target: Any  # harness.models.targets.Target
+    result: ModelResult
+    plan: Any = None  # harness.pipeline.plan.Plan
+    subject: Any = None  # harness.engines.subject.SubjectCapture
+    refs: Any = None  # harness.references.reference.ReferenceCapture
+
+    @property
+    def specs(self) -> dict:
+        return self.plan.specs if self.plan is not None else {}

@@ -1,0 +1,168 @@
+"""The run's variant as one value: how vLLM runs, and everything that follows from it.
+
+Contract: :class:`Variant` is frozen; build it with :meth:`Variant.make` (validates,
+normalizes, resolves ``device="auto"``) or :func:`variants` (the cross product the
+command line asks for).  Every rule that depends on the variant lives here as a
+property -- the calibration ("gate") key, CUDA graphs, the vLLM process's environment,
+the report's names -- so no other module re-derives it from loose strings.
+
+Traps:
+- The fp32 matmul ``precision`` means something only for fp32 on CUDA; everywhere else
+  it is normalized to ``ieee``, so two spellings of the same run never get two names.
+- ``tl-vllm`` (TransformerLens's own vLLM backend) takes no tensor parallelism and no
+  compiled mode of ours: asking for either is an error, not a silently different run.
+- ``runner`` and ``pp`` are declared so reports can name them; only vLLM's V1 model
+  runner and one pipeline stage are driven today (vllm_compat pins
+  ``VLLM_USE_V2_MODEL_RUNNER=0``); any other value is refused with that reason.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from itertools import product
+
+DTYPES = ("float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("ieee", "tf32")
+MODES = ("eager", "compiled")
+SUBJECTS = ("vllm", "tl-vllm")  # this harness's overlays on vLLM | TransformerLens's own vLLM backend
+RUNNERS = ("v1",)
+
+
+class VariantError(ValueError):
+    """A variant option that cannot run; the message names the option and the valid values."""
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``auto``: ``cuda`` where torch sees a GPU, else ``cpu``; ``cuda`` without a GPU is an error."""
+    if device not in DEVICES:
+        raise VariantError(f"--device {device!r}: choose one of {', '.join(DEVICES)}")
+    if device == "cpu":
+        return device
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if not torch.cuda.is_available():
+        raise VariantError("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)")
+    return device
+
+
+@dataclass(frozen=True)
+class Variant:
+    dtype: str = "float32"
+    device: str = "cpu"  # resolved: "cpu" | "cuda"
+    precision: str = "ieee"  # fp32 matmuls of vLLM on CUDA: "ieee" | "tf32"
+    compiled: bool = False  # vLLM with torch.compile (CUDA graphs on a GPU) instead of eager
+    tp: int = 1  # vLLM tensor_parallel_size (the references run on one device)
+    subject: str = "vllm"
+    runner: str = "v1"
+    pp: int = 1
+
+    @classmethod
+    def make(cls, dtype: str = "float32", device: str = "cpu", precision: str = "ieee", compiled: bool = False,
+             tp: int = 1, subject: str = "vllm", runner: str = "v1", pp: int = 1) -> "Variant":
+        if dtype not in DTYPES:
+            raise VariantError(f"--dtype {dtype!r}: supported: {', '.join(DTYPES)}")
+        if precision not in PRECISIONS:
+            raise VariantError(f"--precision {precision!r}: supported: {', '.join(PRECISIONS)}")
+        if subject not in SUBJECTS:
+            raise VariantError(f"--subject {subject!r}: known subjects: {', '.join(SUBJECTS)}")
+        if not isinstance(tp, int) or tp < 1:
+            raise VariantError(f"--tp {tp}: must be 1 or more")
+        if runner not in RUNNERS:
+            raise VariantError(f"--runner {runner!r}: only {', '.join(RUNNERS)} is driven today "
+                               "(vLLM's V1 model runner, VLLM_USE_V2_MODEL_RUNNER=0)")
+        if pp != 1:
+            raise VariantError(f"--pp {pp}: only one pipeline stage is driven today")
+        if subject == "tl-vllm" and tp > 1:
+            raise VariantError(f"--subject tl-vllm --tp {tp}: TransformerLens's vLLM backend is booted on one "
+                               "device by this harness; drop --tp or use --subject vllm")
+        device = resolve_device(device)
+        if not (device == "cuda" and dtype == "float32"):
+            precision = "ieee"  # the matmul precision means something for CUDA fp32 only
+        return cls(dtype, device, precision, bool(compiled), tp, subject, runner, pp)
+
+    # -- what follows from it ------------------------------------------------------
+    @property
+    def gate_key(self) -> str:
+        """The calibration entry (harness.references.tolerances): fp32 under TF32 has its own."""
+        return f"{self.dtype}-tf32" if self.precision == "tf32" else self.dtype
+
+    @property
+    def cuda_graphs(self) -> bool:
+        return self.device == "cuda" and self.compiled
+
+    @property
+    def subject_env(self) -> dict[str, str]:
+        """Environment of the vLLM process only.  Triton keys its kernel cache on
+        TRITON_F32_DEFAULT, so ieee and tf32 runs can share one cache."""
+        return {"TRITON_F32_DEFAULT": "ieee"} if self.device == "cuda" and self.precision == "ieee" else {}
+
+    @property
+    def run_info(self) -> dict:
+        """What the report's ``device_info`` names the variant by, even if the run fails."""
+        if self.device == "cuda":
+            return {"precision": self.precision, "tp": self.tp}
+        return {"tp": self.tp} if self.tp > 1 else {}
+
+    @property
+    def device_dtype(self) -> str:
+        """``cpu-float32``, ``cuda-bfloat16``, ``cuda-float32-ieee``; ``-tpN`` for tensor parallelism."""
+        out = f"{self.device}-{self.dtype}"
+        if self.device == "cuda" and self.dtype == "float32":
+            out += f"-{self.precision}"
+        return out + (f"-tp{self.tp}" if self.tp > 1 else "")
+
+    @property
+    def name(self) -> str:
+        """``cpu-float32``; ``tl-vllm-cpu-float32``; ``cuda-bfloat16-compiled``: the matrix column."""
+        return (("" if self.subject == "vllm" else f"{self.subject}-") + self.device_dtype
+                + ("-compiled" if self.compiled else ""))
+
+    @property
+    def report_stem(self) -> str:
+        """``report``; ``report-tl-vllm``, ``report-cuda-bfloat16``, ``report-cuda-float32-ieee-compiled``."""
+        parts = [self.subject, self.device_dtype, "compiled" if self.compiled else "eager"]
+        return "-".join(["report"] + [p for p in parts if p not in ("vllm", "cpu-float32", "eager")])
+
+    @property
+    def work_prefix(self) -> str:
+        return (f"{self.subject}-{self.device}-{self.dtype}-{self.precision}-tp{self.tp}"
+                f"{'-compiled' if self.compiled else ''}-")
+
+    def describe(self) -> str:
+        mode = "compiled" if self.compiled else "eager"
+        prec = f"/{self.precision}" if self.device == "cuda" and self.dtype == "float32" else ""
+        return (f"subject {self.subject}, {self.device}, {self.dtype}{prec}, {mode}"
+                + (f", tp {self.tp}" if self.tp > 1 else ""))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_result(cls, result: dict) -> "Variant":
+        """The variant a report (ModelResult as a dict) was run in; no validation, no device probe."""
+        info = result.get("device_info") or {}
+        device = result.get("device", "cpu")
+        precision = info.get("precision", "ieee") if device == "cuda" and result["dtype"] == "float32" else "ieee"
+        return cls(result["dtype"], device, precision, bool(result.get("compiled")),
+                   int(info.get("tp", 1) or 1), result.get("subject", "vllm"))
+
+
+def split_list(text: str | None) -> list[str]:
+    return [x.strip() for x in (text or "").split(",") if x.strip()]
+
+
+def variants(dtypes: list[str], device: str, precisions: list[str], modes: list[str], tp: int = 1,
+             subject: str = "vllm") -> list[Variant]:
+    """Every variant a run asks for, in run order (compiled first: the longest runs start first).
+    Precisions multiply CUDA fp32 runs only; elsewhere they collapse to one."""
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise VariantError(f"--modes {','.join(modes)}: choose from {', '.join(MODES)}")
+    out: list[Variant] = []
+    for mode, dtype, prec in product(sorted(modes), dtypes, precisions):
+        v = Variant.make(dtype, device, prec, mode == "compiled", tp, subject)
+        if v not in out:
+            out.append(v)
+    return out

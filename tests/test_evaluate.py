@@ -1,0 +1,130 @@
+"""evaluate(): the heart of the harness, on small synthetic captures (no engine runs).
+
+The captures are hand-built tensors in the exact containers the engines fill
+(SubjectCapture, ReferenceCapture), so each test states one rule of the evaluation:
+one row per planned case in plan order, a capture that never fired is an error on
+every reference, a wrong value fails with its position, the ceiling makes a row
+inconclusive, and a derived hook says which input it is missing.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from harness.comparison.evaluate import evaluate
+from harness.comparison.gate import Gate, margin
+from harness.engines.subject import SubjectCapture
+from harness.pipeline.plan import Plan, _cases
+from harness.references.reference import ReferenceCapture
+from harness.vocab.capture_keys import RAGGED, capture_key, read_key
+from overlays.base import Derived, Heads, HookSpec
+
+T, D, H, DH = 5, 8, 2, 4
+PROMPTS = [[1, 5, 6, 7, 8]]
+
+
+def _specs() -> dict[str, HookSpec]:
+    return {
+        "embed.hook_out": HookSpec("model.embed_tokens", "out", width=D),
+        "blocks.0.attn.hook_rot_q": HookSpec("model.layers.0.self_attn.rotary_emb", "out[0]", (Heads(H, DH),), D),
+        "blocks.0.attn.hook_rot_k": HookSpec("model.layers.0.self_attn.rotary_emb", "out[1]", (Heads(H, DH),), D),
+        "blocks.0.hook_out": HookSpec("model.layers.0", "out[0]+out[1]", width=D),
+    }
+
+
+def _plan(specs=None, derived=None) -> Plan:
+    specs = _specs() if specs is None else specs
+    derived = derived or {}
+    return Plan(specs=specs, derived=derived, nonfiring=(), n_layers=1, cases=_cases(specs, derived))
+
+
+def _captures(specs, values: dict[str, torch.Tensor], skip: set[str] = frozenset()):
+    """A subject whose raw reads hold ``values`` (flat [T, width]) and references holding the same."""
+    raw = {}
+    for hook, spec in specs.items():
+        if hook in skip:
+            continue
+        flat = values[hook].reshape(T, -1)
+        raw[capture_key(0, read_key(spec.module, spec.read))] = flat
+        raw[capture_key(RAGGED, read_key(spec.module, spec.read))] = flat
+    subject = SubjectCapture(raw=raw, params={}, logprobs={0: torch.log_softmax(torch.ones(T, 3), -1)},
+                             meta={"ragged_batches": [{"req_ids": ["a"], "query_start_loc": [0, T]}]})
+    ref_vals = {h: (v.reshape(T, H, DH) if "rot_" in h else v) for h, v in values.items()}
+    refs = ReferenceCapture(bridge={0: dict(ref_vals)}, compat={0: {"hook_embed": values["embed.hook_out"],
+                                                                  "blocks.0.hook_resid_post": values["blocks.0.hook_out"]}},
+                            logprobs={0: torch.log_softmax(torch.ones(T, 3), -1)},
+                            hf={0: {"embed.hook_out": values["embed.hook_out"],
+                                    "blocks.0.hook_out": values["blocks.0.hook_out"]}},
+                            floors={"bridge": {}, "hf": {}}, meta={"normalization_type": "RMS"},
+                            compat_processed={0: {"hook_embed": values["embed.hook_out"],
+                                                     "blocks.0.hook_resid_post": values["blocks.0.hook_out"]}})
+    return subject, refs
+
+
+def _values(seed=0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {h: torch.randn(T, D, generator=g, dtype=torch.float64) for h in _specs()}
+
+
+GATE32 = Gate("float32", "float32", "LlamaForCausalLM")
+
+
+def test_one_row_per_case_in_plan_order_and_equal_values_pass():
+    plan, values = _plan(), _values()
+    subject, refs = _captures(plan.specs, values)
+    rows, flips = evaluate(plan, subject, refs, PROMPTS, GATE32, "toy")
+    assert [(r.reference, r.hook) for r in rows] == [(c.reference, c.hook) for c in plan.cases]
+    assert flips == []
+    assert {r.status for r in rows} == {"pass"}, [r.message for r in rows if r.status != "pass"]
+    assert {r.reference for r in rows} >= {"bridge", "compat", "hf", "bridge~hf", "bridge-ragged", "compat-processed"}
+
+
+def test_a_wrong_value_fails_at_its_position_with_both_values():
+    plan, values = _plan(), _values()
+    subject, refs = _captures(plan.specs, values)
+    key = capture_key(0, read_key("model.layers.0", "out[0]+out[1]"))
+    subject.raw[key] = subject.raw[key].clone()
+    subject.raw[key][3] *= 1.01  # one token's residual 1 % off
+    rows, _ = evaluate(plan, subject, refs, PROMPTS, GATE32, "toy")
+    bad = [r for r in rows if r.status != "pass"]
+    assert {(r.reference, r.hook) for r in bad} == {("bridge", "blocks.0.hook_out"), ("compat", "blocks.0.hook_out"),
+                                                    ("compat-processed", "blocks.0.hook_out"), ("hf", "blocks.0.hook_out")}
+    row = next(r for r in bad if r.reference == "bridge")
+    assert row.status == "fail" and row.rel_err == pytest.approx(0.01, rel=1e-6)
+    assert row.worst["prompt"] == 0 and row.worst["index"][0] == 3
+    assert "worst at [prompt=0, pos=3" in row.message and "vLLM read: model.layers.0 out[0]+out[1]" in row.message
+    assert row.margin == pytest.approx(0.01 / 1e-4, rel=1e-6)
+
+
+def test_a_hook_that_never_fired_is_an_error_on_every_reference_and_its_derived_hooks_say_why():
+    specs = _specs()
+    derived = {"blocks.0.attn.hook_attn_scores": Derived("attn_scores", ("blocks.0.attn.hook_rot_q",
+                                                                         "blocks.0.attn.hook_rot_k"), 0.5)}
+    plan, values = _plan(specs, derived), _values()
+    subject, refs = _captures(specs, values, skip={"blocks.0.attn.hook_rot_k"})
+    refs.bridge[0]["blocks.0.attn.hook_attn_scores"] = torch.zeros(H, T, T, dtype=torch.float64)
+    rows, _ = evaluate(plan, subject, refs, PROMPTS, GATE32, "toy")
+    rot_k = [r for r in rows if r.hook == "blocks.0.attn.hook_rot_k"]
+    assert rot_k and all(r.status == "error" for r in rot_k)
+    assert all("never fired" in r.message for r in rot_k if r.reference != "bridge-ragged")
+    scores = next(r for r in rows if r.hook == "blocks.0.attn.hook_attn_scores")
+    assert scores.status == "error" and scores.derived
+    assert "input blocks.0.attn.hook_rot_k" in scores.message and "never fired" in scores.message
+
+
+def test_a_tolerance_above_the_ceiling_is_inconclusive_never_pass():
+    plan, values = _plan(), _values()
+    subject, refs = _captures(plan.specs, values)
+    refs.floors["bridge"]["blocks.0.hook_out"] = 0.1  # bf16 x4 -> tolerance 0.4 > ceiling 0.25
+    rows, _ = evaluate(plan, subject, refs, PROMPTS, Gate("bfloat16", "bfloat16", "LlamaForCausalLM"), "toy")
+    row = next(r for r in rows if r.reference == "bridge" and r.hook == "blocks.0.hook_out")
+    assert row.status == "inconclusive" and "ceiling" in row.message
+    other = next(r for r in rows if r.reference == "bridge" and r.hook == "embed.hook_out")
+    assert other.status == "pass" and other.tolerance == pytest.approx(2e-2)
+
+
+def test_margin_conventions():
+    assert margin(1e-6, 1e-4) == pytest.approx(1e-2)
+    assert margin(0.0, 0.0) == 0.0 and margin(1.0, 0.0) == math.inf and math.isnan(margin(math.nan, 1.0))

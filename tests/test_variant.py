@@ -1,0 +1,79 @@
+"""The run's variant as one value, the option table, and the hook vocabulary (pure)."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from harness.frontends.options import OPTIONS, add_to_argparse
+from harness.pipeline.variant import Variant, VariantError, variants
+from harness.vocab.capture_keys import RAGGED, capture_key, parse_capture_key, read_key
+from harness.vocab.hooks import at_layer, expand_layers, hook_kind, layer_of, matches, template_of
+
+
+def test_precision_matters_for_cuda_fp32_only():
+    assert Variant.make("bfloat16", "cpu", "tf32").precision == "ieee"
+    assert Variant.make("float32", "cpu", "tf32").gate_key == "float32"
+    v = Variant("float32", "cuda", "tf32")
+    assert v.gate_key == "float32-tf32" and v.subject_env == {} and v.name == "cuda-float32-tf32"
+    assert Variant("float32", "cuda").subject_env == {"TRITON_F32_DEFAULT": "ieee"}
+    assert Variant("bfloat16", "cuda", compiled=True).cuda_graphs and not Variant(compiled=True).cuda_graphs
+
+
+def test_names_match_the_report_files():
+    assert Variant().report_stem == "report" and Variant().name == "cpu-float32"
+    assert Variant("bfloat16").report_stem == "report-cpu-bfloat16"
+    assert Variant(subject="tl-vllm").report_stem == "report-tl-vllm"
+    assert Variant("float32", "cuda", "ieee", True, 2).report_stem == "report-cuda-float32-ieee-tp2-compiled"
+    assert Variant("float32", "cuda", "ieee", True, 2).name == "cuda-float32-ieee-tp2-compiled"
+    for v in (Variant(), Variant("bfloat16", "cuda", compiled=True), Variant("float32", "cuda", "tf32", tp=2),
+              Variant(subject="tl-vllm")):
+        result = {"dtype": v.dtype, "device": v.device, "compiled": v.compiled, "subject": v.subject,
+                  "device_info": v.run_info}
+        assert Variant.from_result(result) == v
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"dtype": "float8"}, ["--dtype", "float32"]),
+    ({"precision": "fast"}, ["--precision", "ieee"]),
+    ({"tp": 0}, ["--tp 0"]),
+    ({"subject": "tl-vllm", "tp": 2}, ["tl-vllm", "--tp 2"]),
+    ({"runner": "v2"}, ["--runner", "v1"]),
+    ({"device": "tpu"}, ["--device", "cuda"]),
+])
+def test_bad_variants_name_the_option_and_the_choices(kw, words):
+    with pytest.raises(VariantError) as exc:
+        Variant.make(**kw)
+    assert all(w in str(exc.value) for w in words), str(exc.value)
+
+
+def test_variants_cross_product_collapses_precision_off_cuda_fp32():
+    vs = variants(["float32", "bfloat16"], "cpu", ["ieee", "tf32"], ["eager", "compiled"])
+    assert [v.name for v in vs] == ["cpu-float32-compiled", "cpu-bfloat16-compiled", "cpu-float32", "cpu-bfloat16"]
+    with pytest.raises(VariantError, match="--modes"):
+        variants(["float32"], "cpu", ["ieee"], ["turbo"])
+
+
+def test_options_are_declared_once_and_register_into_argparse():
+    parser = argparse.ArgumentParser()
+    add_to_argparse(parser)
+    args = parser.parse_args(["--dtype", "float32,bfloat16", "--tp", "2"])
+    assert args.dtype == "float32,bfloat16" and args.tp == 2 and args.device == "auto"
+    flags = [o.flag for o in OPTIONS]
+    assert len(flags) == len(set(flags))
+
+
+def test_hook_vocabulary():
+    assert layer_of("blocks.12.attn.hook_q") == 12 and layer_of("embed.hook_out") is None
+    assert hook_kind("blocks.12.attn.hook_q") == "attn.hook_q" == hook_kind("blocks.{i}.attn.hook_q")
+    assert template_of("blocks.3.hook_out") == "blocks.{i}.hook_out" and at_layer("blocks.{i}.hook_out", 3) == "blocks.3.hook_out"
+    assert expand_layers("blocks.{i}.x", 2) == ["blocks.0.x", "blocks.1.x"] and expand_layers("ln_final.x", 5) == ["ln_final.x"]
+    assert matches("blocks.{i}.mlp.hook_out", "blocks.4.mlp.hook_out")
+    assert not matches("blocks.{i}.mlp.hook_out", "blocks.4.mlp.gate.hook_out") and matches("*", "anything")
+
+
+def test_capture_keys_round_trip():
+    rk = read_key("model.layers.0", "out[0]+out[1]")
+    for prompt in (3, RAGGED):
+        key = capture_key(prompt, rk, 2)
+        assert parse_capture_key(key) == (str(prompt), rk, 2)
