@@ -15,7 +15,8 @@ import importlib.metadata as md
 import pytest
 import torch
 
-from harness import vllm_compat as vc
+from harness.engines import tensor_parallel as tpar
+from harness.engines import vllm_compat as vc
 
 
 def _installed_vllm() -> str | None:
@@ -98,49 +99,49 @@ def test_tp_layout_of_vllm_layers():
 
     qkv = _bare(QKVParallelLinear, output_partition_sizes=[64, 32, 32], num_kv_head_replicas=1,
                 gather_output=False)
-    assert vc.tp_layout(qkv, "out", 2) == {"kind": "cols", "segments": [[64, 1], [32, 1], [32, 1]]}
-    assert vc.tp_layout(qkv, "out", 1) == {"kind": "replicated"}
+    assert tpar.tp_layout(qkv, "out", 2) == {"kind": "cols", "segments": [[64, 1], [32, 1], [32, 1]]}
+    assert tpar.tp_layout(qkv, "out", 1) == {"kind": "replicated"}
     gate_up = _bare(MergedColumnParallelLinear, output_partition_sizes=[128, 128], gather_output=False)
-    assert vc.tp_layout(gate_up, "out", 2)["segments"] == [[128, 1], [128, 1]]
+    assert tpar.tp_layout(gate_up, "out", 2)["segments"] == [[128, 1], [128, 1]]
     down = _bare(RowParallelLinear, input_is_parallel=True, reduce_results=True)
-    assert vc.tp_layout(down, "in", 2) == {"kind": "cat"}
-    assert vc.tp_layout(down, "out", 2) == {"kind": "replicated"}
-    assert vc.tp_layout(torch.nn.LayerNorm(4), "out", 2) == {"kind": "replicated"}
+    assert tpar.tp_layout(down, "in", 2) == {"kind": "cat"}
+    assert tpar.tp_layout(down, "out", 2) == {"kind": "replicated"}
+    assert tpar.tp_layout(torch.nn.LayerNorm(4), "out", 2) == {"kind": "replicated"}
     # a per-head q/k norm (Qwen3) between qkv_proj and o_proj holds this rank's heads: measured on
     # two H200s, reading it as replicated made the ranks disagree by 6.7 (relative)
     attn = torch.nn.Module()
     attn.qkv_proj, attn.o_proj, attn.q_norm = qkv, down, torch.nn.LayerNorm(4)
-    assert vc.in_parallel_region(attn) and not vc.in_parallel_region(torch.nn.Sequential(attn))
-    assert vc.tp_layout(attn.q_norm, "out", 2, vc.in_parallel_region(attn)) == {"kind": "cat"}
+    assert tpar.in_parallel_region(attn) and not tpar.in_parallel_region(torch.nn.Sequential(attn))
+    assert tpar.tp_layout(attn.q_norm, "out", 2, tpar.in_parallel_region(attn)) == {"kind": "cat"}
 
 
 def test_merge_ranks_rebuilds_the_single_gpu_tensor():
     full_q, full_k, full_v = torch.randn(5, 8), torch.randn(5, 4), torch.randn(5, 4)
     ranks = [torch.cat([full_q[:, 4 * r:4 * r + 4], full_k[:, 2 * r:2 * r + 2], full_v[:, 2 * r:2 * r + 2]], -1)
              for r in range(2)]
-    merged = vc.merge_ranks({"kind": "cols", "segments": [[4, 1], [2, 1], [2, 1]]}, ranks)
+    merged = tpar.merge_ranks({"kind": "cols", "segments": [[4, 1], [2, 1], [2, 1]]}, ranks)
     assert torch.equal(merged, torch.cat([full_q, full_k, full_v], -1))
     # kv heads replicated over ranks (fewer kv heads than ranks): each kv shard taken once
     kv = torch.randn(5, 2)
     ranks = [torch.cat([full_q[:, 2 * r:2 * r + 2], kv], -1) for r in range(4)]
-    merged = vc.merge_ranks({"kind": "cols", "segments": [[2, 1], [2, 4]]}, ranks)
+    merged = tpar.merge_ranks({"kind": "cols", "segments": [[2, 1], [2, 4]]}, ranks)
     assert torch.equal(merged, torch.cat([full_q, kv], -1))
     z = torch.randn(5, 8)
-    assert torch.equal(vc.merge_ranks({"kind": "cat"}, [z[:, :4], z[:, 4:]]), z)
+    assert torch.equal(tpar.merge_ranks({"kind": "cat"}, [z[:, :4], z[:, 4:]]), z)
     heads = torch.randn(5, 4, 3)  # [T, heads, head_dim]: shards along the heads
-    assert torch.equal(vc.merge_ranks({"kind": "cat"}, [heads[:, :2], heads[:, 2:]]), heads)
+    assert torch.equal(tpar.merge_ranks({"kind": "cat"}, [heads[:, :2], heads[:, 2:]]), heads)
     # one kv head on two ranks (Gemma's MQA at tp 2, measured): both ranks hold it, it is taken once
     k = torch.randn(7, 32)
-    assert torch.equal(vc.merge_ranks({"kind": "cat"}, [k, k.clone()]), k)
-    assert torch.equal(vc.merge_ranks({"kind": "sum"}, [z, z]), 2 * z)
-    assert vc.merge_ranks({"kind": "replicated"}, [z, z.clone()]) is z
+    assert torch.equal(tpar.merge_ranks({"kind": "cat"}, [k, k.clone()]), k)
+    assert torch.equal(tpar.merge_ranks({"kind": "sum"}, [z, z]), 2 * z)
+    assert tpar.merge_ranks({"kind": "replicated"}, [z, z.clone()]) is z
 
 
 def test_rank_disagreement():
     z = torch.randn(6, 4)
-    assert vc.rank_disagreement([z, z.clone()]) == 0.0
-    assert vc.rank_disagreement([z, z + 1.0]) > 0.1
-    assert vc.rank_disagreement([z, z[:3]]) == float("inf")
+    assert tpar.rank_disagreement([z, z.clone()]) == 0.0
+    assert tpar.rank_disagreement([z, z + 1.0]) > 0.1
+    assert tpar.rank_disagreement([z, z[:3]]) == float("inf")
 
 
 def test_compiled_hooks_leave_no_side_effects_for_dynamo_to_replay():

@@ -53,7 +53,7 @@ def _load_dump(dumps: list[dict], tp_stats: dict) -> dict:
     """One ``{key: tensor}`` from every rank's dump file (deleted after reading)."""
     from safetensors.torch import load_file
 
-    from harness.engines.vllm_compat import merge_ranks, rank_disagreement
+    from harness.engines.tensor_parallel import merge_ranks, rank_disagreement
 
     per_rank = [load_file(d["path"]) for d in sorted(dumps, key=lambda d: d["rank"])]
     for d in dumps:

@@ -36,7 +36,8 @@ from typing import Any
 import torch
 
 from harness.vocab.capture_keys import call_key, read_key
-from harness.engines.vllm_compat import CAPTURE_OP, batch_layout, engine_info, in_parallel_region, runner_model, tp_layout
+from harness.engines.tensor_parallel import in_parallel_region, tp_layout
+from harness.engines.vllm_compat import CAPTURE_OP, batch_layout, engine_info, runner_model
 
 _TERM = re.compile(r"^(out|in)(?:\[(\d+)\]|\.(\w+))?$")
 _SINKS: list = []  # slot -> the recording function of this process's CaptureExtension
