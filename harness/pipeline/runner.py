@@ -48,8 +48,9 @@ def versions() -> dict:
     return out
 
 
-def _capture_subject(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]], work: Path):
-    env = variant.subject_env
+def _capture_subject(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]], work: Path,
+                     engine_env: dict[str, str] | None = None):
+    env = {**variant.subject_env, **(engine_env or {})}
     if variant.subject == "tl-vllm":
         from harness.engines.subject_tl_vllm import capture_tl_vllm
 
@@ -76,8 +77,10 @@ def _timings(sm: dict, rm: dict) -> dict:
 
 
 def run_model(target: Target, variant: Variant = Variant(), work_root: Path | None = None,
-              hooks: set[str] | frozenset[str] | None = None) -> ModelRun:
-    """``hooks``: a selective run's hooks (only those, plus derived inputs, are captured)."""
+              hooks: set[str] | frozenset[str] | None = None, engine_env: dict[str, str] | None = None) -> ModelRun:
+    """``hooks``: a selective run's hooks (only those, plus derived inputs, are captured);
+    ``engine_env``: extra environment for the vLLM process only -- test instrumentation such as a
+    planted engine fault (tests/), never a variant axis (those are :class:`Variant`'s)."""
     t0 = time.perf_counter()
     result = ModelResult.start(target, variant)
     result.versions = versions()
@@ -99,7 +102,7 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
         runs_root = work_root or CACHE_ROOT / "runs"
         runs_root.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-{variant.work_prefix}"))
-        run.subject = _capture_subject(target, variant, plan, prompts, work)
+        run.subject = _capture_subject(target, variant, plan, prompts, work, engine_env)
         shutil.rmtree(work, ignore_errors=True)  # captures are in memory now
         hooks_all = [*plan.specs, *plan.derived]
         run.refs = capture_references(target.checkpoint, dtype=variant.dtype, prompts=prompts, hooks=hooks_all,
