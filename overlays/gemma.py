@@ -1,4 +1,4 @@
-"""Gemma overlay: the decoder-only tree with two Gemma conversions.
+"""Gemma overlay: the decoder-only tree with two Gemma conversions (the :data:`GEMMA` row).
 
 - Embedding scale.  vLLM multiplies the embedding by ``sqrt(hidden_size)``
   *after* ``embed_tokens`` (``GemmaModel.embed_input_ids``), while HF 5 applies
@@ -12,17 +12,19 @@
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
-from .base import Mul, config_get
-from .decoder_only import DecoderOnlyOverlay
+from .decoder_only import DECODER
+from .tree import GEMMA_RMS, Norms, Scale, TreeOverlay
+
+# embedding x sqrt(hidden_size) (in the model dtype: Mul casts), norms x (1 + w)
+GEMMA = replace(DECODER, name="gemma", embed_scale=Scale("hidden_size", power=0.5), norms=Norms(kind=GEMMA_RMS))
 
 
-class GemmaOverlay(DecoderOnlyOverlay):
+class GemmaOverlay(TreeOverlay):
     """Gemma: decoder-only tree, embedding x sqrt(d_model), norms x (1 + w)."""
 
-    name = "gemma"
-    norm_offset = 1.0
+    tree = GEMMA
 
-    def embed_conversions(self, cfg: Any) -> tuple:
-        return (Mul(float(config_get(cfg, "hidden_size")) ** 0.5),)
+
+__all__ = ["GEMMA", "GemmaOverlay"]

@@ -28,7 +28,7 @@ hook, on top of :mod:`overlays.gemma` (embedding x ``sqrt(d_model)``,
 - Attention-logit soft-capping, ``query_pre_attn_scalar`` scaling and the
   sliding window (``layer_types``) happen inside vLLM's fused attention
   kernel: they show in ``hook_z`` and downstream, and in the derived
-  scores / pattern (DecoderOnlyOverlay reads them from the config).  The final
+  scores / pattern (the builder, overlays.tree, reads them from the config).  The final
   logit soft-cap is applied inside vLLM's logits processor, so
   ``unembed.hook_out`` (pre-cap in TL) is non-firing where it is set.
 
@@ -45,50 +45,27 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .base import HookSpec
-from .gemma import GemmaOverlay
+from .gemma import GEMMA
+from .tree import QK_PER_HEAD, TreeOverlay
+
+# sandwich norms: ln2 is the pre-feed-forward norm (the fused add-norm: FUSED_PAIR's reads stay);
+# the post-norms make ln1_post / ln2_post and carry the legacy hook_attn_out / hook_mlp_out
+GEMMA2 = replace(GEMMA, name="gemma2",
+                 norms=replace(GEMMA.norms, ln2="pre_feedforward_layernorm",
+                               ln1_post="post_attention_layernorm", ln2_post="post_feedforward_layernorm"))
+GEMMA3 = replace(GEMMA2, name="gemma3", attention=replace(GEMMA2.attention, qk_norm=QK_PER_HEAD))
 
 
-class Gemma2Overlay(GemmaOverlay):
+class Gemma2Overlay(TreeOverlay):
     """Gemma-2: Gemma tree plus sandwich norms (pre/post attention and feed-forward)."""
 
-    name = "gemma2"
-
-    def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
-        base = super().layer_specs(i, d)
-        L, b, D = f"model.layers.{i}", f"blocks.{i}", d["d_model"]
-        post_attn, pre_ff = f"{L}.post_attention_layernorm", f"{L}.pre_feedforward_layernorm"
-        post_ff = f"{L}.post_feedforward_layernorm"
-        sandwich = {
-            f"{b}.ln1_post.hook_normalized": HookSpec(post_attn, "out", (self.unfold(post_attn),), D),
-            f"{b}.ln1_post.hook_out": HookSpec(post_attn, "out", width=D,
-                                               references=(("compat", f"{b}.hook_attn_out"),)),
-            f"{b}.hook_resid_mid": HookSpec(pre_ff, "in[0]+in[1]", width=D),
-            f"{b}.ln2.hook_normalized": HookSpec(pre_ff, "out[0]", (self.unfold(pre_ff),), D),
-        }
-        post = {
-            f"{b}.ln2_post.hook_normalized": HookSpec(post_ff, "out", (self.unfold(post_ff),), D),
-            f"{b}.ln2_post.hook_out": HookSpec(post_ff, "out", width=D,
-                                               references=(("compat", f"{b}.hook_mlp_out"),)),
-        }
-        out: dict[str, HookSpec] = {}
-        for hook, spec in base.items():
-            if hook == f"{b}.hook_resid_mid":  # re-inserted after ln1_post, in forward order
-                out.update(sandwich)
-            elif hook == f"{b}.ln2.hook_normalized":
-                continue
-            elif hook in (f"{b}.attn.hook_out", f"{b}.mlp.hook_out"):  # legacy alias is the post-normed one
-                out[hook] = replace(spec, references=(("compat", None),))
-            elif hook == f"{b}.hook_out":
-                out.update(post)
-                out[hook] = spec
-            else:
-                out[hook] = spec
-        return out
+    tree = GEMMA2
 
 
-class Gemma3Overlay(Gemma2Overlay):
+class Gemma3Overlay(TreeOverlay):
     """Gemma-3 text: Gemma-2's sandwich-norm tree plus per-head q/k norms."""
 
-    name = "gemma3"
-    qk_norm = True
+    tree = GEMMA3
+
+
+__all__ = ["GEMMA2", "GEMMA3", "Gemma2Overlay", "Gemma3Overlay"]

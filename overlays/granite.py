@@ -13,7 +13,8 @@ hook by hook:
   ``blocks.{i}.hook_in`` is the layer's ``hidden_states`` input,
   ``hook_out`` its output, ``hook_resid_mid`` the input of
   ``post_attention_layernorm`` (called without a residual; its output is a
-  bare tensor, which ``out[0]`` reads as itself).
+  bare tensor, which ``out[0]`` reads as itself): ``PLAIN_STREAM``, norms
+  read ``out[0]`` as in the Llama row.
 - Residual multiplier.  TransformerBridge's ``attn.hook_out`` /
   ``mlp.hook_out`` are the sublayer modules' raw outputs, which vLLM's
   ``self_attn`` / ``mlp`` return unchanged.  The contributions actually added
@@ -36,56 +37,31 @@ hook by hook:
 - Attention multiplier.  Granite's softmax scale is ``attention_multiplier``,
   not ``head_dim ** -0.5``; vLLM passes it to its attention kernel, so it shows
   in ``hook_z`` and downstream and in the derived scores / pattern
-  (:meth:`DecoderOnlyOverlay.attn_scale` reads it).
+  (:meth:`overlays.tree.TreeOverlay.attn_scale` reads it).
 - Logits scaling.  vLLM's logits processor divides by ``logits_scaling``;
   ``unembed.hook_out`` (the bridge's plain ``lm_head`` output) multiplies it
-  back (:meth:`DecoderOnlyOverlay.unembed_spec`).
+  back (:meth:`overlays.tree.TreeOverlay.unembed_spec`).
 """
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
-from .base import HookSpec, Mul, config_get
-from .decoder_only import DecoderOnlyOverlay
+from .decoder_only import DECODER
+from .tree import PLAIN_STREAM, Scale, TreeOverlay
+
+GRANITE = replace(
+    DECODER, name="granite", residual=PLAIN_STREAM,
+    embed_scale=Scale("embedding_multiplier", default=1.0),
+    # sublayer outputs x residual_multiplier: the legacy hook_attn_out / hook_mlp_out (overlays.tree)
+    residual_scale=Scale("residual_multiplier", default=1.0),
+    references=(("embed.hook_out", (("hf", None),)),),  # HF's embedding module output is unscaled
+)
 
 
-class GraniteOverlay(DecoderOnlyOverlay):
+class GraniteOverlay(TreeOverlay):
     """Granite: Llama-shaped tree, plain residual, embedding / residual / attention / logit multipliers."""
 
-    name = "granite"
-
-    def dims(self, cfg: Any) -> dict[str, Any]:
-        return {**super().dims(cfg),
-                "residual_multiplier": float(config_get(cfg, "residual_multiplier", default=1.0))}
-
-    def embed_conversions(self, cfg: Any) -> tuple:
-        return (Mul(float(config_get(cfg, "embedding_multiplier", default=1.0))),)
-
-    def hook_specs(self, cfg: Any) -> dict[str, HookSpec]:
-        specs = super().hook_specs(cfg)
-        specs["embed.hook_out"] = replace(specs["embed.hook_out"], references=(("hf", None),))
-        return specs
-
-    def layer_specs(self, i: int, d: dict[str, Any]) -> dict[str, HookSpec]:
-        L, b, D = f"model.layers.{i}", f"blocks.{i}", d["d_model"]
-        scale = (Mul(d["residual_multiplier"]),)
-        plain = {
-            f"{b}.hook_in": HookSpec(L, "in.hidden_states", width=D),
-            f"{b}.hook_resid_mid": HookSpec(f"{L}.post_attention_layernorm", "in[0]", width=D),
-            f"{b}.hook_out": HookSpec(L, "out", width=D),
-        }
-        out: dict[str, HookSpec] = {}
-        for hook, spec in super().layer_specs(i, d).items():
-            if hook in plain:
-                out[hook] = plain[hook]
-            elif hook in (f"{b}.attn.hook_out", f"{b}.mlp.hook_out"):
-                legacy = f"{b}.hook_attn_out" if hook.endswith("attn.hook_out") else f"{b}.hook_mlp_out"
-                out[hook] = replace(spec, references=(("compat", None),))
-                out[legacy] = replace(spec, convert=scale, references=(("compat", legacy),))
-            else:
-                out[hook] = spec
-        return out
+    tree = GRANITE
 
 
-__all__ = ["GraniteOverlay"]
+__all__ = ["GRANITE", "GraniteOverlay"]

@@ -1,4 +1,4 @@
-"""Mixtral overlay: the Llama tree with a sparse mixture-of-experts block.
+"""Mixtral overlay: the Llama tree with a sparse mixture-of-experts block (the :data:`MIXTRAL` row).
 
 vLLM's ``MixtralDecoderLayer`` (``model.layers.{i}``) is Llama-shaped --
 ``input_layernorm``, ``self_attn`` (fused ``qkv_proj`` -> ``rotary_emb`` ->
@@ -30,10 +30,11 @@ with 3-D ``w13`` / ``w2`` expert weights).  Hook by hook:
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
-from .base import HookSpec, NonFiring, config_get
-from .decoder_only import DecoderOnlyOverlay
+from .base import NonFiring
+from .decoder_only import DECODER
+from .tree import MOE, Mlp, TreeOverlay
 
 _PER_EXPERT = ("per expert: vLLM's fused-MoE kernel computes gate/up/activation per (token, selected expert) pair "
                "from 3-D expert weights; no single [T, d_mlp] tensor exists (TransformerBridge's MoEBridge aliases "
@@ -42,50 +43,20 @@ _ROUTING = ("vLLM's top-k routing runs in FusedMoERouter.select_experts, a metho
             "router object inside MoERunner: the routing weights / expert ids never cross a module boundary "
             "(the router logits they come from are compared as mlp.gate.hook_out)")
 
+# every sparse-MoE row declares these (the dense MLP's inner hooks and the routing results)
+MOE_NONFIRING = (
+    *(NonFiring(f"blocks.{{i}}.mlp.{h}", _PER_EXPERT) for h in ("hook_pre", "hook_pre_linear", "hook_post")),
+    *(NonFiring(f"blocks.{{i}}.mlp.{h}", _ROUTING) for h in ("gate.hook_expert_weights", "gate.hook_expert_indices",
+                                                             "hook_expert_weights", "hook_expert_indices")),
+)
 
-class SparseMoEOverlay(DecoderOnlyOverlay):
-    """Llama-shaped tree whose MLP is a sparse MoE block (router ``gate`` + fused ``experts``)."""
-
-    name = "sparse_moe"
-    moe_module = "block_sparse_moe"  # the MoE block's attribute on the decoder layer
-
-    def dims(self, cfg: Any) -> dict[str, Any]:
-        return {**super().dims(cfg),
-                "n_experts": int(config_get(cfg, "num_local_experts", "num_experts"))}
-
-    def layer_specs(self, i: int, d: dict[str, Any]) -> dict[str, HookSpec]:
-        b, D = f"blocks.{i}", d["d_model"]
-        moe = f"model.layers.{i}.{self.moe_module}"
-        moe_specs = {
-            f"{b}.mlp.hook_in": HookSpec(moe, "in[0]", width=D),
-            f"{b}.mlp.gate.hook_out": HookSpec(f"{moe}.gate", "out[0]", width=d["n_experts"]),
-            f"{b}.mlp.hook_out": HookSpec(moe, "out", width=D),
-        }
-        dense_inner = {f"{b}.mlp.hook_pre", f"{b}.mlp.hook_pre_linear", f"{b}.mlp.hook_post"}
-        out: dict[str, HookSpec] = {}
-        for hook, spec in super().layer_specs(i, d).items():
-            if hook == f"{b}.mlp.hook_in":
-                out[hook] = moe_specs[hook]
-                out[f"{b}.mlp.gate.hook_out"] = moe_specs[f"{b}.mlp.gate.hook_out"]
-            elif hook == f"{b}.mlp.hook_out":
-                out[hook] = moe_specs[hook]
-            elif hook not in dense_inner:
-                out[hook] = spec
-        return out
-
-    def nonfiring(self) -> list[NonFiring]:
-        per_expert = ("hook_pre", "hook_pre_linear", "hook_post")
-        routing = ("gate.hook_expert_weights", "gate.hook_expert_indices", "hook_expert_weights",
-                   "hook_expert_indices")
-        return ([NonFiring(f"blocks.{{i}}.mlp.{h}", _PER_EXPERT) for h in per_expert]
-                + [NonFiring(f"blocks.{{i}}.mlp.{h}", _ROUTING) for h in routing])
+MIXTRAL = replace(DECODER, name="mixtral", mlp=Mlp(kind=MOE, module="block_sparse_moe"), nonfiring=MOE_NONFIRING)
 
 
-class MixtralOverlay(SparseMoEOverlay):
+class MixtralOverlay(TreeOverlay):
     """Mixtral: Llama tree, MoE block at ``block_sparse_moe`` (router ``gate``, fused experts)."""
 
-    name = "mixtral"
-    moe_module = "block_sparse_moe"
+    tree = MIXTRAL
 
 
-__all__ = ["MixtralOverlay", "SparseMoEOverlay"]
+__all__ = ["MIXTRAL", "MOE_NONFIRING", "MixtralOverlay"]

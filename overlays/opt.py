@@ -1,4 +1,4 @@
-"""OPT overlay: vLLM's ``OPTForCausalLM`` tree, learned positions, LayerNorm.
+"""OPT overlay: vLLM's ``OPTForCausalLM`` tree, learned positions, LayerNorm (the :data:`OPT` row).
 
 Module tree: ``model.decoder.embed_tokens`` and ``model.decoder.embed_positions``
 (``OPTLearnedPositionalEmbedding``: it adds OPT's offset of 2 to the position
@@ -30,59 +30,22 @@ Conversions, hook by hook (they differ from :mod:`overlays.decoder_only`):
 """
 from __future__ import annotations
 
-from typing import Any
+from .tree import LAYER_NORM, PLAIN, PLAIN_STREAM, SCORES_FROM_QK, Attention, Mlp, Norms, Tree, TreeOverlay
 
-from .base import Cols, Heads, HookSpec, config_get
-from .decoder_only import DecoderOnlyOverlay
+OPT = Tree(
+    "opt", root="model.decoder", pos_embed="embed_positions",
+    attention=Attention(out_proj="out_proj", rotary=None, grouped_query=False),
+    mlp=Mlp(kind=PLAIN, module=None, up="fc1", down="fc2"),
+    norms=Norms(kind=LAYER_NORM, ln1="self_attn_layer_norm", ln2="final_layer_norm", final="final_layer_norm",
+                read="out", final_read="out"),
+    residual=PLAIN_STREAM, score_inputs=SCORES_FROM_QK, d_mlp_keys=("ffn_dim",), d_mlp_ratio=None,
+)
 
 
-class OPTOverlay(DecoderOnlyOverlay):
+class OPTOverlay(TreeOverlay):
     """OPT: model.decoder.layers.{i}, learned positions (offset 2), LayerNorm, fc1/fc2."""
 
-    name = "opt"
-    score_inputs = ("attn.hook_q", "attn.hook_k")
+    tree = OPT
 
-    def dims(self, cfg: Any) -> dict[str, int]:
-        return {**super().dims(cfg), "d_mlp": int(config_get(cfg, "ffn_dim"))}
 
-    layer_norm_bias = True
-
-    def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
-        L, b = f"model.decoder.layers.{i}", f"blocks.{i}"
-        A = f"{L}.self_attn"
-        D, q, dm = d["d_model"], d["n_heads"] * d["head_dim"], d["d_mlp"]
-        qh = Heads(d["n_heads"], d["head_dim"])
-        ln1, ln2 = f"{L}.self_attn_layer_norm", f"{L}.final_layer_norm"
-        return {
-            f"{b}.hook_in": HookSpec(L, "in.hidden_states", width=D),
-            f"{b}.ln1.hook_normalized": HookSpec(ln1, "out", (self.unfold(ln1),), D),
-            f"{b}.attn.hook_in": HookSpec(A, "in.hidden_states", width=D),
-            f"{b}.attn.hook_q": HookSpec(f"{A}.qkv_proj", "out[0]", (Cols(0, q), qh), q),
-            f"{b}.attn.hook_k": HookSpec(f"{A}.qkv_proj", "out[0]", (Cols(q, 2 * q), qh), q),
-            f"{b}.attn.hook_v": HookSpec(f"{A}.qkv_proj", "out[0]", (Cols(2 * q, 3 * q), qh), q),
-            f"{b}.attn.hook_z": HookSpec(f"{A}.out_proj", "in[0]", (qh,), q),
-            f"{b}.attn.hook_out": HookSpec(A, "out", width=D),
-            f"{b}.hook_resid_mid": HookSpec(ln2, "in[0]", width=D),
-            f"{b}.ln2.hook_normalized": HookSpec(ln2, "out", (self.unfold(ln2),), D),
-            f"{b}.mlp.hook_in": HookSpec(f"{L}.fc1", "in[0]", width=D),
-            f"{b}.mlp.hook_pre": HookSpec(f"{L}.fc1", "out[0]", width=dm),
-            f"{b}.mlp.hook_post": HookSpec(f"{L}.fc2", "in[0]", width=dm),
-            f"{b}.mlp.hook_out": HookSpec(f"{L}.fc2", "out[0]", width=D),
-            f"{b}.hook_out": HookSpec(L, "out", width=D),
-        }
-
-    def hook_specs(self, cfg: Any) -> dict[str, HookSpec]:
-        d = self.dims(cfg)
-        P = "model.decoder"
-        specs = {
-            "embed.hook_out": HookSpec(f"{P}.embed_tokens", "out", width=d["d_model"]),
-            "pos_embed.hook_out": HookSpec(f"{P}.embed_positions", "out", width=d["d_model"]),
-        }
-        for i in range(d["n_layers"]):
-            specs.update(self.layer_specs(i, d))
-        specs["ln_final.hook_normalized"] = HookSpec(f"{P}.final_layer_norm", "out",
-                                                     (self.unfold(f"{P}.final_layer_norm"),), d["d_model"])
-        unembed = self.unembed_spec(cfg)
-        if unembed is not None:
-            specs["unembed.hook_out"] = unembed
-        return specs
+__all__ = ["OPT", "OPTOverlay"]

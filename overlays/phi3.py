@@ -20,28 +20,27 @@ cannot be derived here, so they are non-firing too (vLLM's kernel fuses them).
 """
 from __future__ import annotations
 
-from .base import HookSpec, NonFiring
-from .decoder_only import DecoderOnlyOverlay
+from dataclasses import replace
+
+from .base import NonFiring
+from .decoder_only import DECODER
+from .tree import TreeOverlay
 
 _NO_ROT_IN_BRIDGE = (
     "TransformerBridge's Phi-3 attention (JointQKVPositionEmbeddingsAttentionBridge, transformer-lens 4.3.0) "
     "re-implements attention and registers this hook but never fires it, so there is no reference to compare "
     "vLLM's rotary_emb output with")
 
+# vLLM's rotary_emb exists but is not captured (nothing to compare it with), so no derived scores either
+PHI3 = replace(DECODER, name="phi3", attention=replace(DECODER.attention, rotary=None), score_inputs=None,
+               nonfiring=(NonFiring("blocks.{i}.attn.hook_rot_q", _NO_ROT_IN_BRIDGE),
+                          NonFiring("blocks.{i}.attn.hook_rot_k", _NO_ROT_IN_BRIDGE)))
 
-class Phi3Overlay(DecoderOnlyOverlay):
+
+class Phi3Overlay(TreeOverlay):
     """Phi-3: vLLM's Llama tree (fused qkv / gate_up as in HF); no rotated-q/k hooks in the bridge."""
 
-    name = "phi3"
-    score_inputs = None  # the rotated q/k are not offered (see module docstring)
-
-    def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
-        drop = {f"blocks.{i}.attn.hook_rot_q", f"blocks.{i}.attn.hook_rot_k"}
-        return {h: s for h, s in super().layer_specs(i, d).items() if h not in drop}
-
-    def nonfiring(self) -> list[NonFiring]:
-        return [NonFiring("blocks.{i}.attn.hook_rot_q", _NO_ROT_IN_BRIDGE),
-                NonFiring("blocks.{i}.attn.hook_rot_k", _NO_ROT_IN_BRIDGE)]
+    tree = PHI3
 
 
-__all__ = ["Phi3Overlay"]
+__all__ = ["PHI3", "Phi3Overlay"]

@@ -9,11 +9,18 @@ divided out, in TransformerLens's heads-first layout ``[heads, T, d_head]``.
 """
 from __future__ import annotations
 
-from .decoder_only import DecoderOnlyOverlay
+from dataclasses import replace
+
+from .decoder_only import DECODER
+from .tree import QK_PER_HEAD, TreeOverlay
+
+QWEN3 = replace(DECODER, name="qwen3", attention=replace(DECODER.attention, qk_norm=QK_PER_HEAD))
 
 
-class Qwen3Overlay(DecoderOnlyOverlay):
+class Qwen3Overlay(TreeOverlay):
     """Qwen3: decoder-only tree with per-head q/k RMSNorm before rotary."""
 
-    name = "qwen3"
-    qk_norm = True
+    tree = QWEN3
+
+
+__all__ = ["QWEN3", "Qwen3Overlay"]

@@ -4,7 +4,7 @@ vLLM's ``Qwen3MoeDecoderLayer`` (``model.layers.{i}``) is Llama-shaped with a
 fused ``(delta, residual)`` return; its MoE block is ``mlp``
 (``Qwen3MoeSparseMoeBlock``: router ``gate`` + ``experts``, a ``MoERunner``
 that calls the gate module itself).  Every MoE hook and non-firing reason is
-:class:`overlays.mixtral.SparseMoEOverlay`'s (block input / output, router
+:data:`overlays.mixtral.MIXTRAL`'s (block input / output, router
 logits ``mlp.gate.hook_out``; per-expert and routing hooks non-firing).  The
 architecture's own conversions:
 
@@ -19,22 +19,11 @@ architecture's own conversions:
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 from .base import NonFiring
-from .mixtral import SparseMoEOverlay
-
-
-class Qwen3MoeOverlay(SparseMoEOverlay):
-    """Qwen3-MoE: MoE block at ``mlp``; per-head q/k norms before rotary."""
-
-    name = "qwen3_moe"
-    moe_module = "mlp"
-    qk_norm = True
-
-    def cuda_graph_nonfiring(self, hf_config: Any) -> list[NonFiring]:
-        return [NonFiring("blocks.{i}.mlp.gate.hook_out", _ROUTER_IN_FUSED_OP)]
-
+from .mixtral import MIXTRAL
+from .tree import QK_PER_HEAD, TreeOverlay
 
 _ROUTER_IN_FUSED_OP = (
     "under CUDA graphs (compiled mode on CUDA, vLLM 0.20): Qwen3MoeSparseMoeBlock hands its router "
@@ -43,4 +32,17 @@ _ROUTER_IN_FUSED_OP = (
     "never on replays (measured on the H200: never fired); splitting the graph at vllm::moe_forward fails "
     "in vLLM 0.20's piecewise codegen.  Eager mode captures the router logits")
 
-__all__ = ["Qwen3MoeOverlay"]
+QWEN3_MOE = replace(
+    MIXTRAL, name="qwen3_moe", mlp=replace(MIXTRAL.mlp, module="mlp"),
+    attention=replace(MIXTRAL.attention, qk_norm=QK_PER_HEAD),
+    cuda_graph_nonfiring=(NonFiring("blocks.{i}.mlp.gate.hook_out", _ROUTER_IN_FUSED_OP),),
+)
+
+
+class Qwen3MoeOverlay(TreeOverlay):
+    """Qwen3-MoE: MoE block at ``mlp``; per-head q/k norms before rotary."""
+
+    tree = QWEN3_MOE
+
+
+__all__ = ["QWEN3_MOE", "Qwen3MoeOverlay"]

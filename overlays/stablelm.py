@@ -23,27 +23,20 @@ Module tree as in :mod:`overlays.decoder_only` (``model.layers.{i}`` with
 """
 from __future__ import annotations
 
+from dataclasses import replace
 
-from .base import HookSpec
-from .decoder_only import DecoderOnlyOverlay
+from .decoder_only import DECODER
+from .tree import LAYER_NORM, STREAM_PAIR, TreeOverlay
+
+# ln1 / ln2 are plain LayerNorm calls (read "out"); the final norm keeps the Llama row's read
+STABLELM = replace(DECODER, name="stablelm", residual=STREAM_PAIR,
+                   norms=replace(DECODER.norms, kind=LAYER_NORM, read="out"))
 
 
-class StableLMOverlay(DecoderOnlyOverlay):
+class StableLMOverlay(TreeOverlay):
     """StableLM: Llama tree, LayerNorm with bias, residual added inside the layer."""
 
-    name = "stablelm"
+    tree = STABLELM
 
-    layer_norm_bias = True
 
-    def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
-        specs = super().layer_specs(i, d)
-        L, b, D = f"model.layers.{i}", f"blocks.{i}", d["d_model"]
-        ln1, ln2 = f"{L}.input_layernorm", f"{L}.post_attention_layernorm"
-        specs.update({
-            f"{b}.hook_in": HookSpec(L, "in.hidden_states", width=D),
-            f"{b}.ln1.hook_normalized": HookSpec(ln1, "out", (self.unfold(ln1),), D),
-            f"{b}.hook_resid_mid": HookSpec(ln2, "in[0]", width=D),
-            f"{b}.ln2.hook_normalized": HookSpec(ln2, "out", (self.unfold(ln2),), D),
-            f"{b}.hook_out": HookSpec(L, "out[0]", width=D),
-        })
-        return specs
+__all__ = ["STABLELM", "StableLMOverlay"]

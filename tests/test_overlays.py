@@ -105,14 +105,17 @@ def test_gpt_neox_qkv_layouts():
 
 def test_gpt_neox_native_rotated_qk_feed_derived_hooks_but_make_no_rows():
     """TransformerBridge has no hook_rot_q for GPT-NeoX: the native capture is a derived hook's input only."""
-    from harness.pipeline.runner import planned_cases
+    from dataclasses import replace
+
     from harness.models.targets import target_for_family
+    from harness.pipeline.plan import build_plan
+    from harness.pipeline.variant import Variant
     from overlays import VARIANTS
 
     t = target_for_family(FAMILIES["gpt_neox"])
     ov = VARIANTS["GPTNeoXForCausalLM"]["native"]
-    specs, derived = ov.hook_specs(t.hf_config), ov.derived_specs(t.hf_config)
-    cased = {h for _, h in planned_cases(specs, derived)}
+    specs = ov.hook_specs(t.hf_config)
+    cased = {c.hook for c in build_plan(replace(t, overlay=ov), Variant()).cases}
     assert "blocks.0.attn.hook_rot_q" in specs and "blocks.0.attn.hook_rot_q" not in cased
     assert "blocks.0.attn.hook_attn_scores" in cased
 
@@ -128,14 +131,109 @@ def test_get_overlay_follows_the_implementation():
 def test_cuda_graph_nonfiring_hooks_leave_the_plan_only_under_cuda_graphs():
     """Qwen3-MoE's router runs inside vLLM 0.20's fused-MoE op: offered in eager mode, declared
     non-firing (with the reason) when vLLM runs compiled with CUDA graphs."""
-    from harness.pipeline.runner import subject_plan
     from harness.models.targets import target_for_family
+    from harness.pipeline.plan import offered
+    from harness.pipeline.variant import Variant
 
+    cuda_graphs = Variant(device="cuda", compiled=True)  # built directly: no GPU needed to plan
     t = target_for_family(FAMILIES["qwen3_moe"])
-    eager, _, nf_eager = subject_plan(t)
-    graphs, _, nf_graphs = subject_plan(t, cuda_graphs=True)
+    eager, _, nf_eager = offered(t, Variant())
+    graphs, _, nf_graphs = offered(t, cuda_graphs)
     assert "blocks.0.mlp.gate.hook_out" in eager and "blocks.0.mlp.gate.hook_out" not in graphs
     added = [nf for nf in nf_graphs if nf not in nf_eager]
     assert [nf.template for nf in added] == ["blocks.{i}.mlp.gate.hook_out"] and "moe_forward" in added[0].reason
     m = target_for_family(FAMILIES["mixtral"])  # Mixtral calls its router in the traced forward
-    assert subject_plan(m, cuda_graphs=True)[0].keys() == subject_plan(m)[0].keys()
+    assert offered(m, cuda_graphs)[0].keys() == offered(m, Variant())[0].keys()
+
+
+# -- overlays as declared trees ---------------------------------------------------------------------------
+def test_get_overlay_is_pure_and_names_valid_implementations():
+    from overlays import IMPLEMENTATIONS, implementations
+
+    assert get_overlay("LlamaForCausalLM") is OVERLAYS["LlamaForCausalLM"]  # "native" by default
+    assert implementations("LlamaForCausalLM") == ("native",)
+    assert implementations("Olmo2ForCausalLM") == IMPLEMENTATIONS
+    with pytest.raises(ValueError, match="native, transformers"):
+        get_overlay("LlamaForCausalLM", "vllm")
+    with pytest.raises(ValueError, match="it has: native"):
+        get_overlay("LlamaForCausalLM", "transformers")
+    with pytest.raises(NoOverlayError):
+        implementations("NoSuchForCausalLM")
+
+
+def test_a_llama_shaped_family_is_one_registry_row(monkeypatch):
+    """Registering a new architecture to the decoder row (or a renamed copy of that row) is all it takes."""
+    from dataclasses import replace
+
+    from harness.models.targets import target_for_family
+    from overlays.decoder_only import DECODER
+    from overlays.tree import TreeOverlay
+
+    cfg = target_for_family(FAMILIES["llama"]).hf_config
+    llama = OVERLAYS["LlamaForCausalLM"]
+    monkeypatch.setitem(OVERLAYS, "NewLlamaForCausalLM", llama)
+    new = get_overlay("NewLlamaForCausalLM")
+    assert list(new.hook_specs(cfg).items()) == list(llama.hook_specs(cfg).items())
+    renamed = TreeOverlay(replace(DECODER, name="new_llama"))
+    assert renamed.name == "new_llama"
+    assert list(renamed.hook_specs(cfg).items()) == list(llama.hook_specs(cfg).items())
+    assert renamed.derived_specs(cfg) == llama.derived_specs(cfg)
+    assert renamed.nonfiring_for(cfg) == llama.nonfiring_for(cfg)
+
+
+def test_a_new_tree_shape_is_a_declared_row():
+    """Separate q/k/v projections (a layout no registered family has yet) need only a row."""
+    from dataclasses import replace
+
+    from harness.models.targets import target_for_family
+    from overlays.base import Heads
+    from overlays.decoder_only import DECODER
+    from overlays.tree import SEPARATE, Attention, TreeOverlay
+
+    cfg = target_for_family(FAMILIES["llama"]).hf_config
+    row = replace(DECODER, name="separate_qkv", attention=replace(DECODER.attention, qkv_layout=SEPARATE))
+    specs = TreeOverlay(row).hook_specs(cfg)
+    llama = OVERLAYS["LlamaForCausalLM"].hook_specs(cfg)
+    assert list(specs) == list(llama)  # same hooks, same forward order
+    k = specs["blocks.1.attn.hook_k"]
+    assert k.module == "model.layers.1.self_attn.k_proj" and k.convert == (Heads(2, 32),) and k.width == 64
+    assert {h for h in specs if specs[h] != llama[h]} == {f"blocks.{i}.attn.hook_{x}" for i in range(3) for x in "qkv"}
+    with pytest.raises(ValueError, match="qkv_layout"):
+        Attention(qkv_layout="interleaved")
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_overlay_row_declares_the_norm_offset_the_checkpoint_builder_uses(family):
+    """Gemma's (1 + w): the overlay row is the source (overlays.norm_weight_offset); families.py's copy must agree."""
+    from harness.models.targets import target_for_family
+    from overlays import norm_weight_offset
+
+    spec = FAMILIES[family]
+    assert norm_weight_offset(target_for_family(spec).architecture) == spec.norm_weight_offset
+
+
+def test_the_overlay_package_imports_nothing_of_harness_but_its_vocabulary():
+    """Layering: overlays may import harness.vocab and nothing else of harness (lazy imports included)."""
+    import ast
+    from pathlib import Path
+
+    import overlays
+
+    bad = []
+    for path in sorted(Path(overlays.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            bad += [f"{path.name}:{node.lineno} {n}" for n in names
+                    if (n == "harness" or n.startswith("harness.")) and not (n == "harness.vocab"
+                                                                              or n.startswith("harness.vocab."))]
+    assert not bad, bad
+
+
+def test_hook_name_helpers_are_the_vocabularys():
+    import harness.vocab.hooks as vocab
+    from harness.vocab.capture_keys import read_key
+    from overlays import base
+
+    assert (base.expand_layers, base.layer_of, base.hook_kind) == (vocab.expand_layers, vocab.layer_of, vocab.hook_kind)
+    assert base.HookSpec("model.layers.0", "out[0]+out[1]").raw_key == read_key("model.layers.0", "out[0]+out[1]")

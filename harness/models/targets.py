@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from overlays import NoOverlayError, Overlay, get_overlay
+from overlays import NoOverlayError, Overlay, get_overlay, implementations
 from overlays.base import config_get
 
 from harness.models.families import ModelSpec, UnknownFamilyError, resolve_families
@@ -63,12 +63,23 @@ def _architecture(checkpoint: Path) -> str:
     return archs[0]
 
 
+def _overlay(arch: str) -> Overlay:
+    """The overlay for ``arch`` as the installed vLLM runs it; vLLM's registry is read only for an
+    architecture whose overlays differ by implementation (native model vs Transformers backend)."""
+    implementation = "native"
+    if len(implementations(arch)) > 1:
+        from harness.engines.vllm_compat import model_implementation
+
+        implementation = model_implementation(arch)
+    return get_overlay(arch, implementation)
+
+
 def target_for_family(spec: ModelSpec) -> Target:
     from harness.models.checkpoints import checkpoint_dir
 
     ckpt = checkpoint_dir(spec)
     arch = _architecture(ckpt)
-    return Target(spec.name, ckpt, arch, get_overlay(arch), "synthetic", spec.seed, dict(spec.unsupported_dtypes))
+    return Target(spec.name, ckpt, arch, _overlay(arch), "synthetic", spec.seed, dict(spec.unsupported_dtypes))
 
 
 def target_for_path(path: str) -> Target:
@@ -77,7 +88,7 @@ def target_for_path(path: str) -> Target:
         raise TargetError(f"--model-path {path}: no such directory; pass a local HF checkpoint directory")
     arch = _architecture(ckpt)
     try:
-        overlay = get_overlay(arch)
+        overlay = _overlay(arch)
     except NoOverlayError as exc:
         raise TargetError(f"--model-path {path}: {exc}") from None
     return Target(ckpt.name, ckpt, arch, overlay, "path")

@@ -1,0 +1,453 @@
+"""Module trees as declared rows, and the one builder that expands a row into hook specs.
+
+Contract: a :class:`Tree` is a frozen row saying where each part of a decoder
+lives in vLLM's model tree and how it behaves (module names, qkv layout, MLP
+kind, norm kind and places, residual style, batch dim, rotary module, q/k
+norms, references and non-firing hooks).  :class:`TreeOverlay` turns a row and
+an HF config into the :class:`overlays.base.Overlay` contract, in forward
+order (reports depend on that order):
+
+    embed.hook_out, [pos_embed.hook_out], then per layer i
+      hook_in, [ln1.hook_normalized], attn.hook_in, attn.hook_q/k/v,
+      [q/k norm hooks], [attn.hook_rot_q/k], attn.hook_z, attn.hook_out,
+      [ln1_post.hook_normalized/hook_out | hook_attn_out], [hook_resid_mid],
+      [ln2.hook_normalized], mlp.hook_in, [mlp.gate.hook_out],
+      [mlp.hook_pre, [mlp.hook_pre_linear], mlp.hook_post], mlp.hook_out,
+      [ln2_post.hook_normalized/hook_out | hook_mlp_out], hook_out,
+    ln_final.hook_normalized, [unembed.hook_out].
+
+The defaults of every row are the Llama tree (:data:`overlays.decoder_only.DECODER`),
+so a family's row is ``replace(<a base row>, <what differs>)``.  Hook
+semantics (why each read and conversion is right) live in the family modules'
+docstrings; the rules this builder applies to every row:
+
+- ``batch`` conversions (``DropBatch`` under vLLM's Transformers backend) lead
+  every read except ``unembed.hook_out`` (vLLM's own logits processor, ``[T, V]``).
+- Legacy ``hook_attn_out`` / ``hook_mlp_out`` (compatibility mode) name what is
+  *added to the stream*: with post-norms (``ln1_post`` / ``ln2_post``) that is
+  the post-norm's output, with a ``residual_scale`` (Granite) an extra hook of
+  the sublayer output times the multiplier; either way ``attn.hook_out`` /
+  ``mlp.hook_out`` lose their compatibility alias.
+- ``unembed.hook_out`` divides out vLLM's logit scale (``logit_scale /
+  logits_scaling``) and is not offered under a final logit soft-cap (tanh
+  cannot be undone); attention scores / pattern are derived from
+  ``score_inputs`` with the config's scale, grouped-query repeat, window and
+  soft-cap.  Either missing is declared non-firing with a reason
+  (:meth:`TreeOverlay.nonfiring_for`), never dropped silently.
+
+Trap: a row is data, so a difference that is a fact about the tree belongs in a
+field here (used by every row that has it), not in a family's method; a
+family that would need a method is a new field.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+from .base import (Conversion, Cols, Derived, DropBatch, Heads, HookSpec, Mul, NonFiring, Overlay, SwapAxes,
+                   UnfoldNorm, config_get, expand_layers, hook_kind)
+
+# qkv layouts
+FUSED = "fused"  # one projection returning [q | k | v] (k and v n_kv_heads * head_dim wide)
+PER_HEAD = "per_head"  # one projection returning, per head, [q_h | k_h | v_h] (HF GPT-NeoX)
+SEPARATE = "separate"  # q_proj / k_proj / v_proj, one output each
+# q/k norm kinds
+QK_PER_HEAD = "per_head"  # RMSNorm over head_dim on [T, heads, head_dim] (Qwen3, Gemma-3)
+QK_WHOLE = "whole"  # norm over the whole q / k projection, flat (OLMo-2)
+# MLP kinds
+GATED = "gated"  # fused [gate | up] projection, then down
+PLAIN = "plain"  # up projection -> activation -> down projection, no gate
+MOE = "moe"  # sparse mixture of experts: router + fused experts
+# where scores / pattern are derived from (layer-free hooks)
+SCORES_FROM_ROTATED = ("attn.hook_rot_q", "attn.hook_rot_k")
+SCORES_FROM_QK = ("attn.hook_q", "attn.hook_k")  # no rotary embedding (GPT-2, OPT)
+
+References = tuple[tuple[str, "str | None"], ...]
+
+
+def _check(what: str, value: Any, valid: tuple) -> None:
+    if value not in valid:
+        raise ValueError(f"{what} {value!r} is none of {valid}")
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A multiplier read from the HF config: ``float(cfg.key) ** power`` (``default`` where unset)."""
+
+    key: str
+    default: float | None = None
+    power: float = 1.0
+
+    def mul(self, cfg: Any) -> Mul:
+        value = float(config_get(cfg, self.key, default=self.default))
+        return Mul(value ** self.power if self.power != 1.0 else value)
+
+
+@dataclass(frozen=True)
+class NormKind:
+    """How a norm applies its affine part, which the un-fold divides out."""
+
+    offset: float = 0.0  # 1.0 where the norm multiplies by (1 + w) (Gemma)
+    bias: bool = False  # LayerNorm with a bias: un-fold is (y - b) / (w + offset)
+
+
+RMS = NormKind()
+LAYER_NORM = NormKind(bias=True)
+GEMMA_RMS = NormKind(offset=1.0)
+
+
+@dataclass(frozen=True)
+class Norms:
+    """Norm modules (attribute names on a layer; ``final`` under the root) and how they are read.
+    ``None``: the tree has no such norm, and its hooks are not offered."""
+
+    kind: NormKind = RMS
+    ln1: str | None = "input_layernorm"  # before attention
+    ln2: str | None = "post_attention_layernorm"  # before the MLP
+    ln1_post: str | None = None  # after attention, before the add (sandwich / post-norm)
+    ln2_post: str | None = None  # after the MLP, before the add
+    final: str = "norm"
+    # read of ln1 / ln2: "out[0]" where vLLM's fused add-norm returns (normed, residual);
+    # post-norms are called without a residual and read "out"
+    read: str = "out[0]"
+    final_read: str = "out[0]"
+
+
+@dataclass(frozen=True)
+class Residual:
+    """How a layer hands the residual stream on: the reads of ``hook_in`` and ``hook_out`` on the
+    layer and of ``hook_resid_mid`` on the input of ``mid_at`` (``"ln2"`` or ``"mlp"``)."""
+
+    block_in: str
+    block_out: str
+    mid: str | None  # None: no stream between attention and MLP (parallel residual)
+    mid_at: str = "ln2"
+
+    def __post_init__(self) -> None:
+        _check("Residual.mid_at", self.mid_at, ("ln2", "mlp"))
+
+
+# vLLM's Llama-style layer returns (delta, residual); the next norm adds them
+FUSED_PAIR = Residual("in.hidden_states+in.residual", "out[0]+out[1]", "in[0]+in[1]")
+# the layer takes and returns the whole stream as one tensor
+PLAIN_STREAM = Residual("in.hidden_states", "out", "in[0]")
+# the layer returns (stream after the block, stream after attention) (StableLM)
+STREAM_PAIR = Residual("in.hidden_states", "out[0]", "in[0]")
+# x + attn(ln1(x)) + mlp(ln2(x)): no mid stream (GPT-NeoX)
+PARALLEL = Residual("in.hidden_states", "out", None)
+# x + ln1_post(attn(x)), then + ln2_post(mlp(.)): the mid stream is the MLP's input (OLMo-2)
+POST_NORM = Residual("in.hidden_states", "out[0]", "in[0]", mid_at="mlp")
+# sandwich norms (Gemma-2/3) are FUSED_PAIR with ln1_post / ln2_post set and ln2 the pre-feed-forward norm
+
+
+@dataclass(frozen=True)
+class Attention:
+    """The attention module (attribute on a layer) and its parts."""
+
+    module: str = "self_attn"
+    qkv_layout: str = FUSED
+    qkv: str = "qkv_proj"  # the fused projection (FUSED, PER_HEAD)
+    q_k_v: tuple[str, str, str] = ("q_proj", "k_proj", "v_proj")  # SEPARATE
+    # width declared on hook_q/k/v: their own ("slice") or the whole fused projection's
+    # ("projection", as GPT-NeoX's overlay declares it)
+    qkv_width: str = "slice"
+    out_proj: str = "o_proj"  # its input is hook_z
+    # module returning the rotated (q, k): hook_rot_q / hook_rot_k; None: not captured
+    rotary: str | None = "rotary_emb"
+    qk_norm: str | None = None  # QK_PER_HEAD | QK_WHOLE, modules q_norm / k_norm
+    # False: multi-head only (GPT-2, OPT, GPT-NeoX): k / v have every query head, whatever the config says
+    grouped_query: bool = True
+    returns: str = "out"  # read of the module's return: "out[0]" for HF's (output, weights)
+
+    def __post_init__(self) -> None:
+        _check("qkv_layout", self.qkv_layout, (FUSED, PER_HEAD, SEPARATE))
+        _check("qkv_width", self.qkv_width, ("slice", "projection"))
+        _check("qk_norm", self.qk_norm, (None, QK_PER_HEAD, QK_WHOLE))
+
+
+@dataclass(frozen=True)
+class Mlp:
+    """The feed-forward block (attribute on a layer; ``module=None``: its projections hang off the layer)."""
+
+    kind: str = GATED
+    module: str | None = "mlp"
+    up: str = "gate_up_proj"  # GATED: fused [gate | up]; PLAIN: the input projection (hook_pre is its output)
+    down: str = "down_proj"  # its input is hook_post
+    router: str = "gate"  # MOE: the router, whose logits are mlp.gate.hook_out
+
+    def __post_init__(self) -> None:
+        _check("Mlp.kind", self.kind, (GATED, PLAIN, MOE))
+        if self.module is None and self.kind == MOE:
+            raise ValueError("Mlp: a MoE block is a module (module=None is for projections on the layer)")
+
+
+@dataclass(frozen=True)
+class Tree:
+    """One architecture's vLLM module tree, as data (defaults: vLLM's Llama tree)."""
+
+    name: str  # the overlay's name (reports)
+    root: str = "model"  # dot path holding the embeddings, layers and final norm
+    embed: str = "embed_tokens"
+    pos_embed: str | None = None  # learned positional embedding module (pos_embed.hook_out)
+    embed_scale: Scale | None = None  # applied by vLLM after the embedding module, before the stream
+    layers: str = "layers"  # layer i is {root}.{layers}.{i}
+    attention: Attention = Attention()
+    mlp: Mlp = Mlp()
+    norms: Norms = Norms()
+    residual: Residual = FUSED_PAIR
+    residual_scale: Scale | None = None  # sublayer outputs are multiplied by it before the add (Granite)
+    batch: tuple[Conversion, ...] = ()  # leading conversions of every read but unembed (DropBatch)
+    score_inputs: tuple[str, str] | None = SCORES_FROM_ROTATED  # None: scores / pattern not derived
+    d_mlp_keys: tuple[str, ...] = ("intermediate_size", "n_inner")  # config keys of the MLP width
+    d_mlp_ratio: int | None = 4  # MLP width d_model x this where the config leaves it unset; None: required
+    # (hook kind, references) overrides, for hooks whose reference names differ (HookSpec.references)
+    references: tuple[tuple[str, References], ...] = ()
+    nonfiring: tuple[NonFiring, ...] = ()
+    cuda_graph_nonfiring: tuple[NonFiring, ...] = ()
+
+    def __post_init__(self) -> None:
+        mid_module = self.norms.ln2 if self.residual.mid_at == "ln2" else self.mlp.module
+        if self.residual.mid and mid_module is None:
+            raise ValueError(f"Tree {self.name!r}: hook_resid_mid is read at {self.residual.mid_at}, "
+                             "which this tree does not have")
+
+
+def transformers_backend(tree: Tree, nonfiring: tuple[NonFiring, ...]) -> Tree:
+    """``tree`` as vLLM's Transformers modeling backend runs it: HF's modules (vLLM layers swapped
+    in) see ``[1, T, ...]`` (every read starts with ``DropBatch``), HF attention modules return
+    ``(output, weights)`` (``out[0]``), and HF rotates q/k in a function (``apply_rotary_pos_emb``)
+    before calling vLLM's attention as ``attn.forward(q, k, v)``, bypassing module hooks: no rotated
+    q/k to capture, so no derived scores / pattern (``nonfiring`` says why, in the family's words)."""
+    return replace(tree, batch=(DropBatch(),), attention=replace(tree.attention, rotary=None, returns="out[0]"),
+                   score_inputs=None, nonfiring=nonfiring)
+
+
+# Hooks a config may leave unoffered, with the reason; a row that drops one for another reason
+# lists it in its nonfiring with its own reason instead.
+_UNOFFERED = {
+    "blocks.{i}.attn.hook_attn_scores":
+        "vLLM's attention kernel fuses QK^T, mask and softmax; scores never exist as a tensor, "
+        "and this overlay captures no q/k to derive them from",
+    "blocks.{i}.attn.hook_pattern":
+        "vLLM's attention kernel fuses softmax with the value product; the pattern never exists "
+        "as a tensor, and this overlay captures no q/k to derive it from",
+    "unembed.hook_out":
+        "vLLM's logits processor applies the final logit soft-cap (tanh) in the same call; the "
+        "bridge's unembed.hook_out is before the cap and tanh saturates, so it cannot be recovered "
+        "(the capped logits are compared as log-probs)",
+}
+
+
+class TreeOverlay(Overlay):
+    """The one builder: expands :attr:`tree` over the config's layers.  A family's class only
+    binds its row (``tree = ...``), so reports keep naming it by class."""
+
+    tree: ClassVar[Tree]
+
+    def __init__(self, tree: Tree | None = None) -> None:
+        if tree is not None:
+            self.tree = tree
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.tree.name
+
+    # -- sizes ---------------------------------------------------------------------------------------
+    def dims(self, cfg: Any) -> dict[str, int]:
+        d_model = config_get(cfg, "hidden_size", "n_embd")
+        n_heads = config_get(cfg, "num_attention_heads", "n_head")
+        head_dim = config_get(cfg, "head_dim", default=None) or d_model // n_heads
+        n_kv = config_get(cfg, "num_key_value_heads", default=None) or n_heads
+        mlp_width, ratio = config_get(cfg, *self.tree.d_mlp_keys, default=None), self.tree.d_mlp_ratio
+        d_mlp = int(mlp_width) if ratio is None else (mlp_width or ratio * d_model)
+        dims = dict(d_model=d_model, n_heads=n_heads, head_dim=head_dim, n_kv=n_kv, d_mlp=d_mlp,
+                    n_layers=config_get(cfg, "num_hidden_layers", "n_layer"))
+        if self.tree.mlp.kind == MOE:
+            dims["n_experts"] = int(config_get(cfg, "num_local_experts", "num_experts"))
+        return dims
+
+    # -- the contract ----------------------------------------------------------------------------------
+    def hook_specs(self, cfg: Any) -> dict[str, HookSpec]:
+        t, d = self.tree, self.dims(cfg)
+        specs: dict[str, HookSpec] = {}
+        embed = (t.embed_scale.mul(cfg),) if t.embed_scale else ()
+        self._add(specs, "embed.hook_out", f"{t.root}.{t.embed}", "out", embed, d["d_model"])
+        if t.pos_embed:
+            self._add(specs, "pos_embed.hook_out", f"{t.root}.{t.pos_embed}", "out", (), d["d_model"])
+        residual_scale = (t.residual_scale.mul(cfg),) if t.residual_scale else None
+        for i in range(d["n_layers"]):
+            self._layer(specs, i, d, residual_scale)
+        final = f"{t.root}.{t.norms.final}"
+        self._add(specs, "ln_final.hook_normalized", final, t.norms.final_read, (self.unfold(final),), d["d_model"])
+        unembed = self.unembed_spec(cfg)
+        if unembed is not None:
+            specs["unembed.hook_out"] = unembed
+        return specs
+
+    def nonfiring(self) -> list[NonFiring]:
+        return list(self.tree.nonfiring)
+
+    def cuda_graph_nonfiring(self, hf_config: Any) -> list[NonFiring]:
+        return list(self.tree.cuda_graph_nonfiring)
+
+    def derived_specs(self, cfg: Any) -> dict[str, Derived]:
+        if self.tree.score_inputs is None:
+            return {}
+        captured = self.hook_specs(cfg)
+        scale, softcap = self.attn_scale(cfg), config_get(cfg, "attn_logit_softcapping")
+        out: dict[str, Derived] = {}
+        for i in range(self.dims(cfg)["n_layers"]):
+            inputs = tuple(f"blocks.{i}.{h}" for h in self.tree.score_inputs)
+            if not all(h in captured for h in inputs):
+                continue
+            common = dict(inputs=inputs, scale=scale, window=self.sliding_window(cfg, i),
+                          softcap=float(softcap) if softcap else None)
+            out[f"blocks.{i}.attn.hook_attn_scores"] = Derived("attn_scores", **common)
+            out[f"blocks.{i}.attn.hook_pattern"] = Derived("pattern", **common)
+        return out
+
+    def nonfiring_for(self, cfg: Any) -> list[NonFiring]:
+        """:meth:`nonfiring` plus each hook a config may leave unoffered (scores / pattern,
+        soft-capped unembed) that this config offers no layer of, with the generic reason."""
+        listed = self.nonfiring()
+        offered = set(self.hook_specs(cfg)) | set(self.derived_specs(cfg))
+        n_layers = self.dims(cfg)["n_layers"]
+        return listed + [NonFiring(t, why) for t, why in _UNOFFERED.items()
+                         if t not in {nf.template for nf in listed}
+                         and not offered & set(expand_layers(t, n_layers))]
+
+    # -- read from the HF config, generically -----------------------------------------------------------
+    def unembed_spec(self, cfg: Any) -> HookSpec | None:
+        """vLLM's logits processor (``logits_processor`` at the model root), every call: with
+        prompt log-probs vLLM calls it for the sampled position and for the prompt positions,
+        stitched by row count; ``None`` where its output cannot be turned back into the pre-cap
+        logits TransformerBridge's hook holds."""
+        if config_get(cfg, "final_logit_softcapping"):
+            return None
+        # vLLM: LogitsProcessor(scale=logit_scale / logits_scaling); the bridge's
+        # unembed.hook_out is the plain lm_head output (measured on Granite).
+        scale = float(config_get(cfg, "logit_scale", default=1.0)) / float(
+            config_get(cfg, "logits_scaling", default=1.0))
+        return HookSpec("logits_processor", "out", (Mul(1.0 / scale),) if scale != 1.0 else (),
+                        int(config_get(cfg, "vocab_size")), calls="all")
+
+    def attn_scale(self, cfg: Any) -> float:
+        multiplier = config_get(cfg, "attention_multiplier")  # Granite
+        if multiplier is not None:
+            return float(multiplier)
+        scalar = config_get(cfg, "query_pre_attn_scalar")  # Gemma 2/3
+        if scalar is not None:
+            return float(scalar) ** -0.5
+        return float(self.dims(cfg)["head_dim"]) ** -0.5
+
+    def sliding_window(self, cfg: Any, layer: int) -> int | None:
+        """HF's rule: ``layer_types`` names the sliding layers where present; otherwise a set
+        ``sliding_window`` (not switched off by ``use_sliding_window=False``) applies to every layer."""
+        window = config_get(cfg, "sliding_window")
+        if not window:
+            return None
+        types = config_get(cfg, "layer_types")
+        if types is not None:
+            return int(window) if types[layer] == "sliding_attention" else None
+        if config_get(cfg, "use_sliding_window") is False:
+            return None
+        return int(window)
+
+    def unfold(self, module: str) -> UnfoldNorm:
+        """Un-fold a norm's affine part: ``÷ (w + offset)``, after ``- b`` for a LayerNorm with bias."""
+        kind = self.tree.norms.kind
+        return UnfoldNorm(f"{module}.weight", kind.offset, bias=f"{module}.bias" if kind.bias else None)
+
+    # -- the builder ------------------------------------------------------------------------------------
+    def _add(self, specs: dict[str, HookSpec], hook: str, module: str, read: str, convert: tuple, width: int,
+             references: References = ()) -> None:
+        references = dict(self.tree.references).get(hook_kind(hook), references)
+        specs[hook] = HookSpec(module, read, (*self.tree.batch, *convert), width, references=references)
+
+    def _layer(self, specs: dict[str, HookSpec], i: int, d: dict[str, int], residual_scale: tuple | None) -> None:
+        t, norms = self.tree, self.tree.norms
+        L, b, D = f"{t.root}.{t.layers}.{i}", f"blocks.{i}", d["d_model"]
+        A = f"{L}.{t.attention.module}"
+        M = f"{L}.{t.mlp.module}" if t.mlp.module else None
+        n_kv = d["n_kv"] if t.attention.grouped_query else d["n_heads"]
+        q, kv = d["n_heads"] * d["head_dim"], n_kv * d["head_dim"]
+        qh, kh = Heads(d["n_heads"], d["head_dim"]), Heads(n_kv, d["head_dim"])
+
+        def add(kind: str, module: str, read: str, convert: tuple = (), width: int = D,
+                references: References = ()) -> None:
+            self._add(specs, f"{b}.{kind}", module, read, convert, width, references)
+
+        def norm(kind: str, attr: str, read: str) -> None:
+            add(kind, f"{L}.{attr}", read, (self.unfold(f"{L}.{attr}"),))
+
+        def contribution(post_norm: str, legacy: str, sublayer_out: tuple[str, str]) -> None:
+            """What a sublayer adds to the stream -- its post-norm's output, or its output times the
+            residual multiplier -- which compatibility mode's legacy hook_attn_out / hook_mlp_out name."""
+            attr = getattr(norms, post_norm)
+            if attr:
+                norm(f"{post_norm}.hook_normalized", attr, "out")
+                add(f"{post_norm}.hook_out", f"{L}.{attr}", "out", references=(("compat", f"{b}.{legacy}"),))
+            elif residual_scale:
+                add(legacy, *sublayer_out, residual_scale, references=(("compat", f"{b}.{legacy}"),))
+
+        # the sublayer outputs lose their legacy alias where the added contribution is another tensor
+        attn_alias = (("compat", None),) if norms.ln1_post or residual_scale else ()
+        mlp_alias = (("compat", None),) if norms.ln2_post or residual_scale else ()
+
+        add("hook_in", L, t.residual.block_in)
+        if norms.ln1:
+            norm("ln1.hook_normalized", norms.ln1, norms.read)
+        add("attn.hook_in", A, "in.hidden_states")
+        for x, module, convert, width in self._qkv(A, d, q, kv, qh, kh):
+            add(f"attn.hook_{x}", module, "out[0]", convert, width)
+        if t.attention.qk_norm:
+            for x, width in (("q", q), ("k", kv)):
+                qk = f"{A}.{x}_norm"
+                if t.attention.qk_norm == QK_PER_HEAD:  # vLLM: [T, heads, d_head]; TL's hook: [heads, T, d_head]
+                    add(f"attn.{x}_norm.hook_normalized", qk, "out", (self.unfold(qk), SwapAxes(0, 1)), width)
+                else:  # QK_WHOLE: flat [T, heads * d_head], as in TL
+                    add(f"attn.{x}_norm.hook_normalized", qk, "out", (self.unfold(qk),), width)
+                    add(f"attn.hook_{x}_normed", qk, "out", (), width)
+        if t.attention.rotary:
+            add("attn.hook_rot_q", f"{A}.{t.attention.rotary}", "out[0]", (qh,), q)
+            add("attn.hook_rot_k", f"{A}.{t.attention.rotary}", "out[1]", (kh,), kv)
+        add("attn.hook_z", f"{A}.{t.attention.out_proj}", "in[0]", (qh,), q)
+        add("attn.hook_out", A, t.attention.returns, references=attn_alias)
+        contribution("ln1_post", "hook_attn_out", (A, t.attention.returns))
+        if t.residual.mid:
+            add("hook_resid_mid", f"{L}.{norms.ln2}" if t.residual.mid_at == "ln2" else M, t.residual.mid)
+        if norms.ln2:
+            norm("ln2.hook_normalized", norms.ln2, norms.read)
+        mlp, dm = t.mlp, d["d_mlp"]
+        up, down = f"{M or L}.{mlp.up}", f"{M or L}.{mlp.down}"
+        add("mlp.hook_in", M or up, "in[0]")  # no MLP module (OPT): its projections' input / output
+        if mlp.kind == MOE:
+            add("mlp.gate.hook_out", f"{M}.{mlp.router}", "out[0]", (), d["n_experts"])
+        else:
+            add("mlp.hook_pre", up, "out[0]", (Cols(0, dm),) if mlp.kind == GATED else (), dm)
+            if mlp.kind == GATED:
+                add("mlp.hook_pre_linear", up, "out[0]", (Cols(dm, 2 * dm),), dm)
+            add("mlp.hook_post", down, "in[0]", (), dm)
+        mlp_out = (M, "out") if M else (down, "out[0]")
+        add("mlp.hook_out", *mlp_out, references=mlp_alias)
+        contribution("ln2_post", "hook_mlp_out", mlp_out)
+        add("hook_out", L, t.residual.block_out)
+
+    def _qkv(self, A: str, d: dict[str, int], q: int, kv: int, qh: Heads, kh: Heads):
+        """``(x, module, conversions, width)`` of ``hook_q`` / ``hook_k`` / ``hook_v``."""
+        att = self.tree.attention
+        widths = (q, kv, kv) if att.qkv_width == "slice" else (q + 2 * kv,) * 3
+        if att.qkv_layout == SEPARATE:
+            return zip("qkv", (f"{A}.{p}" for p in att.q_k_v), ((qh,), (kh,), (kh,)), widths)
+        if att.qkv_layout == PER_HEAD:  # [T, heads, 3 * head_dim], then q / k / v columns of each head
+            hd, per_head = d["head_dim"], Heads(d["n_heads"], 3 * d["head_dim"])
+            converts = tuple((per_head, Cols(j * hd, (j + 1) * hd)) for j in range(3))
+        else:  # FUSED: [q | k | v]
+            converts = ((Cols(0, q), qh), (Cols(q, q + kv), kh), (Cols(q + kv, q + 2 * kv), kh))
+        return zip("qkv", (f"{A}.{att.qkv}",) * 3, converts, widths)
+
+
+__all__ = ["Attention", "FUSED", "FUSED_PAIR", "GATED", "GEMMA_RMS", "LAYER_NORM", "MOE", "Mlp", "Norms", "NormKind",
+           "PARALLEL", "PER_HEAD", "PLAIN", "PLAIN_STREAM", "POST_NORM", "QK_PER_HEAD", "QK_WHOLE", "RMS", "Residual",
+           "SCORES_FROM_QK", "SCORES_FROM_ROTATED", "SEPARATE", "STREAM_PAIR", "Scale", "Tree", "TreeOverlay",
+           "transformers_backend"]
