@@ -128,3 +128,61 @@ def test_a_tolerance_above_the_ceiling_is_inconclusive_never_pass():
 def test_margin_conventions():
     assert margin(1e-6, 1e-4) == pytest.approx(1e-2)
     assert margin(0.0, 0.0) == 0.0 and margin(1.0, 0.0) == math.inf and math.isnan(margin(math.nan, 1.0))
+
+
+def test_a_row_above_even_its_inflated_tolerance_fails_whatever_the_ceiling():
+    plan, values = _plan(), _values()
+    subject, refs = _captures(plan.specs, values)
+    key = capture_key(0, read_key("model.layers.0", "out[0]+out[1]"))
+    subject.raw[key] = subject.raw[key] * 2.0  # 100 % off, far above a 0.4 tolerance
+    refs.floors["bridge"]["blocks.0.hook_out"] = 0.1
+    rows, _ = evaluate(plan, subject, refs, PROMPTS, Gate("bfloat16", "bfloat16", "LlamaForCausalLM"), "toy")
+    row = next(r for r in rows if r.reference == "bridge" and r.hook == "blocks.0.hook_out")
+    assert row.tolerance > 0.25 and row.status == "fail"
+
+
+def test_nan_is_an_error_naming_the_first_non_finite_hook_never_a_pass():
+    plan, values = _plan(), _values()
+    values["blocks.0.hook_out"][2, 5] = float("nan")  # both engines NaN at the same place, as a NaN weight makes
+    subject, refs = _captures(plan.specs, values)
+    rows, _ = evaluate(plan, subject, refs, PROMPTS, GATE32, "toy")
+    bad = [r for r in rows if r.hook == "blocks.0.hook_out"]
+    assert bad and all(r.status == "error" for r in bad), [(r.reference, r.status) for r in bad]
+    row = next(r for r in bad if r.reference == "bridge")
+    assert "NaN in vLLM's blocks.0.hook_out at prompt 0, [pos=2, d=5]" in row.message
+    assert "first non-finite hook of vLLM in forward order: NaN in vLLM's blocks.0.hook_out" in row.message
+    assert all(r.status == "pass" for r in rows if r.hook == "embed.hook_out")
+
+
+def test_a_nan_floor_is_an_error():
+    plan, values = _plan(), _values()
+    subject, refs = _captures(plan.specs, values)
+    refs.floors["bridge"]["embed.hook_out"] = float("nan")
+    rows, _ = evaluate(plan, subject, refs, PROMPTS, GATE32, "toy")
+    row = next(r for r in rows if r.reference == "bridge" and r.hook == "embed.hook_out")
+    assert row.status == "error" and "noise-floor run holds non-finite" in row.message
+
+
+def test_a_known_reference_bug_needs_its_signature_and_never_explains_an_error():
+    from harness.references.known_issues import KNOWN_ISSUES
+
+    issue = KNOWN_ISSUES[0]  # OPT: the bridge's scores equal its pattern
+    scores, pattern = "blocks.0.attn.hook_attn_scores", "blocks.0.attn.hook_pattern"
+    from harness.pipeline.results import HookResult
+
+    def row(status):
+        return HookResult("opt", "bridge", scores, scores, 0, "attn.hook_attn_scores", status, 1e-4, rel_err=1.0)
+
+    same = torch.rand(H, T, T)
+    refs_bug = ReferenceCapture(bridge={0: {scores: same, pattern: same.clone()}}, compat={}, logprobs={})
+    refs_ok = ReferenceCapture(bridge={0: {scores: same * 3, pattern: same}}, compat={}, logprobs={})
+    gate = Gate("float32", "float32", issue.architecture)
+    r = row("fail")
+    gate.finalize(r, refs_bug)
+    assert r.known_issue == issue.reason
+    r = row("fail")
+    gate.finalize(r, refs_ok)  # a name match alone explains nothing
+    assert r.known_issue is None
+    r = row("error")
+    gate.finalize(r, refs_bug)
+    assert r.known_issue is None

@@ -51,7 +51,9 @@ def test_known_reference_bug_is_counted_apart(tmp_path):
     r = _result("k", status="fail", rel=float("inf"))
     r["rows"][0]["known_issue"] = "TL bug"
     s = summarize(r)
-    assert s["verdict"] == "pass" and s["known_issues"] == 1 and s["failed"] == 0
+    # explained, but not compared: the hook is not gated, so the model is partial, never pass
+    assert s["verdict"] == "partial" and s["known_issues"] == 1 and s["failed"] == 0
+    assert s["ungated_hooks"] == ["blocks.0.hook_out"]
     write_report(r, tmp_path)
     md, _ = write_matrix(tmp_path)
     assert "known reference bug" in md.read_text()
@@ -89,3 +91,40 @@ def test_routing_flips_are_listed_in_the_report():
                            "tolerance": 5e-3, "explained": True}]
     md = to_markdown(r)
     assert "Expert-routing flips" in md and "| 2 | 1 | 12 |" in md
+
+
+def _two_rows(status_a="pass", status_b="pass"):
+    r = _result("m", status=status_a)
+    b = dict(r["rows"][0], hook="blocks.1.hook_out", layer=1, status=status_b)
+    r["rows"].append(b)
+    return r
+
+
+def test_verdicts_never_say_pass_for_what_was_not_compared():
+    assert summarize(_two_rows())["verdict"] == "pass"
+    s = summarize(_two_rows(status_b="inconclusive"))
+    assert s["verdict"] == "partial" and s["hooks_gated"] == 1 and s["ungated_hooks"] == ["blocks.1.hook_out"]
+    assert summarize(_two_rows("inconclusive", "inconclusive"))["verdict"] == "partial"
+    assert summarize(_two_rows(status_b="error"))["verdict"] == "error"
+    assert summarize(_two_rows("fail", "error"))["verdict"] == "fail"
+    empty = _result("m")
+    empty["rows"] = []
+    assert summarize(empty)["verdict"] == "error"  # an overlay with no hooks compares nothing
+
+
+def test_a_selective_run_never_replaces_the_full_report_and_stays_out_of_the_matrix(tmp_path):
+    full = _result("m")
+    sel = _result("m", status="fail", rel=0.3)
+    sel["selected_hooks"] = ["blocks.0.hook_out"]
+    assert write_report(full, tmp_path).name == "report.json"
+    assert write_report(sel, tmp_path).name == "report-selection.json"
+    rows = build_matrix(tmp_path)
+    assert [(r["model"], r["verdict"]) for r in rows] == [("m", "pass")]
+    md, _ = write_matrix(tmp_path)
+    assert "m/report-selection.json" in md.read_text() and "left out" in md.read_text()
+
+
+def test_partial_shows_gated_counts_in_the_matrix(tmp_path):
+    write_report(_two_rows(status_b="inconclusive"), tmp_path)
+    md, rows = write_matrix(tmp_path)
+    assert rows[0]["verdict"] == "partial" and "🟡 partial" in md.read_text() and "| 1 / 2 |" in md.read_text()

@@ -26,6 +26,7 @@ from harness.comparison.compare import (ShapeMismatch, argmax_agreement, compare
 from harness.comparison.conversions import convert, stitch_calls
 from harness.comparison.derived import derive, ignore_common_mask
 from harness.comparison.gate import CROSS_REFERENCE, Gate
+from harness.comparison.nonfinite import NEG_INF_KINDS, describe, first_nonfinite
 from harness.comparison.routing import GATE, Flip, find_flips, set_aside
 from harness.comparison.shapes import subject_to_canonical
 from harness.pipeline.plan import Case, Plan
@@ -86,6 +87,35 @@ def compared_row(model: str, case: Case, tol: float, floor: float | None, pairs:
     return row
 
 
+_REFERENCE_ENGINE = {"bridge": "TransformerBridge", "bridge-ragged": "TransformerBridge", "hf": "HF",
+                     "compat": "compatibility mode", "compat-processed": "processed compatibility mode"}
+
+
+def hook_kind_of(hook: str) -> str:
+    from harness.vocab.hooks import hook_kind
+
+    return hook_kind(hook)
+
+
+def _axes(t: torch.Tensor) -> tuple[str, ...]:
+    return _AXES.get(t.ndim, ())
+
+
+def _nonfinite_logprobs(pairs: Pairs) -> str:
+    """HF's full log-softmax must be finite everywhere; vLLM's (top-k entries, NaN elsewhere) must hold
+    a finite value at every position."""
+    for p, (s, r) in enumerate(pairs):
+        hit = first_nonfinite(r)
+        if hit:
+            return "logprobs vs hf: non-finite values, not compared: " + describe("HF", "log-probs", p, hit, ("pos", "vocab"))
+        dead = (~torch.isfinite(s)).all(dim=-1)
+        if bool(dead.any()):
+            pos = int(torch.nonzero(dead)[0])
+            return (f"logprobs vs hf: non-finite values, not compared: vLLM returned no finite log-prob at "
+                    f"prompt {p}, pos={pos}")
+    return ""
+
+
 def _pairs(subject, store: dict, name: str, n: int) -> Pairs | None:
     if subject is None or any(name not in store.get(p, {}) for p in range(n)):
         return None
@@ -110,6 +140,7 @@ class _Evaluation:
         for hook, spec in plan.derived.items():
             self._derive(hook, spec)
         self.ragged, self.ragged_failed = self._ragged()
+        self._first_bad: dict[str, str | None] = {}  # engine -> its first non-finite hook in forward order
         # the batched forward may flip other near-ties than the single-prompt ones
         self.ragged_flips = self.flips + [f for f in self._routing_flips(self.ragged) if f not in self.flips]
 
@@ -183,6 +214,45 @@ class _Evaluation:
                 out += find_flips(subj[p], self.refs.bridge[p][hook], int(k), p, int(m.group(1)), self.router_tol[hook])
         return out
 
+    # -- non-finite values -----------------------------------------------------------
+    def _first_bad_in(self, engine: str, store_of) -> str | None:
+        """The first hook, in forward order, whose ``engine`` capture holds a NaN or an infinity."""
+        if engine not in self._first_bad:
+            self._first_bad[engine] = None
+            for hook in [*self.plan.specs, *self.plan.derived]:
+                values = store_of(hook)
+                for p, v in enumerate(values or []):
+                    hit = v is not None and first_nonfinite(v, hook_kind_of(hook) in NEG_INF_KINDS)
+                    if hit:
+                        self._first_bad[engine] = describe(engine, hook, p, hit, _axes(v))
+                        break
+                if self._first_bad[engine]:
+                    break
+        return self._first_bad[engine]
+
+    def _nonfinite(self, case: Case, pairs: Pairs) -> str:
+        """Why this row cannot be compared because a side holds NaN / inf; "" when both are finite."""
+        allow = case.kind in NEG_INF_KINDS
+        engines = (("TransformerBridge", "HF") if case.reference == CROSS_REFERENCE
+                   else ("vLLM", _REFERENCE_ENGINE.get(case.reference, case.reference)))
+        for p, pair in enumerate(pairs):
+            for side, engine in enumerate(engines):
+                hit = first_nonfinite(pair[side], allow)
+                if hit:
+                    name = case.hook if side == 0 else case.reference_hook
+                    first = self._first_bad_in(engine, self._store_of(engine))
+                    return (f"{case.hook} vs {case.reference}: non-finite values, not compared: "
+                            f"{describe(engine, name, p, hit, _axes(pair[side]))}"
+                            + (f"; first non-finite hook of {engine} in forward order: {first}" if first else ""))
+        return ""
+
+    def _store_of(self, engine: str):
+        if engine == "vLLM":
+            return lambda h: self.values.get(h) or self.derived_values.get(h)
+        store = {"TransformerBridge": self.refs.bridge, "HF": self.refs.hf, "compatibility mode": self.refs.compat,
+                 "processed compatibility mode": self.refs.compat_processed}[engine]
+        return lambda h: [store.get(p, {}).get(h) for p in range(self.n)]
+
     # -- rows ------------------------------------------------------------------------
     def _floor(self, case: Case) -> float | None:
         refs, floors = self.refs, self.refs.floors
@@ -206,23 +276,37 @@ class _Evaluation:
     def row(self, case: Case) -> HookResult:
         floor = self._floor(case)
         tol = self.gate.tolerance(case.reference, floor)
+        row = self._compared(case, floor, tol)
+        if floor is not None and floor != floor and row.status != "error":
+            row.status = "error"
+            row.message = (f"{case.hook} vs {case.reference}: the reference's own noise-floor run holds non-finite "
+                           f"values for this hook (NaN floor), so no tolerance can be calibrated")
+        return row
+
+    def _checked(self, case: Case, pairs: Pairs | None) -> tuple[Pairs | None, str]:
+        problem = self._nonfinite(case, pairs) if pairs else ""
+        return (None, problem) if problem else (pairs, "")
+
+    def _compared(self, case: Case, floor: float | None, tol: float) -> HookResult:
         hook, ref, name, n = case.hook, case.reference, case.reference_hook, self.n
         if case.derived:
             problem = self.derived_failed.get(hook, "")
             store = self.refs.bridge if ref == "bridge" else self.refs.compat
             pairs = None if problem else _pairs(self.derived_values.get(hook), store, name, n)
             pairs = pairs and [(s, ignore_common_mask(s, r)) for s, r in pairs]
+            pairs, bad = self._checked(case, pairs)
             return compared_row(self.model, case, tol, floor, pairs,
-                                problem or ("" if pairs else f"{hook}: reference {ref} has no hook {name!r}"),
+                                problem or bad or ("" if pairs else f"{hook}: reference {ref} has no hook {name!r}"),
                                 self.flips)
         if ref == CROSS_REFERENCE:
             bridge_vals = [self.refs.bridge.get(p, {}).get(hook) for p in range(n)]
             pairs = None if any(v is None for v in bridge_vals) else _pairs(bridge_vals, self.refs.hf, name, n)
-            return compared_row(self.model, case, tol, floor, pairs, "" if pairs else
-                                f"{hook}: missing in TransformerBridge or HF")
+            pairs, bad = self._checked(case, pairs)
+            return compared_row(self.model, case, tol, floor, pairs, bad or ("" if pairs else
+                                f"{hook}: missing in TransformerBridge or HF"))
         if ref == "bridge-ragged":
-            pairs = _pairs(self.ragged.get(hook), self.refs.bridge, hook, n)
-            return compared_row(self.model, case, tol, floor, pairs, self.ragged_failed.get(hook, ""),
+            pairs, bad = self._checked(case, _pairs(self.ragged.get(hook), self.refs.bridge, hook, n))
+            return compared_row(self.model, case, tol, floor, pairs, self.ragged_failed.get(hook, "") or bad,
                                 self.ragged_flips)
         problem, subj = self.failed.get(hook, ""), self.values.get(hook)
         if ref == "compat-processed":
@@ -235,16 +319,23 @@ class _Evaluation:
                                  f"{name!r} ({self.refs.meta.get('processed_error', 'not captured')})"),
             "hf": (self.refs.hf, f"{hook}: HF forward hooks did not capture it"),
         }[ref]
-        pairs = None if problem else _pairs(subj, store, name, n)
-        return compared_row(self.model, case, tol, floor, pairs, problem or ("" if pairs else missing), self.flips)
+        pairs, bad = self._checked(case, None if problem else _pairs(subj, store, name, n))
+        return compared_row(self.model, case, tol, floor, pairs, problem or bad or ("" if pairs else missing),
+                            self.flips)
 
     def logit_rows(self) -> list[HookResult]:
         lp_case, am_case = [c for c in self.plan.cases if c.hook in ("logprobs", "argmax")]
         floor = self._floor(lp_case)
         pairs = [(self.subject.logprobs[p], self.refs.logprobs[p]) for p in range(self.n)]
         # reference entries vLLM did not return (top-k mode) are masked out
+        bad = _nonfinite_logprobs(pairs)
         pairs = [(s, torch.where(torch.isnan(s), torch.full_like(r, math.nan), r)) for s, r in pairs]
-        row = compared_row(self.model, lp_case, self.gate.tolerance("hf", floor), floor, pairs, flips=self.flips)
+        row = compared_row(self.model, lp_case, self.gate.tolerance("hf", floor), floor, None if bad else pairs,
+                           bad, flips=self.flips)
+        if bad:
+            am = HookResult(self.model, "hf", "argmax", am_case.reference_hook, None, "argmax", "error", 0.0,
+                            message=bad.replace("logprobs", "argmax", 1))
+            return [row, am]
         aside = set_aside("argmax", list(self.flips))
         pairs = [pair for p, pair in enumerate(pairs) if p not in aside]
         row.logit_metrics = logit_metrics(pairs) if pairs else {}
@@ -279,5 +370,5 @@ def evaluate(plan: Plan, subject, refs, prompts: list[list[int]], gate: Gate, mo
             steps = "; ".join(c.describe() for c in spec.convert) or "none"
             row.message += f" [vLLM read: {spec.module} {spec.read}; conversions: {steps}]"
     for row in rows:
-        gate.finalize(row)
+        gate.finalize(row, refs)
     return rows, ev.ragged_flips

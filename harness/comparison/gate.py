@@ -47,12 +47,14 @@ class Gate:
     def ceiling(self) -> float:
         return calibration_for(self.dtype).ceiling
 
-    def finalize(self, row) -> None:
-        """The row's final status: a calibrated tolerance above the dtype's ceiling makes a
-        compared row inconclusive (the reference's own noise here is too large to tell a
-        mapping bug from rounding); a documented reference bug annotates a row that did not pass."""
+    def finalize(self, row, refs=None) -> None:
+        """The row's final status.  A row that passed only because its calibrated tolerance sits
+        above the dtype's ceiling is inconclusive (the reference's own noise here is too large to
+        tell a mapping bug from rounding); a row above its tolerance fails, whatever the ceiling.
+        A failed row is explained by a documented reference bug only where the bug's signature
+        holds in this run's reference captures (``refs``); an error is never explained."""
         cal = calibration_for(self.dtype)
-        if row.floor is not None and row.tolerance > cal.ceiling and row.status != "error":
+        if row.floor is not None and row.tolerance > cal.ceiling and row.status == "pass":
             row.status = "inconclusive"
             row.message = (f"{row.hook} vs {row.reference}: calibrated tolerance {row.tolerance:.2e} exceeds the "
                            f"{self.dtype} ceiling {cal.ceiling:g}: the reference's own {self.dtype} noise floor here "
@@ -60,5 +62,6 @@ class Gate:
                            f"tell a mapping bug from rounding (measured error {row.rel_err:.2e}); the "
                            f"float32 run of this model is the gate for this hook")
         issue = known_issue(self.architecture, row.reference, row.hook)
-        if issue is not None and not row.passed:
+        if issue is not None and row.status == "fail" and refs is not None and issue.holds(refs, row.reference,
+                                                                                          row.reference_hook):
             row.known_issue = issue.reason

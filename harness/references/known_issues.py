@@ -1,9 +1,12 @@
 """Known bugs in a *reference* engine, as data -- never in vLLM or in our overlays.
 
 Contract: :func:`known_issue(architecture, reference, hook)` returns the
-:class:`KnownIssue` covering that parity row, or ``None``.  The pytest plugin
-marks a covered test ``xfail(strict=True)``: it passes while the bug is there
-and fails the day the reference is fixed (strict XPASS), so a stale entry
+:class:`KnownIssue` that may cover that parity row, or ``None``.  It covers the
+row only when the row *failed* and the issue's documented signature holds in
+this run's reference captures (:meth:`KnownIssue.holds`, applied by
+harness.comparison.gate.Gate.finalize): a name match alone explains nothing,
+and an error row is never explained.  The parity test xfails a covered row and
+fails a row whose issue no longer reproduces (the row passed), so a stale entry
 cannot linger.  Reports keep the row's real numbers and status, add the
 reason, and count it apart from unexplained failures.  Each entry names the
 version it was measured with and the evidence.
@@ -19,7 +22,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from harness.vocab.hooks import matches
+
+
+def _scores_equal_pattern(refs, reference: str, reference_hook: str) -> bool:
+    """The reference's own attention scores equal its own pattern (bitwise), on every prompt."""
+    store = {"bridge": refs.bridge, "compat": refs.compat}.get(reference) or {}
+    pattern = reference_hook.replace("hook_attn_scores", "hook_pattern")
+    pairs = [(caps.get(reference_hook), caps.get(pattern)) for caps in store.values()]
+    return bool(pairs) and all(s is not None and p is not None and torch.equal(s, p) for s, p in pairs)
+
+
+# signature name -> check(refs, reference, reference_hook): does the documented bug show in this run?
+SIGNATURES = {"scores_equal_pattern": _scores_equal_pattern}
 
 
 @dataclass(frozen=True)
@@ -28,6 +45,10 @@ class KnownIssue:
     references: tuple[str, ...]
     template: str  # "blocks.{i}.attn.hook_attn_scores", or "*" for every hook of those references
     reason: str
+    signature: str  # a key of SIGNATURES: the bug's observable fingerprint, checked on every run
+
+    def holds(self, refs, reference: str, reference_hook: str) -> bool:
+        return SIGNATURES[self.signature](refs, reference, reference_hook)
 
 
 KNOWN_ISSUES: tuple[KnownIssue, ...] = (
@@ -38,6 +59,7 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         "attention.py, 'Most HF implementations return post-softmax weights'), so the bridge's "
         "hook_attn_scores equals its hook_pattern (torch.equal is True) and holds 0 where vLLM's scores "
         "are -inf. vLLM's hook_pattern derived from the same q and k passes against both references.",
+        signature="scores_equal_pattern",
     ),
 )
 

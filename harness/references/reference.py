@@ -21,6 +21,7 @@ HF hooks are architecture-agnostic: the decoder layers are the model's
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -135,14 +136,24 @@ def _load_hf(checkpoint: Path, dtype: torch.dtype, device: str):
     return _float64_safe(model, dtype).to(device).eval()
 
 
+def _nonfinite(t: torch.Tensor) -> bool:
+    """NaN or +inf anywhere (-inf is a legitimate attention mask)."""
+    return t.is_floating_point() and bool((torch.isnan(t) | (t == math.inf)).any())
+
+
 def _floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, torch.Tensor]]) -> dict[str, float]:
     floors: dict[str, float] = {}
     for p, hooks in run.items():
         for name, value in hooks.items():
             if name in truth.get(p, {}) and value.shape == truth[p][name].shape:
+                if _nonfinite(value) or _nonfinite(truth[p][name]):
+                    # NaN would be ignored as "not returned" by compare_tensors: the floor would read 0
+                    floors[name] = math.nan
+                    continue
                 # masked attention scores hold each dtype's own most negative value: ignore them
                 rel = compare_tensors(value, ignore_common_mask(value, truth[p][name])).rel_err
-                floors[name] = max(floors.get(name, 0.0), rel)
+                if floors.get(name, 0.0) == floors.get(name, 0.0):  # a NaN floor stays NaN
+                    floors[name] = max(floors.get(name, 0.0), rel)
     return floors
 
 

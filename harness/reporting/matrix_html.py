@@ -58,7 +58,8 @@ CANONICAL_KINDS: tuple[str, ...] = (
 MARGIN_STOPS: tuple[tuple[float, str], ...] = (
     (-4.0, "#006837"), (-3.0, "#1a9850"), (-2.0, "#91cf60"), (-1.0, "#fdae61"), (0.0, "#e34a33"),
 )
-COLOURS = {"fail": "#a50026", "error": "#111111", "nonfiring": "#bdbdbd", "absent": "#ffffff"}
+COLOURS = {"fail": "#a50026", "error": "#111111", "nonfiring": "#bdbdbd", "absent": "#ffffff",
+           "inconclusive": "#fdd835"}
 
 
 # ----------------------------------------------------------------- cells
@@ -113,12 +114,16 @@ def cell(kind: str, rows: list[dict], nonfiring_reason: str | None) -> dict:
     worst = max(rows, key=lambda r: margin(_num(r.get("rel_err")), float(r.get("tolerance") or 0)))
     err, tol = _num(worst.get("rel_err")), float(worst.get("tolerance") or 0)
     m = margin(err, tol)
-    failed = [r for r in rows if r.get("status") != "pass"]
-    state = "fail" if failed else "pass"
+    failed = [r for r in rows if r.get("status") == "fail" and not r.get("known_issue")]
+    not_compared = [r for r in rows if r.get("status") == "inconclusive" or r.get("known_issue")]
+    # a kind with an inconclusive row is not a pass: yellow, with the count, never green
+    state = "fail" if failed else ("inconclusive" if not_compared else "pass")
     layers = sorted({r["layer"] for r in rows if r.get("layer") is not None})
     refs = sorted({r.get("reference", "?") for r in rows})
     lines = [
-        f"{kind}: {state.upper()} ({len(rows) - len(failed)}/{len(rows)} rows pass; "
+        f"{kind}: {state.upper()} ({sum(r.get('status') == 'pass' for r in rows)}/{len(rows)} rows pass"
+        + (f", {len(not_compared)} not compared (inconclusive or a known reference bug)" if not_compared else "")
+        + "; "
         f"{'layers ' + ','.join(map(str, layers)) if layers else 'no layer'}; vs {', '.join(refs)})",
         f"worst rel err {err:.3e} at {_where(worst)} vs {worst.get('reference')}",
         f"tolerance {tol:.0e}; margin err/tol = {m:.3g}",
@@ -131,8 +136,9 @@ def cell(kind: str, rows: list[dict], nonfiring_reason: str | None) -> dict:
         lines.append(f"  {ref}: worst {_num(rr.get('rel_err')):.2e} at {_where(rr)}")
     if failed:
         lines += [f"FAIL {r.get('reference')} {_where(r)}: {(r.get('message') or '').strip()[:300]}" for r in failed[:3]]
-    colour = COLOURS["fail"] if failed else margin_colour(m)
-    return {"state": state, "colour": colour, "text": ("✗" if failed else "") + _short(err), "title": "\n".join(lines), "margin": m}
+    colour = COLOURS["fail"] if failed else (COLOURS["inconclusive"] if not_compared else margin_colour(m))
+    text = ("✗" if failed else "?" if not_compared else "") + _short(err)
+    return {"state": state, "colour": colour, "text": text, "title": "\n".join(lines), "margin": m}
 
 
 # ----------------------------------------------------------------- columns
@@ -178,6 +184,7 @@ table#matrix{border-collapse:collapse}
 #matrix td.wide{background:#111;color:#fff;white-space:normal;font:11px ui-monospace,monospace}
 #matrix tr.v-pass td.verdict{color:#1b5e20;font-weight:600}
 #matrix tr.v-fail td.verdict{color:#c62828;font-weight:600}
+#matrix tr.v-partial td.verdict{color:#8d6e00;font-weight:600}
 #matrix tr.v-error td.verdict{color:#111;font-weight:600}
 #matrix td.num{text-align:right;font-family:ui-monospace,monospace}
 .legend{display:flex;flex-wrap:wrap;gap:10px;margin:12px 0;align-items:center}

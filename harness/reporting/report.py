@@ -25,42 +25,65 @@ def variant_of(result: dict) -> str:
     return Variant.from_result(result).name
 
 
+SELECTION_SUFFIX = "-selection"
+
+
 def report_stem(result: dict) -> str:
-    """``report``; ``report-tl-vllm``, ``report-cuda-bfloat16``, ``report-tl-vllm-cuda-float32-ieee``."""
-    return Variant.from_result(result).report_stem
+    """``report``; ``report-tl-vllm``, ``report-cuda-bfloat16``, ``report-tl-vllm-cuda-float32-ieee``.
+    A selective run (``-k``: some hooks only) is ``...-selection``: it never replaces a full report."""
+    stem = Variant.from_result(result).report_stem
+    return stem + (SELECTION_SUFFIX if result.get("selected_hooks") is not None else "")
+
+
+VERDICTS = ("pass", "partial", "fail", "error", "skipped")
 
 
 def summarize(result: dict) -> dict:
+    """The model/variant's verdict and counts.  ``pass`` only if every offered hook was *gated*
+    (at least one vLLM-vs-reference row compared it and passed or failed: not inconclusive, not
+    explained by a reference bug) and no row failed or errored; ``partial`` when some hooks were
+    not gated (listed in ``ungated_hooks``); ``fail`` when a row failed; ``error`` when a row or
+    the run could not be compared, or nothing was; ``skipped`` for a declared vLLM refusal."""
     rows = result.get("rows", [])
     known = [r for r in rows if r.get("known_issue") and r["status"] != "pass"]
     inconclusive = sum(r["status"] == "inconclusive" for r in rows)
-    gated = [r for r in rows if r["kind"] != "argmax" and not r.get("known_issue") and r["status"] != "inconclusive"]
+    gated = [r for r in rows if r["kind"] != "argmax" and not r.get("known_issue") and r["status"] in ("pass", "fail")]
     passed = sum(r["status"] == "pass" for r in rows)
+    failed = sum(r["status"] == "fail" and not r.get("known_issue") for r in rows)
+    errors = sum(r["status"] == "error" for r in rows)
     # "worst" = closest to (or furthest past) its own tolerance: tolerances differ by hook
     worst = max(gated, key=lambda r: _margin(r) if _finite(_margin(r)) else math.inf, default=None)
     nonfiring = sum(len(n.get("hooks", [])) for n in result.get("nonfiring", []))
+    subject_rows = [r for r in rows if "~" not in r["reference"]]  # vLLM vs a reference
+    offered = list(dict.fromkeys(r["hook"] for r in subject_rows))
+    gated_hooks = {r["hook"] for r in subject_rows if r["status"] in ("pass", "fail") and not r.get("known_issue")}
+    ungated = [h for h in offered if h not in gated_hooks]
     if result.get("skipped"):
         verdict = "skipped"
-    elif result.get("error"):
-        verdict = "error"
-    elif rows and passed + len(known) + inconclusive == len(rows):
-        verdict = "pass"  # failures only where a documented reference bug explains them
-    else:
+    elif result.get("error") or not offered:
+        verdict = "error"  # an engine failed, or nothing was compared (an overlay with no hooks)
+    elif failed:
         verdict = "fail"
+    elif errors:
+        verdict = "error"
+    elif ungated:
+        verdict = "partial"
+    else:
+        verdict = "pass"
+    hooks = {r["hook"] for r in rows if r["reference"] != "hf"}
     return {
-        "rows": len(rows), "passed": passed,
-        "failed": sum(r["status"] == "fail" and not r.get("known_issue") for r in rows),
-        "errors": sum(r["status"] == "error" and not r.get("known_issue") for r in rows),
+        "rows": len(rows), "passed": passed, "failed": failed, "errors": errors,
         "known_issues": len(known),
         "inconclusive": inconclusive,
-        "hooks_offered": len({r["hook"] for r in rows if r["reference"] != "hf"}),
-        "hooks_passed": len({r["hook"] for r in rows if r["reference"] != "hf"}
-                            - {r["hook"] for r in rows if r["reference"] != "hf" and r["status"] != "pass"}),
+        "hooks_offered": len(hooks),
+        "hooks_passed": len(hooks - {r["hook"] for r in rows if r["reference"] != "hf" and r["status"] != "pass"}),
+        "hooks_gated": len(offered) - len(ungated), "hooks_compared": len(offered), "ungated_hooks": ungated,
         "hook_kinds": len({r["kind"] for r in rows if r["reference"] != "hf"}),
         "nonfiring": nonfiring,
         "worst_rel_err": worst["rel_err"] if worst else None,
         "worst_margin": _margin(worst) if worst else None,
         "worst_where": f"{worst['hook']} vs {worst['reference']}" if worst else None,
+        "selection": result.get("selected_hooks") is not None,
         "verdict": verdict,
     }
 
@@ -89,6 +112,10 @@ def _device_line(result: dict) -> str:
                if tp else ""))
 
 
+def _provenance(p: dict) -> str:
+    return "; ".join(f"{k}: {v}" for k, v in p.items() if not isinstance(v, (dict, list)))
+
+
 def to_markdown(result: dict) -> str:
     s = summarize(result)
     v = result.get("versions", {})
@@ -100,12 +127,19 @@ def to_markdown(result: dict) -> str:
         f"{s['nonfiring']} hooks declared non-firing; worst margin (error / tolerance) "
         f"{_fmt(s.get('worst_margin'), '.3f')}: relative error {_fmt(s['worst_rel_err'])} ({s['worst_where']}).",
         "",
+        f"**Gated {s['hooks_gated']}/{s['hooks_compared']} hooks** (compared against at least one reference and "
+        "decided pass or fail; an inconclusive row is *not compared*, never a pass)"
+        + (f"; not gated: {', '.join(s['ungated_hooks'][:20])}{' ...' if len(s['ungated_hooks']) > 20 else ''}"
+           if s["ungated_hooks"] else "") + ".",
+        *([f"**Selective run**: only {len(result['selected_hooks'])} hook(s) asked for; this report never "
+           "replaces the full one and the matrix leaves it out.", ""] if s["selection"] else [""]),
         "| field | value |", "|---|---|",
         f"| subject | {result.get('subject', 'vllm')} |",
         f"| device | {_device_line(result)} |",
         f"| architecture | `{result['architecture']}` |",
         f"| overlay | `{result['overlay']}` |",
         f"| checkpoint | {result['source']}: `{result['checkpoint']}` |",
+        *([f"| provenance | {_provenance(result['provenance'])} |"] if result.get("provenance") else []),
         f"| dtype / seed | {result['dtype']} / {result.get('seed')} |",
         f"| vllm / torch | {v.get('vllm')} / {v.get('torch')} |",
         f"| transformers / transformer-lens | {v.get('transformers')} / {v.get('transformer-lens')} |",
