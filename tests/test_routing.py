@@ -59,3 +59,26 @@ def test_explained_flips_set_their_prompt_aside_downstream_only():
     assert set(set_aside("blocks.1.hook_out", near)) == {2}
     assert set_aside("blocks.1.mlp.gate.hook_out", near) == {}
     assert set_aside("blocks.0.hook_out", near) == {}
+
+
+def test_an_ungated_router_row_explains_no_flip():
+    """bf16 router tolerances above the ceiling (1.3-2.6 measured on Mixtral) would explain any flip."""
+    ref = _logits([3.0, 1.0005, 1.0, -2.0])
+    (f,) = find_flips(_logits([3.0, 0.9995, 1.0, -2.0]), ref, 2, prompt=0, layer=0, tolerance=2.0, gated=False)
+    assert not f.explained and "above the ceiling" in f.describe()
+    assert set_aside("blocks.0.hook_out", [f]) == {}
+
+
+def test_tokens_at_and_after_the_flip_are_set_aside_not_the_prompt():
+    from harness.comparison.routing import mask_from
+
+    ref = torch.arange(12.0).reshape(4, 3)
+    masked = mask_from(ref, 2, 0)
+    assert torch.equal(masked[:2], ref[:2]) and torch.isnan(masked[2:]).all()
+    heads_first = torch.ones(2, 4, 3)
+    assert torch.isnan(mask_from(heads_first, 1, 1)[:, 1:]).all() and not torch.isnan(mask_from(heads_first, 1, 1)[:, :1]).any()
+    # the earliest token of the prompt's explained flips is the one that counts
+    ref_l = _logits([3.0, 1.0005, 1.0, -2.0], [3.0, 1.0005, 1.0, -2.0])
+    flips = find_flips(_logits([3.0, 1.0005, 1.0, -2.0], [3.0, 0.9995, 1.0, -2.0]), ref_l, 2, prompt=0, layer=0,
+                       tolerance=TOL)
+    assert set_aside("blocks.0.hook_out", flips)[0].token == 1

@@ -20,14 +20,14 @@ import math
 
 import torch
 
-from overlays.base import DropBatch, HookSpec
+from overlays.base import DropBatch, HookSpec, SwapAxes
 from harness.comparison.compare import (ShapeMismatch, argmax_agreement, compare_tensors, failure_message,
                                         logit_metrics, verdict)
 from harness.comparison.conversions import convert, stitch_calls
 from harness.comparison.derived import derive, ignore_common_mask
 from harness.comparison.gate import CROSS_REFERENCE, Gate
 from harness.comparison.nonfinite import NEG_INF_KINDS, describe, first_nonfinite
-from harness.comparison.routing import GATE, Flip, find_flips, set_aside
+from harness.comparison.routing import GATE, Flip, find_flips, mask_from, set_aside
 from harness.comparison.shapes import subject_to_canonical
 from harness.pipeline.plan import Case, Plan
 from harness.pipeline.results import HookResult
@@ -61,7 +61,7 @@ def _compare_prompts(label: str, pairs: Pairs, tol: float) -> dict:
 
 
 def compared_row(model: str, case: Case, tol: float, floor: float | None, pairs: Pairs | None,
-                 problem: str = "", flips: list[Flip] = ()) -> HookResult:
+                 problem: str = "", flips: list[Flip] = (), pos_axis: int = 0) -> HookResult:
     """One compared row.  ``flips``: routing flips; the prompts the explained ones set
     aside for this hook (harness.comparison.routing) are left out and named in the message."""
     row = HookResult(model, case.reference, case.hook, case.reference_hook, case.layer, case.kind, "error", tol,
@@ -70,8 +70,10 @@ def compared_row(model: str, case: Case, tol: float, floor: float | None, pairs:
         row.message = problem or f"{case.hook}: no values for {case.reference}"
         return row
     aside = set_aside(case.hook, list(flips))
-    kept = [None if p in aside else pair for p, pair in enumerate(pairs)]
-    note = ("; prompt(s) set aside: expert routing flipped at a near-tie upstream (" +
+    kept = [None if p in aside and aside[p].token == 0 else
+            (pair[0], mask_from(pair[1], aside[p].token, pos_axis)) if p in aside else pair
+            for p, pair in enumerate(pairs)]
+    note = ("; tokens set aside from the flip on: expert routing flipped at a near-tie upstream (" +
             "; ".join(f.describe() for f in aside.values()) + ")") if aside else ""
     if all(k is None for k in kept):
         row.status = "inconclusive"
@@ -211,7 +213,9 @@ class _Evaluation:
             if m is None or _pairs(subj, self.refs.bridge, hook, self.n) is None:
                 continue
             for p in range(self.n):
-                out += find_flips(subj[p], self.refs.bridge[p][hook], int(k), p, int(m.group(1)), self.router_tol[hook])
+                tol = self.router_tol[hook]
+                out += find_flips(subj[p], self.refs.bridge[p][hook], int(k), p, int(m.group(1)), tol,
+                                  gated=tol <= self.gate.ceiling)
         return out
 
     # -- non-finite values -----------------------------------------------------------
@@ -254,6 +258,12 @@ class _Evaluation:
         return lambda h: [store.get(p, {}).get(h) for p in range(self.n)]
 
     # -- rows ------------------------------------------------------------------------
+    def _pos_axis(self, hook: str) -> int:
+        """The token axis of a converted capture: 0 (``[T, ...]``), 1 after a heads-first swap."""
+        spec = self.plan.specs.get(hook)
+        return 1 if spec is not None and any(isinstance(c, SwapAxes) and 0 in (c.dim0, c.dim1)
+                                             for c in spec.convert) else 0
+
     def _floor(self, case: Case) -> float | None:
         refs, floors = self.refs, self.refs.floors
         bridge = self.bridge_floor.get(case.hook)
@@ -297,7 +307,7 @@ class _Evaluation:
             pairs, bad = self._checked(case, pairs)
             return compared_row(self.model, case, tol, floor, pairs,
                                 problem or bad or ("" if pairs else f"{hook}: reference {ref} has no hook {name!r}"),
-                                self.flips)
+                                self.flips, pos_axis=1)  # scores / pattern: [heads, query, key]
         if ref == CROSS_REFERENCE:
             bridge_vals = [self.refs.bridge.get(p, {}).get(hook) for p in range(n)]
             pairs = None if any(v is None for v in bridge_vals) else _pairs(bridge_vals, self.refs.hf, name, n)
@@ -307,7 +317,7 @@ class _Evaluation:
         if ref == "bridge-ragged":
             pairs, bad = self._checked(case, _pairs(self.ragged.get(hook), self.refs.bridge, hook, n))
             return compared_row(self.model, case, tol, floor, pairs, self.ragged_failed.get(hook, "") or bad,
-                                self.ragged_flips)
+                                self.ragged_flips, pos_axis=self._pos_axis(hook))
         problem, subj = self.failed.get(hook, ""), self.values.get(hook)
         if ref == "compat-processed":
             norm = self.refs.meta.get("normalization_type")
@@ -321,7 +331,7 @@ class _Evaluation:
         }[ref]
         pairs, bad = self._checked(case, None if problem else _pairs(subj, store, name, n))
         return compared_row(self.model, case, tol, floor, pairs, problem or bad or ("" if pairs else missing),
-                            self.flips)
+                            self.flips, pos_axis=self._pos_axis(hook))
 
     def logit_rows(self) -> list[HookResult]:
         lp_case, am_case = [c for c in self.plan.cases if c.hook in ("logprobs", "argmax")]
