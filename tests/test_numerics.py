@@ -37,3 +37,18 @@ def test_compiled_mode_gives_the_same_verdicts_as_eager(parity_session, family):
     assert not _failures(compiled)
     verdicts = lambda run: {(r.reference, r.hook): r.status for r in run.result.rows}  # noqa: E731
     assert verdicts(compiled) == verdicts(eager)
+
+
+def test_a_declared_vllm_dtype_refusal_is_rechecked(tmp_path):
+    """Like a strict xfail: vLLM is asked again and must still refuse, in its own words."""
+    from harness.models.families import FAMILIES
+    from harness.models.targets import target_for_family
+    from harness.pipeline.runner import run_model
+    from harness.pipeline.variant import Variant
+
+    target = target_for_family(FAMILIES["gemma2"])
+    assert "float16" in target.unsupported_dtypes
+    run = run_model(target, Variant.make("float16", "cpu"), work_root=tmp_path)
+    assert run.result.error is None, run.result.error
+    assert run.result.skipped and "re-checked: vLLM still refuses" in run.result.skipped, run.result.skipped
+    assert "float16" in run.result.skipped.split("re-checked", 1)[1]

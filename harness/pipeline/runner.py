@@ -76,6 +76,30 @@ def _timings(sm: dict, rm: dict) -> dict:
     }
 
 
+def _recheck_refusal(target: Target, variant: Variant, result: ModelResult, work_root: Path | None) -> None:
+    """A declared vLLM dtype refusal is re-checked like a strict xfail: vLLM is asked to boot
+    (no hooks, a two-token prompt) and must still refuse.  Refused: ``skipped`` with vLLM's own
+    reason.  Accepted: ``error`` -- the declaration is stale and hides a variant that now runs."""
+    declared = target.unsupported_dtypes[variant.dtype]
+    runs_root = work_root or CACHE_ROOT / "runs"
+    runs_root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-refusal-{variant.work_prefix}"))
+    try:
+        capture_vllm(target.checkpoint, dtype=variant.dtype, prompts=[[1, 2]], reads=[], params=[],
+                     vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
+                     full_logprobs=False, env=variant.subject_env, enforce_eager=True, device=variant.device,
+                     tp=variant.tp, ragged=False)
+    except Exception as exc:  # noqa: BLE001 -- the refusal we expect
+        said = next((line.strip() for line in str(exc).splitlines() if "support" in line and variant.dtype in line),
+                    str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__)
+        result.skipped = f"{variant.dtype} not run: {declared} (re-checked: vLLM still refuses: {said[:300]})"
+        shutil.rmtree(work, ignore_errors=True)
+        return
+    shutil.rmtree(work, ignore_errors=True)
+    result.error = (f"declared refusal no longer holds: vLLM accepted {variant.dtype} for {target.name} "
+                    f"(declared: {declared}); remove it from the family row in harness/models/families.py")
+
+
 def run_model(target: Target, variant: Variant = Variant(), work_root: Path | None = None,
               hooks: set[str] | frozenset[str] | None = None, engine_env: dict[str, str] | None = None) -> ModelRun:
     """``hooks``: a selective run's hooks (only those, plus derived inputs, are captured);
@@ -86,7 +110,8 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
     result.versions = versions()
     run = ModelRun(target, result)
     if variant.dtype in target.unsupported_dtypes:
-        result.skipped = f"{variant.dtype} not run: {target.unsupported_dtypes[variant.dtype]}"
+        _recheck_refusal(target, variant, result, work_root)
+        result.wall_s = time.perf_counter() - t0
         return run
     try:
         calibration_for(variant.gate_key)  # a bad dtype or precision fails before any engine boots

@@ -55,11 +55,25 @@ def _float64_safe(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module
     return model
 
 
-def _boot_bridge(checkpoint: Path, dtype: torch.dtype, device: str):
+def round_weights(model: torch.nn.Module, through: torch.dtype | None) -> torch.nn.Module:
+    """Round every parameter through ``through`` (e.g. bf16) and back, in place: the truth run then
+    computes exactly with the weights both engines hold in the run dtype, so the floor measures the
+    run dtype's *compute* noise only, not weight rounding that vLLM and the reference share (measured
+    on SmolLM2-135M bf16: weight rounding dominated the floor of deep layers).  Buffers (rotary
+    frequencies) keep the truth precision.  ``None``: no-op."""
+    if through is not None:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(through).to(p.dtype))
+    return model
+
+
+def _boot_bridge(checkpoint: Path, dtype: torch.dtype, device: str, round_through: torch.dtype | None = None):
     from transformer_lens.model_bridge import TransformerBridge
 
     bridge = TransformerBridge.boot_transformers(str(checkpoint), device=device, dtype=dtype)
     _float64_safe(bridge.original_model, dtype)
+    round_weights(bridge.original_model, round_through)
     return bridge
 
 
@@ -70,10 +84,10 @@ def _run_cache(bridge, tokens: list[int], names: set[str], device: str) -> dict[
     return {n: reference_to_canonical(n, cache[n]) for n in names if n in cache}
 
 
-def _bridge_and_compat(checkpoint, dtype, prompts, names, legacy, device):
+def _bridge_and_compat(checkpoint, dtype, prompts, names, legacy, device, round_through=None):
     """Canonical-name captures, then compatibility-mode (no processing) captures, from one boot:
     the mode only adds legacy hook names, it changes no weight."""
-    bridge = _boot_bridge(checkpoint, dtype, device)
+    bridge = _boot_bridge(checkpoint, dtype, device, round_through)
     canonical = {p: _run_cache(bridge, toks, names, device) for p, toks in enumerate(prompts)}
     if not legacy:
         return canonical, {}
@@ -126,14 +140,14 @@ def _hf_run(model, tokens: list[int], device: str, n_layers: int) -> tuple[dict[
             torch.log_softmax(logits.double(), dim=-1).cpu())
 
 
-def _load_hf(checkpoint: Path, dtype: torch.dtype, device: str):
+def _load_hf(checkpoint: Path, dtype: torch.dtype, device: str, round_through: torch.dtype | None = None):
     from transformers import AutoModelForCausalLM
 
     # eager: HF's reference attention.  Its default (sdpa) silently drops Gemma-2's
     # attention-logit soft-capping (measured: 0.38 max logit difference on the
     # synthetic gemma2); TransformerBridge and vLLM both apply it.
     model = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=dtype, attn_implementation="eager")
-    return _float64_safe(model, dtype).to(device).eval()
+    return round_weights(_float64_safe(model, dtype), round_through).to(device).eval()
 
 
 def _nonfinite(t: torch.Tensor) -> bool:
@@ -176,7 +190,8 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
         processed, meta["processed_error"] = {}, f"{type(exc).__name__}: {exc}"
     floors: dict[str, dict[str, float]] = {}
     if calibrate:
-        truth, truth_compat = _bridge_and_compat(checkpoint, truth_dtype, prompts, want, legacy, device)
+        truth, truth_compat = _bridge_and_compat(checkpoint, truth_dtype, prompts, want, legacy, device,
+                                                 round_through=tdtype)
         floors["bridge"] = _floors(bridge, truth)
         if legacy:  # compatibility mode computes some hooks its own way: its own noise floor
             floors["compat"] = _floors(compat, truth_compat)
@@ -188,7 +203,7 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
     for p, toks in enumerate(prompts):
         hf[p], logprobs[p] = _hf_run(hf_model, toks, device, n_layers)
     if calibrate:
-        truth_model = _load_hf(checkpoint, truth_dtype, device)
+        truth_model = _load_hf(checkpoint, truth_dtype, device, round_through=tdtype)
         truth_hf = {}
         for p, toks in enumerate(prompts):
             truth_hf[p], lp = _hf_run(truth_model, toks, device, n_layers)
