@@ -186,3 +186,34 @@ def test_a_known_reference_bug_needs_its_signature_and_never_explains_an_error()
     r = row("error")
     gate.finalize(r, refs_bug)
     assert r.known_issue is None
+
+
+def _bf16_gate_case(scale_bug: float = 1.0, chaos: bool = True):
+    """A hook whose reference has a few chaotic rows in bf16 (worst-row floor 0.3, above the
+    ceiling once multiplied) while its typical row sits at 1e-2, as measured on SmolLM2 bf16."""
+    plan, values = _plan(), _values()
+    subject, refs = _captures(plan.specs, values)
+    key = capture_key(0, read_key("model.layers.0", "out[0]+out[1]"))
+    noisy = subject.raw[key].clone()
+    g = torch.Generator().manual_seed(1)
+    noisy += 5e-3 * noisy.norm(dim=-1, keepdim=True) / D ** 0.5 * torch.randn(noisy.shape, generator=g,
+                                                                              dtype=noisy.dtype)
+    if chaos:
+        noisy[4] += 0.3 * noisy[4].norm() / D ** 0.5  # one chaotic token
+    subject.raw[key] = noisy * scale_bug
+    refs.floors["bridge"]["blocks.0.hook_out"] = 0.3
+    refs.floor_stats = {"median": {"bridge": {"blocks.0.hook_out": 1e-2}}, "scale": {"bridge": {"blocks.0.hook_out": 1e-4}}}
+    rows, _ = evaluate(plan, subject, refs, PROMPTS, Gate("bfloat16", "bfloat16", "LlamaForCausalLM"), "toy")
+    return next(r for r in rows if r.reference == "bridge" and r.hook == "blocks.0.hook_out")
+
+
+def test_a_few_chaotic_rows_do_not_ungate_a_hook_the_median_row_gates():
+    row = _bf16_gate_case()
+    assert row.tolerance > 0.25 and row.tolerance_median == pytest.approx(0.04)
+    assert row.status == "pass" and "gated by the median row" in row.message
+
+
+def test_a_three_percent_scale_bug_fails_on_the_scale_statistic_where_the_worst_row_cannot_gate():
+    row = _bf16_gate_case(scale_bug=1.03)
+    assert row.status == "fail" and row.tolerance > 0.25
+    assert "a scale error" in row.message and row.scale_median == pytest.approx(0.03, abs=5e-3)

@@ -31,6 +31,12 @@ class Metrics:
     # ||subject|| / ||reference|| over the compared entries: a scale bug (a
     # missing embedding normalizer, a wrong multiplier) shows as its factor
     norm_ratio: float = math.nan
+    # the median row's relative error: a systematic mapping bug moves every row, a few
+    # chaotic rows (a bf16 near-tie, a massive-activation token) do not move the median
+    rel_median: float = math.nan
+    # median over rows of ||subject row|| / ||reference row|| - 1 (signed): a scale bug's factor,
+    # immune to rounding noise, which has no preferred sign
+    scale_median: float = math.nan
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -75,6 +81,11 @@ def compare_tensors(subject: torch.Tensor, reference: torch.Tensor) -> Metrics:
     col = int(d2[worst_row].argmax()) if d2.numel() else 0
     flat = worst_row * d2.shape[-1] + col
     idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape)) if diff.ndim else ()
+    s2 = torch.where(valid, s, torch.zeros_like(s)).reshape(d2.shape)
+    typical = row_ref > guard  # rows the guard does not stand in for (masked rows have no norm)
+    rel_median = float(row_rel[typical].median()) if bool(typical.any()) else 0.0
+    scale_median = (float((s2.pow(2).sum(-1).sqrt()[typical] / row_ref[typical]).median()) - 1.0
+                    if bool(typical.any()) else 0.0)
     r_norm = float(rv.norm()) if rv.numel() else 0.0
     norm_ratio = float(s[valid].norm()) / r_norm if r_norm > 0 else math.nan
     # cosine per leading position (token): flatten the rest
@@ -86,7 +97,7 @@ def compare_tensors(subject: torch.Tensor, reference: torch.Tensor) -> Metrics:
         cos_min = math.nan
     return Metrics(max_abs, scale, rel, cos_min, idx,
                    float(s[idx]) if idx else math.nan, float(r[idx]) if idx else math.nan, tuple(s.shape),
-                   norm_ratio)
+                   norm_ratio, rel_median, scale_median)
 
 
 def verdict(metrics: Metrics, rel_tol: float) -> bool:

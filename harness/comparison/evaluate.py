@@ -25,7 +25,7 @@ from harness.comparison.compare import (ShapeMismatch, argmax_agreement, compare
                                         logit_metrics, verdict)
 from harness.comparison.conversions import convert, stitch_calls
 from harness.comparison.derived import derive, ignore_common_mask
-from harness.comparison.gate import CROSS_REFERENCE, Gate
+from harness.comparison.gate import CROSS_REFERENCE, Band, Gate
 from harness.comparison.nonfinite import NEG_INF_KINDS, describe, first_nonfinite
 from harness.comparison.routing import GATE, Flip, find_flips, mask_from, set_aside
 from harness.comparison.shapes import subject_to_canonical
@@ -37,35 +37,51 @@ _AXES = {2: ("pos", "d"), 3: ("pos", "head", "d_head"), 1: ("pos",)}
 Pairs = list  # [(subject, reference) or None (set aside)] per prompt
 
 
-def _compare_prompts(label: str, pairs: Pairs, tol: float) -> dict:
-    """Compare every prompt; keep the worst one's metrics."""
-    worst = None
+def _compare_prompts(label: str, pairs: Pairs, band: Band) -> dict:
+    """Compare every prompt: the worst prompt's worst row, the largest median row error and the
+    largest median scale deviation; the row fails when any statistic exceeds its tolerance."""
+    worst, median, scale = None, 0.0, 0.0
     for p, pair in enumerate(pairs):
         if pair is None:  # set aside (harness.comparison.routing)
             continue
         m = compare_tensors(*pair)
         if worst is None or not (m.rel_err <= worst[1].rel_err):
             worst = (p, m)
+        median = max(median, m.rel_median) if m.rel_median == m.rel_median else math.nan
+        scale = max(scale, m.scale_median, key=abs) if m.scale_median == m.scale_median else math.nan
     p, m = worst
     names = ("prompt",) + _AXES.get(len(m.shape), tuple(f"dim{k}" for k in range(len(m.shape))))
-    ok = verdict(m, tol)
+    why = []
+    if not verdict(m, band.tolerance):
+        # worst_index has no prompt axis: name its axes names[1:], then prefix the prompt
+        why.append(failure_message(label, m, band.tolerance, names[1:]).replace("worst at [", f"worst at [prompt={p}, ", 1))
+    if not median <= band.tolerance_median:
+        why.append(f"{label}: median row error {median:.3e} > tolerance {band.tolerance_median:.2e} "
+                   f"(floor {_num(band.floor_median)}): an error across most rows, not a few chaotic ones")
+    if not abs(scale) <= band.tolerance_scale:
+        why.append(f"{label}: typical row norm off by {scale:+.3e} (median of ||vLLM row|| / ||reference row|| - 1), "
+                   f"tolerance {band.tolerance_scale:.2e} (floor {_num(band.floor_scale)}): a scale error")
     return dict(
-        status="pass" if ok else "fail", rel_err=m.rel_err, max_abs=m.max_abs, ref_scale=m.ref_scale,
-        cos_min=m.cos_min,
+        status="fail" if why else "pass", rel_err=m.rel_err, max_abs=m.max_abs, ref_scale=m.ref_scale,
+        cos_min=m.cos_min, rel_median=median, scale_median=scale,
         worst={"prompt": p, "index": list(m.worst_index), "axes": list(names[1:]),
                "subject": m.subject_at_worst, "reference": m.reference_at_worst},
-        # worst_index has no prompt axis: name its axes names[1:], then prefix the prompt
-        message="" if ok else failure_message(label, m, tol, names[1:]).replace(
-            "worst at [", f"worst at [prompt={p}, ", 1),
+        message="\n".join(why),
     )
 
 
-def compared_row(model: str, case: Case, tol: float, floor: float | None, pairs: Pairs | None,
+def _num(x) -> str:
+    return "not measured" if x is None else f"{x:.2e}"
+
+
+def compared_row(model: str, case: Case, band: Band, pairs: Pairs | None,
                  problem: str = "", flips: list[Flip] = (), pos_axis: int = 0) -> HookResult:
-    """One compared row.  ``flips``: routing flips; the prompts the explained ones set
+    """One compared row.  ``flips``: routing flips; the tokens the explained ones set
     aside for this hook (harness.comparison.routing) are left out and named in the message."""
-    row = HookResult(model, case.reference, case.hook, case.reference_hook, case.layer, case.kind, "error", tol,
-                     floor=floor, derived=case.derived)
+    row = HookResult(model, case.reference, case.hook, case.reference_hook, case.layer, case.kind, "error",
+                     band.tolerance, floor=band.floor, derived=case.derived, floor_median=band.floor_median,
+                     tolerance_median=band.tolerance_median, floor_scale=band.floor_scale,
+                     tolerance_scale=band.tolerance_scale)
     if problem or pairs is None:
         row.message = problem or f"{case.hook}: no values for {case.reference}"
         return row
@@ -81,7 +97,7 @@ def compared_row(model: str, case: Case, tol: float, floor: float | None, pairs:
         return row
     try:
         label = f"{model} {case.hook} vs {case.reference}:{case.reference_hook}"
-        for key, value in _compare_prompts(label, kept, tol).items():
+        for key, value in _compare_prompts(label, kept, band).items():
             setattr(row, key, value)
         row.message += note
     except ShapeMismatch as exc:
@@ -264,9 +280,11 @@ class _Evaluation:
         return 1 if spec is not None and any(isinstance(c, SwapAxes) and 0 in (c.dim0, c.dim1)
                                              for c in spec.convert) else 0
 
-    def _floor(self, case: Case) -> float | None:
-        refs, floors = self.refs, self.refs.floors
-        bridge = self.bridge_floor.get(case.hook)
+    def _floor(self, case: Case, stat: str = "worst") -> float | None:
+        """The floor of ``case``'s reference for one statistic (``worst`` | ``median`` | ``scale``)."""
+        floors = self.refs.floors if stat == "worst" else self.refs.floor_stats.get(stat, {})
+        larger = (lambda a, b: max(a, b, key=abs)) if stat == "scale" else max
+        bridge = floors.get("bridge", {}).get(case.hook)
         if case.hook == "logprobs":
             return floors.get("hf", {}).get("logprobs")
         if case.reference in ("bridge", "bridge-ragged"):
@@ -275,19 +293,26 @@ class _Evaluation:
             # |vLLM - compat| is bounded by the sum of both distances from the truth: the larger of the
             # bridge's floor (the proxy for vLLM's own rounding) and compatibility mode's own, which
             # computes some hooks its own way (OLMo-2's bf16 attention scores)
-            own = refs.floors.get("compat", {}).get(case.reference_hook)
-            return bridge if own is None else (own if bridge is None else max(bridge, own))
+            own = floors.get("compat", {}).get(case.reference_hook)
+            return bridge if own is None else (own if bridge is None else larger(bridge, own))
         if case.reference == "hf":
             return floors.get("hf", {}).get(case.reference_hook)
         if case.reference == CROSS_REFERENCE:
-            return max(bridge or 0.0, floors.get("hf", {}).get(case.reference_hook, 0.0))
+            hf = floors.get("hf", {}).get(case.reference_hook)
+            if stat != "worst" and (bridge is None or hf is None):
+                return None
+            return larger(bridge or 0.0, hf or 0.0)
         return None
 
+    def _band(self, case: Case) -> Band:
+        return self.gate.band(case.reference, self._floor(case), self._floor(case, "median"),
+                              self._floor(case, "scale"))
+
     def row(self, case: Case) -> HookResult:
-        floor = self._floor(case)
-        tol = self.gate.tolerance(case.reference, floor)
-        row = self._compared(case, floor, tol)
-        if floor is not None and floor != floor and row.status != "error":
+        band = self._band(case)
+        row = self._compared(case, band)
+        if any(f is not None and f != f for f in (band.floor, band.floor_median, band.floor_scale)) \
+                and row.status != "error":
             row.status = "error"
             row.message = (f"{case.hook} vs {case.reference}: the reference's own noise-floor run holds non-finite "
                            f"values for this hook (NaN floor), so no tolerance can be calibrated")
@@ -297,7 +322,7 @@ class _Evaluation:
         problem = self._nonfinite(case, pairs) if pairs else ""
         return (None, problem) if problem else (pairs, "")
 
-    def _compared(self, case: Case, floor: float | None, tol: float) -> HookResult:
+    def _compared(self, case: Case, band: Band) -> HookResult:
         hook, ref, name, n = case.hook, case.reference, case.reference_hook, self.n
         if case.derived:
             problem = self.derived_failed.get(hook, "")
@@ -305,18 +330,18 @@ class _Evaluation:
             pairs = None if problem else _pairs(self.derived_values.get(hook), store, name, n)
             pairs = pairs and [(s, ignore_common_mask(s, r)) for s, r in pairs]
             pairs, bad = self._checked(case, pairs)
-            return compared_row(self.model, case, tol, floor, pairs,
+            return compared_row(self.model, case, band, pairs,
                                 problem or bad or ("" if pairs else f"{hook}: reference {ref} has no hook {name!r}"),
                                 self.flips, pos_axis=1)  # scores / pattern: [heads, query, key]
         if ref == CROSS_REFERENCE:
             bridge_vals = [self.refs.bridge.get(p, {}).get(hook) for p in range(n)]
             pairs = None if any(v is None for v in bridge_vals) else _pairs(bridge_vals, self.refs.hf, name, n)
             pairs, bad = self._checked(case, pairs)
-            return compared_row(self.model, case, tol, floor, pairs, bad or ("" if pairs else
+            return compared_row(self.model, case, band, pairs, bad or ("" if pairs else
                                 f"{hook}: missing in TransformerBridge or HF"))
         if ref == "bridge-ragged":
             pairs, bad = self._checked(case, _pairs(self.ragged.get(hook), self.refs.bridge, hook, n))
-            return compared_row(self.model, case, tol, floor, pairs, self.ragged_failed.get(hook, "") or bad,
+            return compared_row(self.model, case, band, pairs, self.ragged_failed.get(hook, "") or bad,
                                 self.ragged_flips, pos_axis=self._pos_axis(hook))
         problem, subj = self.failed.get(hook, ""), self.values.get(hook)
         if ref == "compat-processed":
@@ -330,17 +355,17 @@ class _Evaluation:
             "hf": (self.refs.hf, f"{hook}: HF forward hooks did not capture it"),
         }[ref]
         pairs, bad = self._checked(case, None if problem else _pairs(subj, store, name, n))
-        return compared_row(self.model, case, tol, floor, pairs, problem or bad or ("" if pairs else missing),
+        return compared_row(self.model, case, band, pairs, problem or bad or ("" if pairs else missing),
                             self.flips, pos_axis=self._pos_axis(hook))
 
     def logit_rows(self) -> list[HookResult]:
         lp_case, am_case = [c for c in self.plan.cases if c.hook in ("logprobs", "argmax")]
-        floor = self._floor(lp_case)
+        band = self._band(lp_case)
         pairs = [(self.subject.logprobs[p], self.refs.logprobs[p]) for p in range(self.n)]
         # reference entries vLLM did not return (top-k mode) are masked out
         bad = _nonfinite_logprobs(pairs)
         pairs = [(s, torch.where(torch.isnan(s), torch.full_like(r, math.nan), r)) for s, r in pairs]
-        row = compared_row(self.model, lp_case, self.gate.tolerance("hf", floor), floor, None if bad else pairs,
+        row = compared_row(self.model, lp_case, band, None if bad else pairs,
                            bad, flips=self.flips)
         if bad:
             am = HookResult(self.model, "hf", "argmax", am_case.reference_hook, None, "argmax", "error", 0.0,

@@ -8,6 +8,11 @@ dtype's ceiling, a documented reference bug -- and nothing changes a status afte
 :func:`margin` is the one definition of error / tolerance.
 
 Traps:
+- Three statistics per row, each with its own floor and tolerance (:class:`Band`): a row fails
+  when any exceeds its tolerance (whatever the ceiling), and is gated when the worst row's or the
+  median row's tolerance is at or below the ceiling.  Measured on SmolLM2-135M in bf16: from layer
+  11 on a few tokens' own bf16 error reaches 0.3-0.7 (worst row) while the median row stays at
+  0.005-0.015 (README, "Tolerances"), so the worst row alone left a third of the model ungated.
 - The references checked against each other (``bridge~hf``) never run in TF32, so
   their tolerance uses the plain dtype's calibration (``reference_key``).
 - A tolerance of 0 (argmax: top-1 must agree) gives margin 0 for no error and
@@ -34,6 +39,20 @@ def margin(err: float, tol: float) -> float:
 
 
 @dataclass(frozen=True)
+class Band:
+    """A row's tolerances, one per statistic, each from its own floor: the worst row (localizes an
+    error), the median row (a systematic error moves it, a few chaotic rows do not) and the median
+    signed scale deviation (a scale bug's factor; rounding noise has no preferred sign)."""
+
+    tolerance: float
+    floor: float | None = None
+    tolerance_median: float = math.nan
+    floor_median: float | None = None
+    tolerance_scale: float = math.nan
+    floor_scale: float | None = None
+
+
+@dataclass(frozen=True)
 class Gate:
     key: str  # calibration key of vLLM's rows ("float32", "bfloat16", "float32-tf32", ...)
     dtype: str  # the run's dtype: its ceiling applies to every row
@@ -42,6 +61,15 @@ class Gate:
     def tolerance(self, reference: str, floor: float | None) -> float:
         key = reference_key(self.key) if reference == CROSS_REFERENCE else self.key
         return tolerance(key, floor)
+
+    def band(self, reference: str, floor: float | None, floor_median: float | None = None,
+             floor_scale: float | None = None) -> Band:
+        """Each statistic's tolerance from its own floor (``None``: not measured -> the worst row's
+        floor stands in for the median, the calibration minimum for the scale)."""
+        tol = self.tolerance(reference, floor)
+        tol_median = tol if floor_median is None else self.tolerance(reference, floor_median)
+        tol_scale = self.tolerance(reference, None if floor_scale is None else abs(floor_scale))
+        return Band(tol, floor, tol_median, floor_median, tol_scale, floor_scale)
 
     @property
     def ceiling(self) -> float:
@@ -54,13 +82,21 @@ class Gate:
         A failed row is explained by a documented reference bug only where the bug's signature
         holds in this run's reference captures (``refs``); an error is never explained."""
         cal = calibration_for(self.dtype)
-        if row.floor is not None and row.tolerance > cal.ceiling and row.status == "pass":
+        worst_gated = row.tolerance <= cal.ceiling
+        median_gated = row.tolerance_median <= cal.ceiling  # NaN (not compared) is never gated
+        if row.floor is not None and row.status == "pass" and not (worst_gated or median_gated):
             row.status = "inconclusive"
-            row.message = (f"{row.hook} vs {row.reference}: calibrated tolerance {row.tolerance:.2e} exceeds the "
-                           f"{self.dtype} ceiling {cal.ceiling:g}: the reference's own {self.dtype} noise floor here "
-                           f"({row.floor:.2e}, vs its {cal.truth_dtype} run) is too large to "
-                           f"tell a mapping bug from rounding (measured error {row.rel_err:.2e}); the "
-                           f"float32 run of this model is the gate for this hook")
+            row.message = (f"{row.hook} vs {row.reference}: calibrated tolerances (worst row {row.tolerance:.2e}, "
+                           f"median row {row.tolerance_median:.2e}) both exceed the {self.dtype} ceiling "
+                           f"{cal.ceiling:g}: the reference's own {self.dtype} noise here (floors {row.floor:.2e} / "
+                           f"{(row.floor_median if row.floor_median is not None else math.nan):.2e} vs its "
+                           f"{cal.truth_dtype} run) is too large to tell a mapping bug from rounding (measured "
+                           f"{row.rel_err:.2e} / {row.rel_median:.2e}); the float32 run of this model is the gate "
+                           f"for this hook")
+        elif row.status == "pass" and not worst_gated:
+            row.message = (f"gated by the median row ({row.rel_median:.2e} <= {row.tolerance_median:.2e}) and the "
+                           f"scale ({row.scale_median:+.2e}, tolerance {row.tolerance_scale:.2e}); the worst row's "
+                           f"tolerance {row.tolerance:.2e} is above the {self.dtype} ceiling {cal.ceiling:g}")
         issue = known_issue(self.architecture, row.reference, row.hook)
         if issue is not None and row.status == "fail" and refs is not None and issue.holds(refs, row.reference,
                                                                                           row.reference_hook):

@@ -42,6 +42,14 @@ class HookResult:
     logit_metrics: dict = field(default_factory=dict)  # KL, top-1, top-k overlap (logprobs rows)
     derived: bool = False  # computed host-side from other hooks' captures (harness.comparison.derived)
     known_issue: str | None = None  # a documented bug in the reference engine (harness.references.known_issues)
+    # the typical row beside the worst one (harness.comparison.gate): median row error and median signed
+    # scale deviation, each with the floor run's own value and its calibrated tolerance
+    rel_median: float = math.nan
+    floor_median: float | None = None
+    tolerance_median: float = math.nan
+    scale_median: float = math.nan
+    floor_scale: float | None = None
+    tolerance_scale: float = math.nan
 
     @property
     def margin(self) -> float:

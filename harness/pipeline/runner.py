@@ -134,7 +134,8 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
                                       compat_names=list(plan.compat_names), device=variant.device,
                                       processed_names=list(plan.processed_names))
         if variant.gate_key != variant.dtype:  # fp32 under TF32 matmuls: floors from the references' own TF32 run
-            run.refs.floors = tf32_floors(target.checkpoint, prompts, hooks_all, variant.device)
+            tf32 = tf32_floors(target.checkpoint, prompts, hooks_all, variant.device)
+            run.refs.floors, run.refs.floor_stats = tf32.floors, tf32.floor_stats
         gate = Gate(variant.gate_key, variant.dtype, target.architecture)
         result.rows, flips = evaluate(plan, run.subject, run.refs, prompts, gate, target.name)
         result.routing_flips = [f.to_dict() for f in flips]

@@ -44,6 +44,8 @@ class ReferenceCapture:
     hf: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
     floors: dict[str, dict[str, float]] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    # the floor run's other statistics: floor_stats["median" | "scale"][engine][hook] (see _floors)
+    floor_stats: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     compat_processed: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
 
 
@@ -155,20 +157,28 @@ def _nonfinite(t: torch.Tensor) -> bool:
     return t.is_floating_point() and bool((torch.isnan(t) | (t == math.inf)).any())
 
 
-def _floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, torch.Tensor]]) -> dict[str, float]:
-    floors: dict[str, float] = {}
+def _floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, torch.Tensor]]
+            ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Per hook, over prompts: the worst row's relative error, the largest per-prompt median row
+    error, and the largest (by size, signed) per-prompt median scale deviation of ``run`` from ``truth``."""
+    worst: dict[str, float] = {}
+    median: dict[str, float] = {}
+    scale: dict[str, float] = {}
     for p, hooks in run.items():
         for name, value in hooks.items():
             if name in truth.get(p, {}) and value.shape == truth[p][name].shape:
                 if _nonfinite(value) or _nonfinite(truth[p][name]):
                     # NaN would be ignored as "not returned" by compare_tensors: the floor would read 0
-                    floors[name] = math.nan
+                    worst[name] = median[name] = scale[name] = math.nan
+                    continue
+                if worst.get(name, 0.0) != worst.get(name, 0.0):  # a NaN floor stays NaN
                     continue
                 # masked attention scores hold each dtype's own most negative value: ignore them
-                rel = compare_tensors(value, ignore_common_mask(value, truth[p][name])).rel_err
-                if floors.get(name, 0.0) == floors.get(name, 0.0):  # a NaN floor stays NaN
-                    floors[name] = max(floors.get(name, 0.0), rel)
-    return floors
+                m = compare_tensors(value, ignore_common_mask(value, truth[p][name]))
+                worst[name] = max(worst.get(name, 0.0), m.rel_err)
+                median[name] = max(median.get(name, 0.0), m.rel_median)
+                scale[name] = max(scale.get(name, 0.0), m.scale_median, key=abs)
+    return worst, median, scale
 
 
 def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]], hooks: list[str],
@@ -189,12 +199,13 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
     except Exception as exc:  # noqa: BLE001 -- processing unsupported for this architecture: rows say so
         processed, meta["processed_error"] = {}, f"{type(exc).__name__}: {exc}"
     floors: dict[str, dict[str, float]] = {}
+    stats: dict[str, dict[str, dict[str, float]]] = {"median": {}, "scale": {}}
     if calibrate:
         truth, truth_compat = _bridge_and_compat(checkpoint, truth_dtype, prompts, want, legacy, device,
                                                  round_through=tdtype)
-        floors["bridge"] = _floors(bridge, truth)
+        floors["bridge"], stats["median"]["bridge"], stats["scale"]["bridge"] = _floors(bridge, truth)
         if legacy:  # compatibility mode computes some hooks its own way: its own noise floor
-            floors["compat"] = _floors(compat, truth_compat)
+            floors["compat"], stats["median"]["compat"], stats["scale"]["compat"] = _floors(compat, truth_compat)
         del truth, truth_compat
 
     hf_model = _load_hf(checkpoint, tdtype, device)
@@ -209,7 +220,8 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
             truth_hf[p], lp = _hf_run(truth_model, toks, device, n_layers)
             truth_hf[p]["logprobs"] = lp
         del truth_model
-        floors["hf"] = _floors({p: {**hf[p], "logprobs": logprobs[p]} for p in hf}, truth_hf)
+        floors["hf"], stats["median"]["hf"], stats["scale"]["hf"] = _floors(
+            {p: {**hf[p], "logprobs": logprobs[p]} for p in hf}, truth_hf)
 
     ids = torch.tensor([prompts[0]], device=device)
     with torch.no_grad():
@@ -226,10 +238,10 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
         meta["forward_ms_median"] = statistics.median(times) * 1e3
         meta["forward_ms_all"] = [x * 1e3 for x in times]
         meta["top_ops"] = profile_call(lambda: hf_model(ids))
-    return ReferenceCapture(bridge, compat, logprobs, hf, floors, meta, processed)
+    return ReferenceCapture(bridge, compat, logprobs, hf, floors, meta, processed, stats)
 
 
-def tf32_floors(checkpoint: Path, prompts: list[list[int]], hooks: list[str], device: str) -> dict:
+def tf32_floors(checkpoint: Path, prompts: list[list[int]], hooks: list[str], device: str) -> "ReferenceCapture":
     """The references' own distance from fp64 with their fp32 matmuls in TF32: the floors of the
     ``float32-tf32`` gate (harness.references.tolerances).  TF32 error grows with depth and through
     the softmax, so one constant cannot gate every hook; the compared references themselves stay IEEE."""
@@ -238,6 +250,6 @@ def tf32_floors(checkpoint: Path, prompts: list[list[int]], hooks: list[str], de
     matmul.allow_tf32 = True
     try:
         return capture_references(checkpoint, dtype="float32", prompts=prompts, hooks=hooks, compat_names=[],
-                                  device=device, timing_repeats=1).floors
+                                  device=device, timing_repeats=1)
     finally:
         matmul.allow_tf32 = before

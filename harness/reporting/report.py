@@ -158,15 +158,20 @@ def to_markdown(result: dict) -> str:
             "`rel_err` = ||vLLM − reference|| / ||reference|| of the worst last-dim row (a token's vector, a head's "
             "vector, a query's attention row), worst prompt. `floor` = the reference's own "
             "distance from itself in the truth dtype; `tol` = max(multiple × floor, minimum) "
-            "(harness/references/tolerances.py); `margin` = rel_err / tol (< 1 passes). `cos_min` = worst per-token cosine. "
+            "(harness/references/tolerances.py); `margin` = rel_err / tol (< 1 passes). `median` = the median row's "
+            "relative error and `scale` = the median of ||vLLM row|| / ||reference row|| − 1, each with its own floor "
+            "and tolerance (harness/comparison/gate.py): a row fails when any statistic exceeds its tolerance, and is "
+            "gated when the worst or the median row's tolerance is at or below the dtype's ceiling. "
+            "`cos_min` = worst per-token cosine. "
             "References: `bridge` TransformerBridge, `compat` its compatibility mode, `hf` plain HF forward hooks, "
             "`bridge~hf` the two references against each other, `compat-processed` compatibility mode with "
             "HookedTransformer's weight processing (harness/references/processing.py), `bridge-ragged` vLLM's ragged-batch run "
             "(all prompts in one batch) against the bridge run alone. *(derived)*: computed host-side from "
             "captured hooks (harness/comparison/derived.py; entries masked on both sides ignored), not a tensor vLLM "
             "materialized.", "",
-            "| status | reference | hook | rel_err | floor | tol | margin | max_abs | cos_min | worst (prompt, index) |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            "| status | reference | hook | rel_err | floor | tol | margin | median (floor, tol) | scale (tol) | max_abs "
+            "| cos_min | worst (prompt, index) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     names = result.get("prompt_names") or []
     for r in result.get("rows", []):
         worst = r.get("worst") or {}
@@ -180,7 +185,9 @@ def to_markdown(result: dict) -> str:
             name += " *(derived)*"
         margin_ = _margin(r)
         out.append(f"| {r['status']} | {r['reference']} | {name} | {_fmt(r['rel_err'])} | {_fmt(r.get('floor'))} "
-                   f"| {_fmt(r['tolerance'], '.1e')} | {_fmt(margin_, '.3f')} | {_fmt(r['max_abs'])} "
+                   f"| {_fmt(r['tolerance'], '.1e')} | {_fmt(margin_, '.3f')} "
+                   f"| {_fmt(r.get('rel_median'))} ({_fmt(r.get('floor_median'))}, {_fmt(r.get('tolerance_median'), '.1e')}) "
+                   f"| {_fmt(r.get('scale_median'), '+.1e')} ({_fmt(r.get('tolerance_scale'), '.1e')}) | {_fmt(r['max_abs'])} "
                    f"| {_fmt(r['cos_min'], '.7f')} | {where} |")
     lm = next((r.get("logit_metrics") for r in result.get("rows", []) if r.get("logit_metrics")), None)
     if lm:
