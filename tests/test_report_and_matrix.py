@@ -128,3 +128,21 @@ def test_partial_shows_gated_counts_in_the_matrix(tmp_path):
     write_report(_two_rows(status_b="inconclusive"), tmp_path)
     md, rows = write_matrix(tmp_path)
     assert rows[0]["verdict"] == "partial" and "🟡 partial" in md.read_text() and "| 1 / 2 |" in md.read_text()
+
+
+def test_reports_are_written_atomically(tmp_path, monkeypatch):
+    """A write that dies midway leaves the previous report whole (temporary file, then rename)."""
+    import harness.reporting.report as report
+
+    path = write_report(_result("m"), tmp_path)
+    before = path.read_text()
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt("killed midway")
+
+    monkeypatch.setattr(report.json, "dumps", boom)
+    import pytest
+
+    with pytest.raises(KeyboardInterrupt):
+        write_report(_result("m", status="fail", rel=0.5), tmp_path)
+    assert path.read_text() == before and json.loads(before)["rows"][0]["status"] == "pass"

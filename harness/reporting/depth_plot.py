@@ -8,6 +8,8 @@ matplotlib is missing (the report says so rather than failing).
 """
 from __future__ import annotations
 
+import os
+
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -51,6 +53,8 @@ def write_depth_plot(result: dict, path: Path) -> Path | None:
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp)
+    os.replace(tmp, path)  # atomic: a killed run never leaves half a PNG
     plt.close(fig)
     return path

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -229,20 +230,30 @@ def to_markdown(result: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def _atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename: a run killed midway leaves the
+    previous file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def write_report(result: dict, report_dir: Path) -> Path:
+    """Write ``<model>/<stem>.json``, ``.md`` and the depth plot, each atomically; the JSON last, so a
+    report JSON on disk always has its markdown beside it."""
     folder = Path(report_dir) / result["model"]
     folder.mkdir(parents=True, exist_ok=True)
     stem = report_stem(result)
     payload = {"schema": SCHEMA_VERSION, **result, "summary": summarize(result)}
     path = folder / f"{stem}.json"
-    path.write_text(json.dumps(payload, indent=1, default=_json_default, allow_nan=True))
     from harness.reporting.depth_plot import write_depth_plot
 
     png = write_depth_plot(result, folder / f"{stem.replace('report', 'depth', 1)}.png")
     md = to_markdown(result)
     if png is not None:
         md += f"\n## Depth profile\n\n![error by layer]({png.name})\n"
-    (folder / f"{stem}.md").write_text(md)
+    _atomic_write(folder / f"{stem}.md", md)
+    _atomic_write(path, json.dumps(payload, indent=1, default=_json_default, allow_nan=True))
     return path
 
 
