@@ -46,16 +46,38 @@ def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None) -> 
     return {"result": result, "summary": summarize(result)}
 
 
-def _lost_job(job: tuple, exc: BaseException) -> dict:
-    """The result of a job whose worker process died (it had no chance to report): an error row."""
+def _lost_job(job: tuple, exc: BaseException | str) -> dict:
+    """The result of a job that never reported (its worker process died, or the run was interrupted):
+    an error naming why, so the matrix shows it and ``--resume`` reruns it."""
     from harness.pipeline.results import ModelResult
     from harness.reporting.report import summarize
 
     target, variant = job
     result = ModelResult.start(target, variant)
-    result.error = f"worker process lost: {type(exc).__name__}: {exc}"
+    result.error = exc if isinstance(exc, str) else f"worker process lost: {type(exc).__name__}: {exc}"
     d = result.to_dict()
     return {"result": d, "summary": summarize(d)}
+
+
+def _current(job: tuple, report_dir: Path) -> bool:
+    """Whether ``job``'s report on disk was computed from the same code, checkpoint, variant and
+    library versions, and is not an error (``--resume``)."""
+    import json
+
+    from harness.pipeline.fingerprint import fingerprint
+    from harness.pipeline.runner import versions
+
+    target, variant = job
+    path = Path(report_dir) / target.name / f"{variant.report_stem}.json"
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    same = old.get("fingerprint") == fingerprint(target, variant, versions())
+    if same and not old.get("error"):
+        print(f"== {target.name} ({variant.describe()}): current, resumed from {path}", flush=True)
+        return True
+    return False
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -80,6 +102,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     jobs = [(target, v) for v in runs for target in targets]
     status = 0
+    if args.resume:
+        jobs = [job for job in jobs if not _current(job, args.report_dir)]
 
     def report(job: tuple, out: dict) -> None:
         nonlocal status
@@ -93,9 +117,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print("   " + result["error"].strip().splitlines()[0], flush=True)
         status |= s["verdict"] not in ("pass", "skipped")
 
+    interrupted = "interrupted (SIGINT) before this job finished; rerun with --resume"
     if args.jobs == 1:
-        for job in jobs:
-            report(job, _run_one(job))
+        for i, job in enumerate(jobs):
+            try:
+                out = _run_one(job)
+            except KeyboardInterrupt:  # keep every finished result; this job and the rest say why
+                for left in jobs[i:]:
+                    report(left, _lost_job(left, interrupted))
+                write_matrix(args.report_dir)
+                return 130
+            report(job, out)
     else:
         import concurrent.futures as cf
         import importlib
@@ -113,12 +145,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
         with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn"), max_tasks_per_child=1) as pool:
             futures = {pool.submit(run_one, job, i % gpus if gpus > 1 else None, threads): job
                        for i, job in enumerate(jobs)}
-            for fut in cf.as_completed(futures):
-                try:
-                    out = fut.result()
-                except Exception as exc:  # noqa: BLE001 -- a dead worker process loses its job only
-                    out = _lost_job(futures[fut], exc)
-                report(futures[fut], out)
+            done = set()
+            try:
+                for fut in cf.as_completed(futures):
+                    try:
+                        out = fut.result()
+                    except Exception as exc:  # noqa: BLE001 -- a dead worker process loses its job only
+                        out = _lost_job(futures[fut], exc)
+                    done.add(fut)
+                    report(futures[fut], out)
+            except KeyboardInterrupt:
+                for fut, job in futures.items():
+                    if fut not in done:
+                        fut.cancel()
+                        report(job, _lost_job(job, interrupted))
+                pool.shutdown(wait=False, cancel_futures=True)
+                write_matrix(args.report_dir)
+                return 130
     md, _ = write_matrix(args.report_dir)
     print()
     print(md.read_text())

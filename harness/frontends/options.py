@@ -63,6 +63,9 @@ OPTIONS: tuple[Option, ...] = (
            default="vllm", choices=SUBJECTS),
     Option("--jobs", "run this many (model, variant) jobs at once, each in its own process (default 1)",
            default=1, type=int, where="cli"),
+    Option("--resume", "skip (model, variant) jobs whose report is current: same code, checkpoint, variant and "
+                       "library versions (harness/pipeline/fingerprint.py), and not an error", flag_only=True,
+           where="cli"),
     Option("--report-dir", "where reports go (default: <repository>/reports)", type=Path),
 )
 

@@ -87,13 +87,16 @@ class ModelResult:
     skipped: str | None = None  # this (model, dtype) is not run, and why (a declared vLLM refusal)
     error: str | None = None
     wall_s: float = 0.0
+    fingerprint: str | None = None  # code, checkpoint, variant, versions (harness.pipeline.fingerprint)
+    provenance: dict = field(default_factory=dict)  # a packaged checkpoint's origin (package, file sha256, ...)
 
     @classmethod
     def start(cls, target: Any, variant: Any, overlay_name: str | None = None) -> "ModelResult":
         """An empty result naming ``target`` and ``variant`` (harness.pipeline.variant.Variant)."""
         return cls(target.name, target.architecture, overlay_name or type(target.overlay).__name__, target.source,
                    str(target.checkpoint), variant.dtype, target.seed, device=variant.device,
-                   subject=variant.subject, compiled=variant.compiled, device_info=dict(variant.run_info))
+                   subject=variant.subject, compiled=variant.compiled, device_info=dict(variant.run_info),
+                   provenance=dict(getattr(target, "provenance", None) or {}))
 
     def to_dict(self) -> dict:
         return asdict(self)

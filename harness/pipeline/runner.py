@@ -27,6 +27,7 @@ from harness.engines.subject import capture_vllm
 from harness.models.prompts import default_prompts
 from harness.models.targets import Target
 from harness.paths import CACHE_ROOT
+from harness.pipeline.fingerprint import fingerprint
 from harness.pipeline.plan import Plan, build_plan
 from harness.pipeline.results import ModelResult, ModelRun
 from harness.pipeline.variant import Variant
@@ -108,6 +109,7 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
     t0 = time.perf_counter()
     result = ModelResult.start(target, variant)
     result.versions = versions()
+    result.fingerprint = fingerprint(target, variant, result.versions)
     run = ModelRun(target, result)
     if variant.dtype in target.unsupported_dtypes:
         _recheck_refusal(target, variant, result, work_root)
