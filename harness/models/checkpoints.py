@@ -4,7 +4,9 @@ Contract: :func:`checkpoint_dir(spec)` returns a directory holding an HF
 checkpoint (``config.json``, safetensors weights, a WordLevel tokenizer) for
 the family row ``spec``; the same spec always yields the same bytes, and a
 built directory is reused (keyed by a hash of the spec and this module's
-``BUILD_VERSION``).
+``BUILD_VERSION``).  A row with ``packaged`` set is a real trained checkpoint
+instead: :func:`checkpoint_dir` hands it to :mod:`harness.models.gguf_checkpoint`,
+which shares :func:`cache_root`.
 
 Every parameter is randomized: HF's default init leaves norm weights at 1
 (Gemma: 0) and biases at 0, which would hide un-fold and bias bugs.  Norm
@@ -112,7 +114,12 @@ def build_checkpoint(spec: ModelSpec, out: Path) -> Path:
 
 
 def checkpoint_dir(spec: ModelSpec) -> Path:
-    """Build (once) and return the synthetic checkpoint for ``spec``."""
+    """Build (once) and return the checkpoint for ``spec``: synthetic, or a
+    packaged real one (``spec.packaged``; see :mod:`harness.models.gguf_checkpoint`)."""
+    if spec.packaged is not None:
+        from harness.models.gguf_checkpoint import packaged_checkpoint_dir
+
+        return packaged_checkpoint_dir(spec)
     out = cache_root() / f"{spec.name}-{spec_key(spec)}"
     if not (out / "config.json").exists():
         build_checkpoint(spec, out)

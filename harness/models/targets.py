@@ -2,14 +2,16 @@
 
 Contract: :func:`targets_from_options(model, model_path)` returns
 :class:`Target` rows -- name, checkpoint directory, HF architecture, overlay,
-HF config -- or raises :class:`TargetError` with a message naming the bad
-input and the fix (unknown family, missing directory, no ``config.json``,
-architecture without an overlay).
+HF config, source ("synthetic", "packaged" or "path") and, for a packaged
+checkpoint, its ``provenance.json`` -- or raises :class:`TargetError` with a
+message naming the bad input and the fix (unknown family, missing directory,
+no ``config.json``, architecture without an overlay, a packaged checkpoint's
+package not installed).
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -30,9 +32,11 @@ class Target:
     checkpoint: Path
     architecture: str
     overlay: Overlay
-    source: str  # "synthetic" or "path"
+    source: str  # "synthetic", "packaged" (a real checkpoint from an installed package) or "path"
     seed: int | None = None
     unsupported_dtypes: dict[str, str] = field(default_factory=dict)
+    # provenance.json of a packaged checkpoint (package, version, file sha256, dequantization); else {}
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     @cached_property
     def hf_config(self) -> Any:
@@ -75,6 +79,18 @@ def _overlay(arch: str) -> Overlay:
 
 
 def target_for_family(spec: ModelSpec) -> Target:
+    from harness.models.gguf_checkpoint import PackagedCheckpointError, read_provenance
+
+    try:
+        target = _family_target(spec)
+    except PackagedCheckpointError as exc:
+        raise TargetError(f"--model {spec.name}: {exc}") from None
+    if spec.packaged is not None:
+        target = replace(target, source="packaged", provenance=read_provenance(target.checkpoint))
+    return target
+
+
+def _family_target(spec: ModelSpec) -> Target:
     from harness.models.checkpoints import checkpoint_dir
 
     ckpt = checkpoint_dir(spec)
