@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -76,8 +77,26 @@ def launch_subject(module: str, request: dict, work_dir: Path, name: str, env: d
         except subprocess.TimeoutExpired:
             rc = "timeout"
     if rc != 0:
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
-        raise SubjectError(f"{module} exited with {rc} (log: {log_path}):\n{tail}")
+        lines = log_path.read_text(errors="replace").splitlines()
+        tail = "\n".join(lines[-25:])
+        raise SubjectError(f"{engine_reason(lines) or 'no exception in the log'} -- {module} exited with {rc} "
+                           f"(log: {log_path}):\n{tail}")
+
+
+_EXCEPTION_LINE = re.compile(r"^\s*(?:\w+\.)*(\w*(?:Error|Exception)): .+")
+
+
+def engine_reason(lines: list[str]) -> str | None:
+    """The engine's own reason for failing: the last ``SomethingError: message`` line of its log
+    (vLLM refusing a configuration says why there, e.g. tensor parallelism that does not divide the
+    attention heads)."""
+    found = [line.strip() for line in lines if _EXCEPTION_LINE.match(line)]
+    # vLLM re-raises a worker's failure as "Engine core initialization failed. See root cause above."
+    root = [line for line in found if not any(w in line for w in _WRAPPERS)]
+    return (root or found or [None])[-1] and (root or found)[-1][:400]
+
+
+_WRAPPERS = ("See root cause above", "initialization failed")
 
 
 def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], reads: list[tuple[str, str]],

@@ -53,6 +53,8 @@ class ParitySession:
         self.runs: dict = {}
         # model -> hooks the selected parity tests compare, where that is fewer than all
         self.selected: dict[str, frozenset[str]] = {}
+        # model -> the one test that reports its engine failure (the others skip, pointing to it)
+        self.engine_failures: dict[str, ParityCase] = {}
 
     @property
     def device(self) -> str:
