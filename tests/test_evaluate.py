@@ -217,3 +217,23 @@ def test_a_three_percent_scale_bug_fails_on_the_scale_statistic_where_the_worst_
     row = _bf16_gate_case(scale_bug=1.03)
     assert row.status == "fail" and row.tolerance > 0.25
     assert "a scale error" in row.message and row.scale_median == pytest.approx(0.03, abs=5e-3)
+
+
+def test_derived_scores_with_masks_on_both_sides_pass_and_are_not_taken_for_nan():
+    """Masked entries are set to NaN on purpose (ignored by the comparison): the non-finite check
+    looks at the captures before that, and -inf is a legitimate mask in attention scores."""
+    from harness.comparison.derived import derive
+
+    specs = _specs()
+    d = Derived("attn_scores", ("blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k"), 0.5)
+    derived = {"blocks.0.attn.hook_attn_scores": d}
+    plan, values = _plan(specs, derived), _values()
+    subject, refs = _captures(specs, values)
+    inputs = {h: values[h].reshape(T, H, DH) for h in d.inputs}
+    scores = derive(d, inputs)
+    assert torch.isinf(scores).any()  # causal mask
+    refs.bridge[0]["blocks.0.attn.hook_attn_scores"] = torch.where(torch.isinf(scores),
+                                                                  torch.finfo(scores.dtype).min, scores)
+    rows, _ = evaluate(plan, subject, refs, PROMPTS, GATE32, "toy")
+    row = next(r for r in rows if r.hook == "blocks.0.attn.hook_attn_scores")
+    assert row.status == "pass", row.message

@@ -56,3 +56,23 @@ def test_resolve_module_and_natural_order():
     assert resolve_module(root, "layers.1") is root.layers[1]
     assert resolve_module(root, "layers.missing") is None
     assert sorted(["m.layers.10", "m.layers.9"], key=natural_key) == ["m.layers.9", "m.layers.10"]
+
+
+def test_a_shared_module_maps_calls_to_every_layer_it_serves_not_only_the_requested_ones():
+    """vLLM shares one rotary embedding across layers: selecting layer 2 alone must not take layer 0's call."""
+    import torch
+
+    from harness.engines.vllm_worker import sibling_paths
+
+    rotary = torch.nn.Identity()
+
+    class Layer(torch.nn.Module):
+        def __init__(self, rot):
+            super().__init__()
+            self.self_attn = torch.nn.Module()
+            self.self_attn.rotary_emb = rot
+
+    model = torch.nn.Module()
+    model.layers = torch.nn.ModuleList([Layer(rotary), Layer(rotary), Layer(rotary), Layer(torch.nn.Identity())])
+    assert sibling_paths(model, rotary, ["layers.2.self_attn.rotary_emb"]) == [
+        "layers.0.self_attn.rotary_emb", "layers.1.self_attn.rotary_emb", "layers.2.self_attn.rotary_emb"]

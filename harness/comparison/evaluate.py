@@ -328,8 +328,8 @@ class _Evaluation:
             problem = self.derived_failed.get(hook, "")
             store = self.refs.bridge if ref == "bridge" else self.refs.compat
             pairs = None if problem else _pairs(self.derived_values.get(hook), store, name, n)
+            pairs, bad = self._checked(case, pairs)  # before masking: the mask writes NaN on purpose
             pairs = pairs and [(s, ignore_common_mask(s, r)) for s, r in pairs]
-            pairs, bad = self._checked(case, pairs)
             return compared_row(self.model, case, band, pairs,
                                 problem or bad or ("" if pairs else f"{hook}: reference {ref} has no hook {name!r}"),
                                 self.flips, pos_axis=1)  # scores / pattern: [heads, query, key]

@@ -154,6 +154,23 @@ def parameter_names(module: torch.nn.Module) -> tuple[str, ...]:
                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
+def sibling_paths(model: torch.nn.Module, module: torch.nn.Module, paths: list[str]) -> list[str]:
+    """``paths`` plus every other layer's path that resolves to the same module object (vLLM shares
+    one rotary embedding across layers): ``model.layers.5.self_attn.rotary_emb`` -> the same path at
+    every index of ``model.layers`` that is that very module."""
+    out = set(paths)
+    for path in paths:
+        m = re.match(r"^(.*?)\.(\d+)\.(.*)$", path)
+        if m is None:
+            continue
+        container = resolve_module(model, m.group(1))
+        for i in range(len(container) if isinstance(container, torch.nn.ModuleList) else 0):
+            cand = f"{m.group(1)}.{i}.{m.group(3)}"
+            if resolve_module(model, cand) is module:
+                out.add(cand)
+    return sorted(out)
+
+
 class CaptureExtension:
     """Mixed into vLLM's Worker; every method is prefixed ``vp_``."""
 
@@ -188,19 +205,24 @@ class CaptureExtension:
             groups.setdefault((id(module), read), (module, []))[1].append(module_path)
         for (_, read), (module, paths) in groups.items():
             side, terms = parse_read(read)
-            keys = [read_key(p, read) for p in sorted(paths, key=natural_key)]
+            wanted = {read_key(p, read) for p in paths}
+            # every path the shared module answers to, requested or not: a selection of layer L alone
+            # must not take layer 0's call (the n-th call belongs to the n-th sibling, not the n-th request)
+            keys = [read_key(p, read) for p in sorted(sibling_paths(model, module, paths), key=natural_key)]
             parent = resolve_module(model, paths[0].rpartition(".")[0]) if "." in paths[0] else model
             layout = tp_layout(module, side, tp, in_parallel_region(parent))
-            self._vp_layouts.update({k: layout for k in keys})
+            self._vp_layouts.update({k: layout for k in keys if k in wanted})
             counter = [0]
 
-            def record(value, _keys=keys, _counter=counter):  # runs eagerly, in the op's body
+            def record(value, _keys=keys, _counter=counter, _wanted=wanted):  # runs eagerly, in the op's body
                 if not self._vp_enabled:
                     return
                 n = _counter[0]
                 _counter[0] += 1
-                # a copy now: under CUDA graphs ``value`` is a static buffer the next replay overwrites
-                self._vp_records.setdefault(_keys[n % len(_keys)], []).append(value.detach().clone())
+                key = _keys[n % len(_keys)]
+                if key in _wanted:
+                    # a copy now: under CUDA graphs ``value`` is a static buffer the next replay overwrites
+                    self._vp_records.setdefault(key, []).append(value.detach().clone())
 
             slot = len(_SINKS)
             _SINKS.append(record)

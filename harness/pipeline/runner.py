@@ -49,7 +49,7 @@ def versions() -> dict:
     return out
 
 
-def _capture_subject(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]], work: Path,
+def capture_subject(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]], work: Path,
                      engine_env: dict[str, str] | None = None):
     env = {**variant.subject_env, **(engine_env or {})}
     if variant.subject == "tl-vllm":
@@ -66,6 +66,24 @@ def _capture_subject(target: Target, variant: Variant, plan: Plan, prompts: list
         full_logprobs=target.vocab_size <= 8192, env=env, enforce_eager=not variant.compiled,
         device=variant.device, tp=variant.tp,
     )
+
+
+def prompts_for(target: Target) -> dict[str, list[int]]:
+    """The named prompts every engine runs for ``target`` (harness.models.prompts)."""
+    return default_prompts(target.vocab_size, target.bos_token_id, target.max_model_len)
+
+
+def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]]):
+    """The references' captures and floors for ``plan`` (floors from their own TF32 run under
+    ``--precision tf32``): once per (target, variant), however many subjects are compared with it."""
+    hooks_all = [*plan.specs, *plan.derived]
+    refs = capture_references(target.checkpoint, dtype=variant.dtype, prompts=prompts, hooks=hooks_all,
+                              compat_names=list(plan.compat_names), device=variant.device,
+                              processed_names=list(plan.processed_names))
+    if variant.gate_key != variant.dtype:  # fp32 under TF32 matmuls: floors from the references' own TF32 run
+        tf32 = tf32_floors(target.checkpoint, prompts, hooks_all, variant.device)
+        refs.floors, refs.floor_stats = tf32.floors, tf32.floor_stats
+    return refs
 
 
 def _timings(sm: dict, rm: dict) -> dict:
@@ -123,21 +141,15 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
         if plan.selected is not None:
             result.selected_hooks = sorted(plan.selected)
         result.nonfiring = plan.nonfiring_rows()
-        named = default_prompts(target.vocab_size, target.bos_token_id, target.max_model_len)
+        named = prompts_for(target)
         result.prompt_names, prompts = list(named), list(named.values())
         result.prompts = prompts
         runs_root = work_root or CACHE_ROOT / "runs"
         runs_root.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-{variant.work_prefix}"))
-        run.subject = _capture_subject(target, variant, plan, prompts, work, engine_env)
+        run.subject = capture_subject(target, variant, plan, prompts, work, engine_env)
         shutil.rmtree(work, ignore_errors=True)  # captures are in memory now
-        hooks_all = [*plan.specs, *plan.derived]
-        run.refs = capture_references(target.checkpoint, dtype=variant.dtype, prompts=prompts, hooks=hooks_all,
-                                      compat_names=list(plan.compat_names), device=variant.device,
-                                      processed_names=list(plan.processed_names))
-        if variant.gate_key != variant.dtype:  # fp32 under TF32 matmuls: floors from the references' own TF32 run
-            tf32 = tf32_floors(target.checkpoint, prompts, hooks_all, variant.device)
-            run.refs.floors, run.refs.floor_stats = tf32.floors, tf32.floor_stats
+        run.refs = capture_reference_side(target, variant, plan, prompts)
         gate = Gate(variant.gate_key, variant.dtype, target.architecture)
         result.rows, flips = evaluate(plan, run.subject, run.refs, prompts, gate, target.name)
         result.routing_flips = [f.to_dict() for f in flips]
