@@ -296,3 +296,32 @@ def llm_kwargs(*, device: str, tp: int = 1, compiled: bool = False) -> dict[str,
 def sampling_kwargs(k: int) -> dict[str, Any]:
     """One greedy token with ``k`` prompt and sample log-probs (-1: the whole vocabulary)."""
     return {"max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k, "logprobs": k, "detokenize": False}
+
+
+# -- test-only engine faults (harness.engines.engine_faults) ---------------------
+def before_weight_postprocessing(apply: Any) -> None:
+    """Run ``apply(model)`` on every freshly loaded model after its ``load_weights``
+    and before vLLM's ``process_weights_after_loading`` (oneDNN repacking on CPU,
+    quantization, fused-MoE layouts), where a change to a parameter still reaches
+    the kernels.  vLLM 0.20-0.32: ``BaseModelLoader.load_model`` (every loader
+    inherits it) calls ``load_weights`` then the module-level
+    ``process_weights_after_loading`` it imported by name into
+    ``vllm.model_executor.model_loader.base_loader``; that name is wrapped.
+    Idempotent per process.  Raises naming the internal if a vLLM line moved it."""
+    from vllm.model_executor.model_loader import base_loader
+
+    original = getattr(base_loader, "process_weights_after_loading", None)
+    if original is None:
+        raise AttributeError("vllm.model_executor.model_loader.base_loader has no process_weights_after_loading: "
+                             "update harness.engines.vllm_compat.before_weight_postprocessing for this vLLM line")
+    if getattr(original, "_vp_before", None) is not None:
+        original._vp_before = apply  # already wrapped in this process: the newest fault wins
+        return
+
+    def process_weights_after_loading(model, *args, **kwargs):
+        wrapper._vp_before(model)
+        return original(model, *args, **kwargs)
+
+    wrapper = process_weights_after_loading
+    wrapper._vp_before = apply
+    base_loader.process_weights_after_loading = wrapper

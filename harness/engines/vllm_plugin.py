@@ -11,6 +11,10 @@ on the freshly loaded model, and the capture op joins vLLM's graph-splitting
 ops (harness.engines.vllm_compat).  An environment variable, not a module global,
 because tensor-parallel workers are separate processes.  Any other vLLM engine
 in the same environment is untouched (the variable is unset there).
+
+Test-only: where ``VLLM_PARITY_FAULT`` (harness.engines.engine_faults.ENV) is
+set, a planted engine bug is applied to the loaded model before vLLM's weight
+post-processing (harness.engines.engine_faults.install), with or without reads.
 """
 from __future__ import annotations
 
@@ -23,6 +27,12 @@ _patched = False
 
 def register() -> None:
     global _patched
+    from harness.engines.engine_faults import ENV as FAULT_ENV
+
+    if os.environ.get(FAULT_ENV):  # a planted bug (tests only): before the reads' early return
+        from harness.engines.engine_faults import install
+
+        install()
     if _patched or not os.environ.get(ENV):
         return
     from harness.engines.vllm_compat import add_splitting_op, worker_class

