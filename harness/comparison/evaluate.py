@@ -16,128 +16,22 @@ Traps:
 """
 from __future__ import annotations
 
-import math
 
 import torch
 
 from overlays.base import DropBatch, HookSpec, SwapAxes
-from harness.comparison.compare import (ShapeMismatch, argmax_agreement, compare_tensors, failure_message,
-                                        logit_metrics, verdict)
 from harness.comparison.conversions import convert, stitch_calls
 from harness.comparison.derived import derive, ignore_common_mask
 from harness.comparison.gate import CROSS_REFERENCE, Band, Gate
 from harness.comparison.nonfinite import NEG_INF_KINDS, describe, first_nonfinite
-from harness.comparison.routing import GATE, Flip, find_flips, mask_from, set_aside
+from harness.comparison.logits import logit_rows
+from harness.comparison.rows import REFERENCE_ENGINE, Pairs, axes_of, compared_row, pairs_of
+from harness.comparison.routing import GATE, Flip, find_flips
 from harness.comparison.shapes import subject_to_canonical
 from harness.pipeline.plan import Case, Plan
 from harness.pipeline.results import HookResult
 from harness.references.processing import to_hooked_coordinates
-
-_AXES = {2: ("pos", "d"), 3: ("pos", "head", "d_head"), 1: ("pos",)}
-Pairs = list  # [(subject, reference) or None (set aside)] per prompt
-
-
-def _compare_prompts(label: str, pairs: Pairs, band: Band) -> dict:
-    """Compare every prompt: the worst prompt's worst row, the largest median row error and the
-    largest median scale deviation; the row fails when any statistic exceeds its tolerance."""
-    worst, median, scale = None, 0.0, 0.0
-    for p, pair in enumerate(pairs):
-        if pair is None:  # set aside (harness.comparison.routing)
-            continue
-        m = compare_tensors(*pair)
-        if worst is None or not (m.rel_err <= worst[1].rel_err):
-            worst = (p, m)
-        median = max(median, m.rel_median) if m.rel_median == m.rel_median else math.nan
-        scale = max(scale, m.scale_median, key=abs) if m.scale_median == m.scale_median else math.nan
-    p, m = worst
-    names = ("prompt",) + _AXES.get(len(m.shape), tuple(f"dim{k}" for k in range(len(m.shape))))
-    why = []
-    if not verdict(m, band.tolerance):
-        # worst_index has no prompt axis: name its axes names[1:], then prefix the prompt
-        why.append(failure_message(label, m, band.tolerance, names[1:]).replace("worst at [", f"worst at [prompt={p}, ", 1))
-    if not median <= band.tolerance_median:
-        why.append(f"{label}: median row error {median:.3e} > tolerance {band.tolerance_median:.2e} "
-                   f"(floor {_num(band.floor_median)}): an error across most rows, not a few chaotic ones")
-    if not abs(scale) <= band.tolerance_scale:
-        why.append(f"{label}: typical row norm off by {scale:+.3e} (median of ||vLLM row|| / ||reference row|| - 1), "
-                   f"tolerance {band.tolerance_scale:.2e} (floor {_num(band.floor_scale)}): a scale error")
-    return dict(
-        status="fail" if why else "pass", rel_err=m.rel_err, max_abs=m.max_abs, ref_scale=m.ref_scale,
-        cos_min=m.cos_min, rel_median=median, scale_median=scale,
-        worst={"prompt": p, "index": list(m.worst_index), "axes": list(names[1:]),
-               "subject": m.subject_at_worst, "reference": m.reference_at_worst},
-        message="\n".join(why),
-    )
-
-
-def _num(x) -> str:
-    return "not measured" if x is None else f"{x:.2e}"
-
-
-def compared_row(model: str, case: Case, band: Band, pairs: Pairs | None,
-                 problem: str = "", flips: list[Flip] = (), pos_axis: int = 0) -> HookResult:
-    """One compared row.  ``flips``: routing flips; the tokens the explained ones set
-    aside for this hook (harness.comparison.routing) are left out and named in the message."""
-    row = HookResult(model, case.reference, case.hook, case.reference_hook, case.layer, case.kind, "error",
-                     band.tolerance, floor=band.floor, derived=case.derived, floor_median=band.floor_median,
-                     tolerance_median=band.tolerance_median, floor_scale=band.floor_scale,
-                     tolerance_scale=band.tolerance_scale)
-    if problem or pairs is None:
-        row.message = problem or f"{case.hook}: no values for {case.reference}"
-        return row
-    aside = set_aside(case.hook, list(flips))
-    kept = [None if p in aside and aside[p].token == 0 else
-            (pair[0], mask_from(pair[1], aside[p].token, pos_axis)) if p in aside else pair
-            for p, pair in enumerate(pairs)]
-    note = ("; tokens set aside from the flip on: expert routing flipped at a near-tie upstream (" +
-            "; ".join(f.describe() for f in aside.values()) + ")") if aside else ""
-    if all(k is None for k in kept):
-        row.status = "inconclusive"
-        row.message = f"{case.hook} vs {case.reference}: every prompt set aside{note}"
-        return row
-    try:
-        label = f"{model} {case.hook} vs {case.reference}:{case.reference_hook}"
-        for key, value in _compare_prompts(label, kept, band).items():
-            setattr(row, key, value)
-        row.message += note
-    except ShapeMismatch as exc:
-        row.message = f"{case.hook} vs {case.reference}:{case.reference_hook}: {exc}"
-    return row
-
-
-_REFERENCE_ENGINE = {"bridge": "TransformerBridge", "bridge-ragged": "TransformerBridge", "hf": "HF",
-                     "compat": "compatibility mode", "compat-processed": "processed compatibility mode"}
-
-
-def hook_kind_of(hook: str) -> str:
-    from harness.vocab.hooks import hook_kind
-
-    return hook_kind(hook)
-
-
-def _axes(t: torch.Tensor) -> tuple[str, ...]:
-    return _AXES.get(t.ndim, ())
-
-
-def _nonfinite_logprobs(pairs: Pairs) -> str:
-    """HF's full log-softmax must be finite everywhere; vLLM's (top-k entries, NaN elsewhere) must hold
-    a finite value at every position."""
-    for p, (s, r) in enumerate(pairs):
-        hit = first_nonfinite(r)
-        if hit:
-            return "logprobs vs hf: non-finite values, not compared: " + describe("HF", "log-probs", p, hit, ("pos", "vocab"))
-        dead = (~torch.isfinite(s)).all(dim=-1)
-        if bool(dead.any()):
-            pos = int(torch.nonzero(dead)[0])
-            return (f"logprobs vs hf: non-finite values, not compared: vLLM returned no finite log-prob at "
-                    f"prompt {p}, pos={pos}")
-    return ""
-
-
-def _pairs(subject, store: dict, name: str, n: int) -> Pairs | None:
-    if subject is None or any(name not in store.get(p, {}) for p in range(n)):
-        return None
-    return [(subject[p], store[p][name]) for p in range(n)]
+from harness.vocab.hooks import hook_kind
 
 
 class _Evaluation:
@@ -226,7 +120,7 @@ class _Evaluation:
         out: list[Flip] = []
         for hook, subj in values.items():
             m = GATE.match(hook)
-            if m is None or _pairs(subj, self.refs.bridge, hook, self.n) is None:
+            if m is None or pairs_of(subj, self.refs.bridge, hook, self.n) is None:
                 continue
             for p in range(self.n):
                 tol = self.router_tol[hook]
@@ -242,9 +136,9 @@ class _Evaluation:
             for hook in [*self.plan.specs, *self.plan.derived]:
                 values = store_of(hook)
                 for p, v in enumerate(values or []):
-                    hit = v is not None and first_nonfinite(v, hook_kind_of(hook) in NEG_INF_KINDS)
+                    hit = v is not None and first_nonfinite(v, hook_kind(hook) in NEG_INF_KINDS)
                     if hit:
-                        self._first_bad[engine] = describe(engine, hook, p, hit, _axes(v))
+                        self._first_bad[engine] = describe(engine, hook, p, hit, axes_of(v))
                         break
                 if self._first_bad[engine]:
                     break
@@ -254,7 +148,7 @@ class _Evaluation:
         """Why this row cannot be compared because a side holds NaN / inf; "" when both are finite."""
         allow = case.kind in NEG_INF_KINDS
         engines = (("TransformerBridge", "HF") if case.reference == CROSS_REFERENCE
-                   else ("vLLM", _REFERENCE_ENGINE.get(case.reference, case.reference)))
+                   else ("vLLM", REFERENCE_ENGINE.get(case.reference, case.reference)))
         for p, pair in enumerate(pairs):
             for side, engine in enumerate(engines):
                 hit = first_nonfinite(pair[side], allow)
@@ -262,7 +156,7 @@ class _Evaluation:
                     name = case.hook if side == 0 else case.reference_hook
                     first = self._first_bad_in(engine, self._store_of(engine))
                     return (f"{case.hook} vs {case.reference}: non-finite values, not compared: "
-                            f"{describe(engine, name, p, hit, _axes(pair[side]))}"
+                            f"{describe(engine, name, p, hit, axes_of(pair[side]))}"
                             + (f"; first non-finite hook of {engine} in forward order: {first}" if first else ""))
         return ""
 
@@ -327,7 +221,7 @@ class _Evaluation:
         if case.derived:
             problem = self.derived_failed.get(hook, "")
             store = self.refs.bridge if ref == "bridge" else self.refs.compat
-            pairs = None if problem else _pairs(self.derived_values.get(hook), store, name, n)
+            pairs = None if problem else pairs_of(self.derived_values.get(hook), store, name, n)
             pairs, bad = self._checked(case, pairs)  # before masking: the mask writes NaN on purpose
             pairs = pairs and [(s, ignore_common_mask(s, r)) for s, r in pairs]
             return compared_row(self.model, case, band, pairs,
@@ -335,12 +229,12 @@ class _Evaluation:
                                 self.flips, pos_axis=1)  # scores / pattern: [heads, query, key]
         if ref == CROSS_REFERENCE:
             bridge_vals = [self.refs.bridge.get(p, {}).get(hook) for p in range(n)]
-            pairs = None if any(v is None for v in bridge_vals) else _pairs(bridge_vals, self.refs.hf, name, n)
+            pairs = None if any(v is None for v in bridge_vals) else pairs_of(bridge_vals, self.refs.hf, name, n)
             pairs, bad = self._checked(case, pairs)
             return compared_row(self.model, case, band, pairs, bad or ("" if pairs else
                                 f"{hook}: missing in TransformerBridge or HF"))
         if ref == "bridge-ragged":
-            pairs, bad = self._checked(case, _pairs(self.ragged.get(hook), self.refs.bridge, hook, n))
+            pairs, bad = self._checked(case, pairs_of(self.ragged.get(hook), self.refs.bridge, hook, n))
             return compared_row(self.model, case, band, pairs, self.ragged_failed.get(hook, "") or bad,
                                 self.ragged_flips, pos_axis=self._pos_axis(hook))
         problem, subj = self.failed.get(hook, ""), self.values.get(hook)
@@ -354,44 +248,14 @@ class _Evaluation:
                                  f"{name!r} ({self.refs.meta.get('processed_error', 'not captured')})"),
             "hf": (self.refs.hf, f"{hook}: HF forward hooks did not capture it"),
         }[ref]
-        pairs, bad = self._checked(case, None if problem else _pairs(subj, store, name, n))
+        pairs, bad = self._checked(case, None if problem else pairs_of(subj, store, name, n))
         return compared_row(self.model, case, band, pairs, problem or bad or ("" if pairs else missing),
                             self.flips, pos_axis=self._pos_axis(hook))
 
     def logit_rows(self) -> list[HookResult]:
         lp_case, am_case = [c for c in self.plan.cases if c.hook in ("logprobs", "argmax")]
-        band = self._band(lp_case)
         pairs = [(self.subject.logprobs[p], self.refs.logprobs[p]) for p in range(self.n)]
-        # reference entries vLLM did not return (top-k mode) are masked out
-        bad = _nonfinite_logprobs(pairs)
-        pairs = [(s, torch.where(torch.isnan(s), torch.full_like(r, math.nan), r)) for s, r in pairs]
-        row = compared_row(self.model, lp_case, band, None if bad else pairs,
-                           bad, flips=self.flips)
-        if bad:
-            am = HookResult(self.model, "hf", "argmax", am_case.reference_hook, None, "argmax", "error", 0.0,
-                            message=bad.replace("logprobs", "argmax", 1))
-            return [row, am]
-        aside = set_aside("argmax", list(self.flips))
-        pairs = [pair for p, pair in enumerate(pairs) if p not in aside]
-        row.logit_metrics = logit_metrics(pairs) if pairs else {}
-        agree = [argmax_agreement(s, r) for s, r in pairs]
-        n_agree, n_pos = sum(a[0] for a in agree), sum(a[1] for a in agree)
-        # Final-position top-1 must agree, except for a near tie (each top-1 within the
-        # other's top-5, as vLLM's check_logprobs_close allows): bf16 can flip those.
-        last_ok = all(a[3] for a in agree)
-        ties = sum(a[3] and not a[2] for a in agree)
-        am = HookResult(self.model, "hf", "argmax", am_case.reference_hook, None, "argmax",
-                        "pass" if last_ok else "fail", 0.0, rel_err=0.0 if last_ok else 1.0,
-                        worst={"agree_positions": n_agree, "positions": n_pos, "final_near_ties": ties},
-                        message="" if last_ok else
-                        f"{self.model}: final-position argmax differs from HF in {sum(not a[3] for a in agree)} "
-                        f"prompt(s) beyond a near tie; top-1 agreement {n_agree}/{n_pos} positions")
-        am.logit_metrics = row.logit_metrics
-        if aside:
-            am.message += f"; prompt(s) {sorted(aside)} set aside: expert routing flipped at a near-tie upstream"
-            if not pairs:
-                am.status, am.message = "inconclusive", f"argmax: every prompt set aside{am.message}"
-        return [row, am]
+        return logit_rows(self.model, lp_case, am_case, self._band(lp_case), pairs, self.flips)
 
 
 def evaluate(plan: Plan, subject, refs, prompts: list[list[int]], gate: Gate, model: str

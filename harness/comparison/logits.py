@@ -1,0 +1,58 @@
+"""The logit rows: full-prompt log-probs against HF's, and final-position argmax agreement.
+
+Contract: :func:`logit_rows(model, lp_case, am_case, band, pairs, flips)` returns the ``logprobs``
+row (compared like any hook, on ``[T, vocab]`` log-probs) and the ``argmax`` row: the final
+position's top-1 must agree except at a near tie (each top-1 within the other's top-5, as vLLM's
+``check_logprobs_close`` allows).  Pure.
+
+Traps: vLLM returns only its top-k log-probs for a large vocabulary; the entries it did not return
+are NaN on its side and are masked on HF's (after the non-finite check, never before).  A prompt with
+an explained expert-routing flip is set aside from the argmax row whole (its final position is
+always downstream of the flip).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from harness.comparison.compare import argmax_agreement, logit_metrics
+from harness.comparison.gate import Band
+from harness.comparison.routing import Flip, set_aside
+from harness.comparison.rows import compared_row, nonfinite_logprobs
+from harness.pipeline.plan import Case
+from harness.pipeline.results import HookResult
+
+
+def logit_rows(model: str, lp_case: Case, am_case: Case, band: Band, pairs: list, flips: list[Flip]
+               ) -> list[HookResult]:
+    # reference entries vLLM did not return (top-k mode) are masked out
+    bad = nonfinite_logprobs(pairs)
+    pairs = [(s, torch.where(torch.isnan(s), torch.full_like(r, math.nan), r)) for s, r in pairs]
+    row = compared_row(model, lp_case, band, None if bad else pairs,
+                       bad, flips=flips)
+    if bad:
+        am = HookResult(model, "hf", "argmax", am_case.reference_hook, None, "argmax", "error", 0.0,
+                        message=bad.replace("logprobs", "argmax", 1))
+        return [row, am]
+    aside = set_aside("argmax", list(flips))
+    pairs = [pair for p, pair in enumerate(pairs) if p not in aside]
+    row.logit_metrics = logit_metrics(pairs) if pairs else {}
+    agree = [argmax_agreement(s, r) for s, r in pairs]
+    n_agree, n_pos = sum(a[0] for a in agree), sum(a[1] for a in agree)
+    # Final-position top-1 must agree, except for a near tie (each top-1 within the
+    # other's top-5, as vLLM's check_logprobs_close allows): bf16 can flip those.
+    last_ok = all(a[3] for a in agree)
+    ties = sum(a[3] and not a[2] for a in agree)
+    am = HookResult(model, "hf", "argmax", am_case.reference_hook, None, "argmax",
+                    "pass" if last_ok else "fail", 0.0, rel_err=0.0 if last_ok else 1.0,
+                    worst={"agree_positions": n_agree, "positions": n_pos, "final_near_ties": ties},
+                    message="" if last_ok else
+                    f"{model}: final-position argmax differs from HF in {sum(not a[3] for a in agree)} "
+                    f"prompt(s) beyond a near tie; top-1 agreement {n_agree}/{n_pos} positions")
+    am.logit_metrics = row.logit_metrics
+    if aside:
+        am.message += f"; prompt(s) {sorted(aside)} set aside: expert routing flipped at a near-tie upstream"
+        if not pairs:
+            am.status, am.message = "inconclusive", f"argmax: every prompt set aside{am.message}"
+    return [row, am]
