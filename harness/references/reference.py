@@ -238,7 +238,7 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
         meta["forward_ms_median"] = statistics.median(times) * 1e3
         meta["forward_ms_all"] = [x * 1e3 for x in times]
         meta["top_ops"] = profile_call(lambda: hf_model(ids))
-    return ReferenceCapture(bridge, compat, logprobs, hf, floors, meta, processed, stats)
+    return ReferenceCapture(bridge, compat, logprobs, hf, floors, meta, compat_processed=processed, floor_stats=stats)
 
 
 def tf32_floors(checkpoint: Path, prompts: list[list[int]], hooks: list[str], device: str) -> "ReferenceCapture":
