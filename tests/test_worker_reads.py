@@ -76,3 +76,15 @@ def test_a_shared_module_maps_calls_to_every_layer_it_serves_not_only_the_reques
     model.layers = torch.nn.ModuleList([Layer(rotary), Layer(rotary), Layer(rotary), Layer(torch.nn.Identity())])
     assert sibling_paths(model, rotary, ["layers.2.self_attn.rotary_emb"]) == [
         "layers.0.self_attn.rotary_emb", "layers.1.self_attn.rotary_emb", "layers.2.self_attn.rotary_emb"]
+
+
+def test_the_engines_own_reason_is_read_off_its_log():
+    from harness.engines.subject import engine_reason
+
+    pydantic = ["Traceback (most recent call last):", "  File \"x\", line 1",
+                "pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig",
+                "  Value error, Total number of attention heads (9) must be divisible by tensor parallel size (2). "
+                "[type=value_error, input_value=ArgsKwargs(())]", "    For further information visit https://x"]
+    assert engine_reason(pydantic).endswith("must be divisible by tensor parallel size (2).")
+    wrapped = ["ValueError: bad head size", "RuntimeError: Engine core initialization failed. See root cause above."]
+    assert engine_reason(wrapped) == "ValueError: bad head size" and engine_reason(["all fine"]) is None

@@ -89,11 +89,19 @@ _EXCEPTION_LINE = re.compile(r"^\s*(?:\w+\.)*(\w*(?:Error|Exception)): .+")
 def engine_reason(lines: list[str]) -> str | None:
     """The engine's own reason for failing: the last ``SomethingError: message`` line of its log
     (vLLM refusing a configuration says why there, e.g. tensor parallelism that does not divide the
-    attention heads)."""
-    found = [line.strip() for line in lines if _EXCEPTION_LINE.match(line)]
+    attention heads), with its detail line where the message is only a header (pydantic's
+    ``1 validation error for VllmConfig`` is followed by the reason, indented)."""
+    found = [i for i, line in enumerate(lines) if _EXCEPTION_LINE.match(line)]
     # vLLM re-raises a worker's failure as "Engine core initialization failed. See root cause above."
-    root = [line for line in found if not any(w in line for w in _WRAPPERS)]
-    return (root or found or [None])[-1] and (root or found)[-1][:400]
+    root = [i for i in found if not any(w in lines[i] for w in _WRAPPERS)]
+    if not (root or found):
+        return None
+    i = (root or found)[-1]
+    reason = lines[i].strip()
+    detail = lines[i + 1] if i + 1 < len(lines) else ""
+    if detail.startswith((" ", "\t")) and detail.strip() and not detail.strip().startswith(("File ", "For further")):
+        reason += ": " + detail.strip().split(" [type=", 1)[0]
+    return reason[:400]
 
 
 _WRAPPERS = ("See root cause above", "initialization failed")
