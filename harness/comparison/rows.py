@@ -42,7 +42,12 @@ def compare_prompts(label: str, pairs: Pairs, band: Band) -> dict:
     p, m = worst
     names = ("prompt",) + _AXES.get(len(m.shape), tuple(f"dim{k}" for k in range(len(m.shape))))
     why = []
-    if not verdict(m, band.tolerance):
+    # The worst row decides (pass or fail) only where its tolerance is a gate (at or below the ceiling):
+    # above it, the worst rows are the chaotic tokens whose own bf16 divergence is not bounded by a
+    # multiple of the reference's, so an exceedance there is no evidence of a mapping bug (measured on
+    # SmolLM2 bf16: vLLM's worst token 2.9 vs the reference's own 0.62).  The median row and the scale
+    # fail whenever they exceed their tolerances: a systematic error moves them whatever the ceiling.
+    if band.tolerance <= band.ceiling and not verdict(m, band.tolerance):
         # worst_index has no prompt axis: name its axes names[1:], then prefix the prompt
         why.append(failure_message(label, m, band.tolerance, names[1:]).replace("worst at [", f"worst at [prompt={p}, ", 1))
     if not median <= band.tolerance_median:
