@@ -119,15 +119,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     interrupted = "interrupted (SIGINT) before this job finished; rerun with --resume"
     if args.jobs == 1:
-        for i, job in enumerate(jobs):
-            try:
-                out = _run_one(job)
-            except KeyboardInterrupt:  # keep every finished result; this job and the rest say why
-                for left in jobs[i:]:
-                    report(left, _lost_job(left, interrupted))
-                write_matrix(args.report_dir)
-                return 130
-            report(job, out)
+        import signal
+
+        # SIGINT reaches the engine's process too: its death may surface as an engine error before
+        # (or instead of) our KeyboardInterrupt, so a flag, not the exception, says the run was stopped
+        stopped = []
+
+        def on_sigint(signum, frame):
+            stopped.append(signum)
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            for i, job in enumerate(jobs):
+                try:
+                    out = _run_one(job)
+                except KeyboardInterrupt:
+                    stopped.append(signal.SIGINT)
+                if stopped:  # keep every finished result; this job and the rest say why
+                    for left in jobs[i:]:
+                        report(left, _lost_job(left, interrupted))
+                    write_matrix(args.report_dir)
+                    return 130
+                report(job, out)
+        finally:
+            signal.signal(signal.SIGINT, previous)
     else:
         import concurrent.futures as cf
         import importlib
