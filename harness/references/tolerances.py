@@ -20,8 +20,10 @@ floor (two independent errors) plus kernel-order differences; the gate is
 with ``multiple`` and ``minimum`` per dtype below.  ``minimum`` covers hooks
 whose floor is ~0 (an embedding lookup is exact in both dtypes) while vLLM
 computes the same value in a different order (oneDNN vs MKL GEMMs, its own
-attention kernel).  A tolerance above ``ceiling`` makes the row
-"inconclusive" instead of letting it pass (see :class:`Calibration`).
+attention kernel).  The same formula calibrates each of a row's three statistics
+(worst row, median row, median scale) from its own floor; which of them gate a row,
+and when a tolerance above ``ceiling`` makes it "inconclusive" instead of letting it
+pass, is harness.comparison.gate's rule (see :class:`Calibration`).
 
 Measured on these machines (``python -m harness run --dtype float32,bfloat16``;
 numbers per hook in every report): fp32 floors ~1e-7..2e-6 and vLLM fp32
@@ -31,8 +33,8 @@ tolerances ~0.05..0.15 with vLLM's bf16 errors at about a quarter of them.
 Planted mapping bugs (tests/test_fault_injection.py) sit >= 3.6e3x above the
 fp32 tolerance and >= 18x above the bf16 one.  Mixture-of-experts models in
 bf16 flip expert choices at near-tie tokens, which moves those tokens by O(1)
-in *both* engines: their downstream bf16 rows are inconclusive, and the fp32
-run gates them.
+in *both* engines: their worst rows are then above the ceiling, and the median
+row gates them (mixtral / qwen3_moe bf16: every hook gated, README "Measured").
 """
 from __future__ import annotations
 
