@@ -7,7 +7,7 @@ import pytest
 
 from harness.frontends.options import OPTIONS, add_to_argparse
 from harness.pipeline.variant import Variant, VariantError, variants
-from harness.vocab.capture_keys import RAGGED, capture_key, parse_capture_key, read_key
+from harness.vocab.capture_keys import RAGGED, call_key, capture_key, read_key, strip_call
 from harness.vocab.hooks import at_layer, expand_layers, hook_kind, layer_of, matches, template_of
 
 
@@ -76,4 +76,5 @@ def test_capture_keys_round_trip():
     rk = read_key("model.layers.0", "out[0]+out[1]")
     for prompt in (3, RAGGED):
         key = capture_key(prompt, rk, 2)
-        assert parse_capture_key(key) == (str(prompt), rk, 2)
+        assert key == f"{prompt}:{rk}#2" and strip_call(key) == f"{prompt}:{rk}"
+    assert call_key(rk, 3) == f"{rk}#3"

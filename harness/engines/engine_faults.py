@@ -168,20 +168,19 @@ def _closest(names, wanted: str, n: int = 8) -> list[str]:
     return difflib.get_close_matches(wanted, list(names), n=n, cutoff=0.3)
 
 
+def _named(items: dict, what: str, model, name: str):
+    if name not in items:
+        raise KeyError(f"engine fault: no {what} {name!r} in {type(model).__name__}; closest: "
+                       f"{_closest(items, name)}")
+    return items[name]
+
+
 def _param(model, name: str):
-    params = dict(model.named_parameters())
-    if name not in params:
-        raise KeyError(f"engine fault: no parameter {name!r} in {type(model).__name__}; closest: "
-                       f"{_closest(params, name)}")
-    return params[name]
+    return _named(dict(model.named_parameters()), "parameter", model, name)
 
 
 def _module(model, name: str):
-    modules = dict(model.named_modules())
-    if name not in modules:
-        raise KeyError(f"engine fault: no module {name!r} in {type(model).__name__}; closest: "
-                       f"{_closest(modules, name)}")
-    return modules[name]
+    return _named(dict(model.named_modules()), "module", model, name)
 
 
 def _swap_rows(t, a: slice, b: slice) -> None:

@@ -19,7 +19,6 @@ from harness.comparison.gate import margin
 # compared (no value, a conversion failed, shapes differ).  inconclusive: compared,
 # but the reference's own noise in this dtype is too large to gate the row.
 Status = Literal["pass", "fail", "error", "inconclusive"]
-STATUSES: tuple[Status, ...] = ("pass", "fail", "error", "inconclusive")
 
 
 @dataclass

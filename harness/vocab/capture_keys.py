@@ -11,18 +11,11 @@ splits by hand.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 RAGGED = "ragged"
 
 
 def read_key(module: str, read: str) -> str:
     return f"{module}|{read}"
-
-
-def split_read_key(key: str) -> tuple[str, str]:
-    module, read = key.split("|", 1)
-    return module, read
 
 
 def call_key(read_key_: str, call: int) -> str:
@@ -32,19 +25,6 @@ def call_key(read_key_: str, call: int) -> str:
 
 def capture_key(prompt: int | str, read_key_: str, call: int = 0) -> str:
     return f"{prompt}:{read_key_}#{call}"
-
-
-class CaptureKey(NamedTuple):
-    prompt: str  # an index as text, or RAGGED
-    read_key: str
-    call: int
-
-
-def parse_capture_key(key: str) -> CaptureKey:
-    """Inverse of :func:`capture_key`; also accepts a key without the prompt part (``{read_key}#{call}``)."""
-    head, call = key.rsplit("#", 1)
-    prompt, _, rk = head.partition(":") if ":" in head.split("|", 1)[0] else ("", "", head)
-    return CaptureKey(prompt, rk, int(call))
 
 
 def strip_call(key: str) -> str:
