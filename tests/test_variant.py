@@ -20,6 +20,12 @@ def test_precision_matters_for_cuda_fp32_only():
     assert Variant("bfloat16", "cuda", compiled=True).cuda_graphs and not Variant(compiled=True).cuda_graphs
 
 
+def test_a_derived_variant_reapplies_the_rules():
+    v = Variant("float32", "cpu", "ieee")
+    assert v.derive(dtype="bfloat16") == Variant("bfloat16", "cpu")
+    assert v.derive(compiled=True).compiled and v.derive(precision="tf32").precision == "ieee"  # CPU: ieee
+
+
 def test_names_match_the_report_files():
     assert Variant().report_stem == "report" and Variant().name == "cpu-float32"
     assert Variant("bfloat16").report_stem == "report-cpu-bfloat16"

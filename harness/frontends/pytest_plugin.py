@@ -19,7 +19,7 @@ its first item runs; its report is written right then, and the matrix at session
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -91,10 +91,8 @@ class ParitySession:
 
         ``selective``: capture only the hooks this session's selected parity tests compare
         (``-k`` selections stay cheap); a full selection captures everything."""
-        variant = replace(self.variant, dtype=dtype or self.variant.dtype,
-                          compiled=self.variant.compiled if compiled is None else compiled)
-        if variant.device != "cuda" or variant.dtype != "float32":
-            variant = replace(variant, precision="ieee")
+        variant = self.variant.derive(dtype=dtype or self.variant.dtype,
+                                      compiled=self.variant.compiled if compiled is None else compiled)
         hooks = self.selected.get(name) if selective else None
         key = (name, variant, hooks)
         if key not in self.runs:

@@ -82,6 +82,10 @@ class Variant:
             precision = "ieee"  # the matmul precision means something for CUDA fp32 only
         return cls(dtype, device, precision, bool(compiled), tp, subject, runner, pp)
 
+    def derive(self, **changes) -> "Variant":
+        """This variant with ``changes``, through :meth:`make` again (its rules, e.g. precision, reapply)."""
+        return Variant.make(**{**self.to_dict(), **changes})
+
     # -- what follows from it ------------------------------------------------------
     @property
     def gate_key(self) -> str:
