@@ -8,11 +8,8 @@ import pytest
 
 from harness.models.families import DEFAULT_FAMILIES, FAMILIES
 
-# bf16 is gated in CI on the synthetic families; the real checkpoint's bf16 run is measured with
-# `python -m harness run --model smollm2 --dtype bfloat16` and reported in the README ("Measured"):
-# its ragged-batch attention rows sit farther from the reference than the single-prompt floor allows
-# (an open finding, not yet explained), so it is not a CI gate until that is understood.
 SYNTHETIC = [f for f in DEFAULT_FAMILIES if FAMILIES[f].packaged is None]
+REAL = [f for f in DEFAULT_FAMILIES if FAMILIES[f].packaged is not None]
 
 pytestmark = pytest.mark.parity
 
@@ -35,6 +32,21 @@ def test_bf16_passes_with_calibrated_tolerances(parity_session, family):
     # chaotic tokens, so the median row decides; the median and the scale always can fail a row)
     assert all(min(r.tolerance, r.tolerance_median) <= 0.25 for r in run.result.rows
                if r.status == "pass" and r.floor is not None)
+
+
+@pytest.mark.parametrize("family", REAL)
+def test_real_checkpoint_bf16_gates_nearly_every_hook_with_no_false_alarm(parity_session, family):
+    """Issue #10's target on real trained weights (SmolLM2-135M): >= 95 % of the offered hooks gated
+    (pass or fail, not inconclusive) and nothing fails, since fp32 proves the mapping right.  A chaotic
+    token of the reference's own bf16 run (harness.comparison.chaos) is set aside, not a failure."""
+    run = parity_session.run(family, dtype="bfloat16", compiled=False)
+    assert not _failures(run)
+    from harness.reporting.report import summarize
+
+    s = summarize(run.result.to_dict())
+    assert s["hooks_gated"] >= 0.95 * s["hooks_compared"], f"gated {s['hooks_gated']} of {s['hooks_compared']}"
+    for c in run.result.chaotic_tokens:  # each one named in the rows it sets aside
+        assert any("chaotic token" in r.message and f"token {c['token']}" in r.message for r in run.result.rows)
 
 
 @pytest.mark.slow

@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from harness.comparison.routing import after_routing, find_flips, set_aside
+from harness.comparison.routing import after_routing, find_flips
+from harness.comparison.set_aside import mask_from, set_aside
 
 TOL = 1e-2  # a router hook's calibrated tolerance (row-wise relative error)
 
@@ -70,7 +71,7 @@ def test_an_ungated_router_row_explains_no_flip():
 
 
 def test_tokens_at_and_after_the_flip_are_set_aside_not_the_prompt():
-    from harness.comparison.routing import mask_from
+
 
     ref = torch.arange(12.0).reshape(4, 3)
     masked = mask_from(ref, 2, 0)

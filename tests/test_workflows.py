@@ -6,6 +6,12 @@ step runs the suite and is allowed to fail the job; a step that runs even
 after a failure (``if: always()``) appends ``reports/support_matrix.md`` to
 ``$GITHUB_STEP_SUMMARY``; another uploads ``reports/`` as an artifact.
 
+The CPU workflow is sharded: the unit tests (``tests/``) run once, in a job of their own;
+the parity suite runs in a shard matrix, ``--shard I/N`` with N the matrix's size, each
+shard writing JUnit XML and uploading its reports; a last job that runs whatever the
+shards did (``if: always()``) merges their reports with ``python -m harness matrix`` and
+summarizes the JUnit XML.
+
 actionlint is found beside this interpreter (the ``[dev]`` extra installs it
 into .venv/bin) or on PATH; the lint test skips, saying so, where it is absent.
 It is given a config declaring the self-hosted ``gpu`` label, which it would
@@ -56,28 +62,62 @@ def test_reports_uploaded_and_summarized(path: Path) -> None:
     steps = _steps(_load(path))
     uploads = [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
     assert uploads, "no upload-artifact step"
-    assert any(str(s["with"]["path"]).rstrip("/") == "reports" and s.get("if") == "always()" for s in uploads), \
+    assert any("reports" in [p.strip().rstrip("/") for p in str(s["with"]["path"]).splitlines()]
+               and s.get("if") == "always()" for s in uploads), \
         "reports/ must be uploaded even when the tests fail (if: always())"
     summary = [s for s in steps if "GITHUB_STEP_SUMMARY" in s.get("run", "")]
     assert any("reports/support_matrix.md" in s["run"] and s.get("if") == "always()" for s in summary), \
         "the support matrix must be appended to $GITHUB_STEP_SUMMARY even when the tests fail"
 
 
-@pytest.mark.parametrize(("path", "install", "test_cmd"), [
-    (CPU, "bash scripts/setup.sh", ".venv/bin/python -m pytest"),
-    (GPU, "bash scripts/setup.sh --gpu", ".venv/bin/python -m pytest parity_tests --device cuda"),
-], ids=["cpu", "gpu"])
-def test_install_and_gate(path: Path, install: str, test_cmd: str) -> None:
+CPU_UNIT = ".venv/bin/python -m pytest tests --junitxml=junit/unit.xml"
+CPU_SHARD = (".venv/bin/python -m pytest parity_tests --shard ${{ matrix.shard }}/${{ strategy.job-total }} "
+             "--junitxml=junit/parity-${{ matrix.shard }}.xml")
+
+
+@pytest.mark.parametrize(("path", "job", "install", "test_cmd"), [
+    (CPU, "unit", "bash scripts/setup.sh", CPU_UNIT),
+    (CPU, "parity", "bash scripts/setup.sh", CPU_SHARD),
+    (GPU, "parity", "bash scripts/setup.sh --gpu", ".venv/bin/python -m pytest parity_tests --device cuda"),
+], ids=["cpu-unit", "cpu-parity-shard", "gpu"])
+def test_install_and_gate(path: Path, job: str, install: str, test_cmd: str) -> None:
     wf = _load(path)
-    runs = [s.get("run", "").strip() for s in _steps(wf)]
+    steps = wf["jobs"][job]["steps"]
+    runs = [s.get("run", "").strip() for s in steps]
     assert install in runs
-    test_steps = [s for s in _steps(wf) if s.get("run", "").strip() == test_cmd]
-    assert len(test_steps) == 1, f"expected one step running {test_cmd!r}"
+    test_steps = [s for s in steps if s.get("run", "").strip() == test_cmd]
+    assert len(test_steps) == 1, f"expected one step running {test_cmd!r} in job {job}"
     # the test step's failure must fail the job: no continue-on-error, no `|| true`
     assert not test_steps[0].get("continue-on-error") and "if" not in test_steps[0]
     assert runs.index(install) < runs.index(test_cmd)
-    for job in wf["jobs"].values():
-        assert not job.get("continue-on-error")
+    for j in wf["jobs"].values():
+        assert not j.get("continue-on-error")
+
+
+def test_cpu_unit_tests_run_once_and_every_shard_runs_the_parity_suite() -> None:
+    jobs = _load(CPU)["jobs"]
+    pytest_runs = {name: [s["run"].strip() for s in job["steps"] if "-m pytest" in s.get("run", "")]
+                   for name, job in jobs.items()}
+    # tests/ in exactly one job, and that job is not a matrix (it would run once per shard)
+    unit = [name for name, runs in pytest_runs.items() if any(" tests" in r.split("--")[0] for r in runs)]
+    assert unit == ["unit"] and "strategy" not in jobs["unit"]
+    shards = jobs["parity"]["strategy"]["matrix"]["shard"]
+    assert shards == list(range(1, len(shards) + 1)) and len(shards) > 1
+    assert jobs["parity"]["strategy"].get("fail-fast") is False  # every shard reports
+    assert pytest_runs["parity"] == [CPU_SHARD]
+    for name in ("unit", "parity"):  # each job's JUnit XML is uploaded, failed or not
+        up = [s for s in jobs[name]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+        assert any(str(s["with"]["path"]).rstrip("/") == "junit" and s.get("if") == "always()" for s in up), name
+
+
+def test_cpu_merge_job_runs_whatever_the_shards_did() -> None:
+    merge = _load(CPU)["jobs"]["matrix"]
+    assert set(merge["needs"]) == {"unit", "parity"} and merge["if"] == "always()"
+    runs = "\n".join(s.get("run", "") for s in merge["steps"])
+    assert "-m harness matrix" in runs and "--report-dir" in runs and "--out reports" in runs
+    assert "-m harness junit" in runs and "GITHUB_STEP_SUMMARY" in runs
+    downloads = [s for s in merge["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact@")]
+    assert {s["with"]["pattern"] for s in downloads} == {"parity-reports-cpu-shard-*", "junit-*"}
 
 
 def test_runners_and_triggers() -> None:

@@ -5,7 +5,8 @@
 #
 #   export PYTHONPATH=/tmp/site:$PWD
 #   bash docs/gpu/run_h200.sh launch            # copy the tree to $WORK, start `plan` in the background
-#                                               # (MODELS=a,b: only those families' six variants)
+#                                               # (MODELS=a,b: only those families' six variants;
+#                                               #  VARIANTS="--dtype bfloat16 --modes eager": only those)
 #   bash docs/gpu/run_h200.sh collect [WAIT_S]  # wait (at most WAIT_S) for it; tar what is there to $OUT
 #
 # plan (one background job, so it outlives a device call's 10-minute limit; each `collect`
@@ -54,7 +55,8 @@ run() {  # a step, stopped at the phase's deadline
   timeout -k 10 "$left" "$@" >>"$log" 2>&1; echo "rc=$? at $(date +%T)" >>"$log"
 }
 core3=qwen3,llama,gemma
-variants=(--dtype float32,bfloat16 --precision ieee,tf32 --modes eager,compiled)
+# VARIANTS="--dtype ... --modes ..." narrows a MODELS re-run (default: the six variants below)
+read -r -a variants <<<"${VARIANTS:---dtype float32,bfloat16 --precision ieee,tf32 --modes eager,compiled}"
 case "$phase" in
   launch)
     rm -rf "$WORK"; mkdir -p "$WORK"

@@ -5,6 +5,9 @@ its inputs (no engine runs): it converts the subject's raw captures with the
 overlay's conversions, derives the derived hooks, finds expert-routing flips, and
 emits exactly one :class:`HookResult` per ``plan.cases`` entry, in that order, each
 with its final status from ``gate.finalize``.  Every flip found is returned too.
+Rows leave out the tokens that upstream events set aside (harness.comparison.set_aside):
+explained routing flips found here, and the chaotic tokens the references found in their
+own floor run (``refs.chaos``, harness.comparison.chaos).
 
 Traps:
 - A capture that never fired, or whose conversion fails, makes an ``error`` row on
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from overlays.base import DropBatch, HookSpec, SwapAxes
+from overlays.base import DropBatch, HookSpec
 from harness.comparison.conversions import convert, stitch_calls
 from harness.comparison.derived import derive, ignore_common_mask
 from harness.comparison.gate import CROSS_REFERENCE, Band, Gate
@@ -55,6 +58,8 @@ class _Evaluation:
         self._first_bad: dict[str, str | None] = {}  # engine -> its first non-finite hook in forward order
         # the batched forward may flip other near-ties than the single-prompt ones
         self.ragged_flips = self.flips + [f for f in self._routing_flips(self.ragged) if f not in self.flips]
+        chaos = list(getattr(refs, "chaos", []) or [])
+        self.events, self.ragged_events = self.flips + chaos, self.ragged_flips + chaos
 
     # -- subject values ------------------------------------------------------------
     def _convert(self, hook: str, spec: HookSpec) -> None:
@@ -169,10 +174,7 @@ class _Evaluation:
 
     # -- rows ------------------------------------------------------------------------
     def _pos_axis(self, hook: str) -> int:
-        """The token axis of a converted capture: 0 (``[T, ...]``), 1 after a heads-first swap."""
-        spec = self.plan.specs.get(hook)
-        return 1 if spec is not None and any(isinstance(c, SwapAxes) and 0 in (c.dim0, c.dim1)
-                                             for c in spec.convert) else 0
+        return self.plan.pos_axis(hook)
 
     def _floor(self, case: Case, stat: str = "worst") -> float | None:
         """The floor of ``case``'s reference for one statistic (``worst`` | ``median`` | ``scale``)."""
@@ -226,7 +228,7 @@ class _Evaluation:
             pairs = pairs and [(s, ignore_common_mask(s, r)) for s, r in pairs]
             return compared_row(self.model, case, band, pairs,
                                 problem or bad or ("" if pairs else f"{hook}: reference {ref} has no hook {name!r}"),
-                                self.flips, pos_axis=1)  # scores / pattern: [heads, query, key]
+                                self.events, pos_axis=self._pos_axis(hook))
         if ref == CROSS_REFERENCE:
             bridge_vals = [self.refs.bridge.get(p, {}).get(hook) for p in range(n)]
             pairs = None if any(v is None for v in bridge_vals) else pairs_of(bridge_vals, self.refs.hf, name, n)
@@ -236,7 +238,7 @@ class _Evaluation:
         if ref == "bridge-ragged":
             pairs, bad = self._checked(case, pairs_of(self.ragged.get(hook), self.refs.bridge, hook, n))
             return compared_row(self.model, case, band, pairs, self.ragged_failed.get(hook, "") or bad,
-                                self.ragged_flips, pos_axis=self._pos_axis(hook))
+                                self.ragged_events, pos_axis=self._pos_axis(hook))
         problem, subj = self.failed.get(hook, ""), self.values.get(hook)
         if ref == "compat-processed":
             norm = self.refs.meta.get("normalization_type")
@@ -250,12 +252,12 @@ class _Evaluation:
         }[ref]
         pairs, bad = self._checked(case, None if problem else pairs_of(subj, store, name, n))
         return compared_row(self.model, case, band, pairs, problem or bad or ("" if pairs else missing),
-                            self.flips, pos_axis=self._pos_axis(hook))
+                            self.events, pos_axis=self._pos_axis(hook))
 
     def logit_rows(self) -> list[HookResult]:
         lp_case, am_case = [c for c in self.plan.cases if c.hook in ("logprobs", "argmax")]
         pairs = [(self.subject.logprobs[p], self.refs.logprobs[p]) for p in range(self.n)]
-        return logit_rows(self.model, lp_case, am_case, self._band(lp_case), pairs, self.flips)
+        return logit_rows(self.model, lp_case, am_case, self._band(lp_case), pairs, self.events)
 
 
 def evaluate(plan: Plan, subject, refs, prompts: list[list[int]], gate: Gate, model: str

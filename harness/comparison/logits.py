@@ -1,14 +1,14 @@
 """The logit rows: full-prompt log-probs against HF's, and final-position argmax agreement.
 
-Contract: :func:`logit_rows(model, lp_case, am_case, band, pairs, flips)` returns the ``logprobs``
+Contract: :func:`logit_rows(model, lp_case, am_case, band, pairs, events)` returns the ``logprobs``
 row (compared like any hook, on ``[T, vocab]`` log-probs) and the ``argmax`` row: the final
 position's top-1 must agree except at a near tie (each top-1 within the other's top-5, as vLLM's
 ``check_logprobs_close`` allows).  Pure.
 
 Traps: vLLM returns only its top-k log-probs for a large vocabulary; the entries it did not return
 are NaN on its side and are masked on HF's (after the non-finite check, never before).  A prompt with
-an explained expert-routing flip is set aside from the argmax row whole (its final position is
-always downstream of the flip).
+an upstream event (an explained expert-routing flip, a chaotic token: harness.comparison.set_aside)
+is set aside from the argmax row whole (its final position is always downstream of the event).
 """
 from __future__ import annotations
 
@@ -18,24 +18,24 @@ import torch
 
 from harness.comparison.compare import argmax_agreement, logit_metrics
 from harness.comparison.gate import Band
-from harness.comparison.routing import Flip, set_aside
+from harness.comparison.set_aside import Event, set_aside
 from harness.comparison.rows import compared_row, nonfinite_logprobs
 from harness.pipeline.plan import Case
 from harness.pipeline.results import HookResult
 
 
-def logit_rows(model: str, lp_case: Case, am_case: Case, band: Band, pairs: list, flips: list[Flip]
+def logit_rows(model: str, lp_case: Case, am_case: Case, band: Band, pairs: list, events: list[Event]
                ) -> list[HookResult]:
     # reference entries vLLM did not return (top-k mode) are masked out
     bad = nonfinite_logprobs(pairs)
     pairs = [(s, torch.where(torch.isnan(s), torch.full_like(r, math.nan), r)) for s, r in pairs]
     row = compared_row(model, lp_case, band, None if bad else pairs,
-                       bad, flips=flips)
+                       bad, events=events)
     if bad:
         am = HookResult(model, "hf", "argmax", am_case.reference_hook, None, "argmax", "error", 0.0,
                         message=bad.replace("logprobs", "argmax", 1))
         return [row, am]
-    aside = set_aside("argmax", list(flips))
+    aside = set_aside("argmax", list(events))
     pairs = [pair for p, pair in enumerate(pairs) if p not in aside]
     row.logit_metrics = logit_metrics(pairs) if pairs else {}
     agree = [argmax_agreement(s, r) for s, r in pairs]
@@ -52,7 +52,8 @@ def logit_rows(model: str, lp_case: Case, am_case: Case, band: Band, pairs: list
                     f"prompt(s) beyond a near tie; top-1 agreement {n_agree}/{n_pos} positions")
     am.logit_metrics = row.logit_metrics
     if aside:
-        am.message += f"; prompt(s) {sorted(aside)} set aside: expert routing flipped at a near-tie upstream"
+        am.message += f"; prompt(s) {sorted(aside)} set aside: " + "; ".join(
+            f"{e.why} ({e.describe()})" for _, e in sorted(aside.items()))
         if not pairs:
             am.status, am.message = "inconclusive", f"argmax: every prompt set aside{am.message}"
     return [row, am]

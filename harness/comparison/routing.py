@@ -16,7 +16,8 @@ tolerance cannot tell that from a mapping bug; this rule can:
   outside their tolerance, as a mapping bug makes them -- stays a failure:
   nothing is set aside for it, and the router row fails too.
 * :func:`after_routing` says which hooks lie downstream of layer ``l``'s
-  routing; the evaluation compares those without the *tokens at and after* an
+  routing; a flip is an event of :mod:`harness.comparison.set_aside`, so the
+  evaluation compares those without the *tokens at and after* an
   explained flip at or before their layer (a causal model's earlier tokens are
   untouched; a flip at token 0 sets the whole prompt aside), says so in each row,
   and a row left with nothing to compare is *inconclusive*, never *pass*.
@@ -57,6 +58,11 @@ class Flip:
         gated: an inconclusive router row (tolerance above the ceiling) explains nothing."""
         return self.gated and self.rel_err <= self.tolerance
 
+    why = "expert routing flipped at a near-tie upstream"
+
+    def upstream_of(self, hook: str) -> bool:
+        return after_routing(hook, self.layer)
+
     def describe(self) -> str:
         return (f"prompt {self.prompt}, layer {self.layer}, token {self.token}: reference top-k gap "
                 f"{self.gap:.2e}, max router-logit difference {self.noise:.2e}, router rel err "
@@ -92,21 +98,3 @@ def after_routing(hook: str, layer: int) -> bool:
     if i != layer:
         return i > layer
     return kind in ("hook_out", "mlp.hook_out") or (kind.startswith("mlp.") and kind not in _BEFORE_ROUTING_IN_LAYER)
-
-
-def set_aside(hook: str, found: list[Flip]) -> dict[int, Flip]:
-    """Prompt -> the explained flip that moves ``hook``'s values there: of the flips upstream of
-    ``hook``, the one at the earliest token (a causal model's tokens before it are untouched)."""
-    out: dict[int, Flip] = {}
-    for f in sorted(found, key=lambda f: (f.token, f.layer)):
-        if f.explained and f.prompt not in out and after_routing(hook, f.layer):
-            out[f.prompt] = f
-    return out
-
-
-def mask_from(reference: torch.Tensor, token: int, pos_axis: int) -> torch.Tensor:
-    """``reference`` with positions ``>= token`` along ``pos_axis`` set to NaN (compare_tensors
-    ignores NaN on the reference side): the tokens at and after a flip are set aside, not the prompt."""
-    out = reference.clone().to(torch.promote_types(reference.dtype, torch.float32))
-    out.narrow(pos_axis, token, out.shape[pos_axis] - token).fill_(float("nan"))
-    return out

@@ -1,14 +1,15 @@
 """One compared row: a case's per-prompt pairs -> a :class:`HookResult` with its numbers.
 
-Contract: :func:`compared_row(model, case, band, pairs, problem, flips, pos_axis)` compares every
+Contract: :func:`compared_row(model, case, band, pairs, problem, events, pos_axis)` compares every
 prompt's (vLLM, reference) pair on the three gated statistics of :class:`~harness.comparison.gate.Band`
 and returns the row with the worst prompt's metrics and, where it fails, a message a reader can act
 on (position, both values, the statistic, its floor and tolerance).  ``problem``: why the row cannot
 be compared (an ``error`` row).  Pure.
 
-Trap: the tokens an explained routing flip sets aside are masked to NaN on the reference side
-(compare_tensors ignores reference NaN): check captures for non-finite values *before* that
-(harness.comparison.nonfinite), never after.
+Trap: the tokens an upstream event sets aside (an explained routing flip, a chaotic token:
+harness.comparison.set_aside) are masked to NaN on the reference side (compare_tensors ignores
+reference NaN): check captures for non-finite values *before* that (harness.comparison.nonfinite),
+never after.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import torch
 from harness.comparison.compare import ShapeMismatch, compare_tensors, failure_message, verdict
 from harness.comparison.gate import Band
 from harness.comparison.nonfinite import describe, first_nonfinite
-from harness.comparison.routing import Flip, mask_from, set_aside
+from harness.comparison.set_aside import Event, mask_from, note, set_aside
 from harness.pipeline.plan import Case
 from harness.pipeline.results import HookResult
 
@@ -32,7 +33,7 @@ def compare_prompts(label: str, pairs: Pairs, band: Band) -> dict:
     largest median scale deviation; the row fails when any statistic exceeds its tolerance."""
     worst, median, scale = None, 0.0, 0.0
     for p, pair in enumerate(pairs):
-        if pair is None:  # set aside (harness.comparison.routing)
+        if pair is None:  # set aside (harness.comparison.set_aside)
             continue
         m = compare_tensors(*pair)
         if worst is None or not (m.rel_err <= worst[1].rel_err):
@@ -70,9 +71,9 @@ def _num(x) -> str:
 
 
 def compared_row(model: str, case: Case, band: Band, pairs: Pairs | None,
-                 problem: str = "", flips: list[Flip] = (), pos_axis: int = 0) -> HookResult:
-    """One compared row.  ``flips``: routing flips; the tokens the explained ones set
-    aside for this hook (harness.comparison.routing) are left out and named in the message."""
+                 problem: str = "", events: list[Event] = (), pos_axis: int = 0) -> HookResult:
+    """One compared row.  ``events``: routing flips and chaotic tokens; the tokens the explained
+    ones set aside for this hook (harness.comparison.set_aside) are left out and named in the message."""
     row = HookResult(model, case.reference, case.hook, case.reference_hook, case.layer, case.kind, "error",
                      band.tolerance, floor=band.floor, derived=case.derived, floor_median=band.floor_median,
                      tolerance_median=band.tolerance_median, floor_scale=band.floor_scale,
@@ -80,21 +81,20 @@ def compared_row(model: str, case: Case, band: Band, pairs: Pairs | None,
     if problem or pairs is None:
         row.message = problem or f"{case.hook}: no values for {case.reference}"
         return row
-    aside = set_aside(case.hook, list(flips))
+    aside = set_aside(case.hook, list(events))
     kept = [None if p in aside and aside[p].token == 0 else
             (pair[0], mask_from(pair[1], aside[p].token, pos_axis)) if p in aside else pair
             for p, pair in enumerate(pairs)]
-    note = ("; tokens set aside from the flip on: expert routing flipped at a near-tie upstream (" +
-            "; ".join(f.describe() for f in aside.values()) + ")") if aside else ""
+    said = note(aside)
     if all(k is None for k in kept):
         row.status = "inconclusive"
-        row.message = f"{case.hook} vs {case.reference}: every prompt set aside{note}"
+        row.message = f"{case.hook} vs {case.reference}: every prompt set aside{said}"
         return row
     try:
         label = f"{model} {case.hook} vs {case.reference}:{case.reference_hook}"
         for key, value in compare_prompts(label, kept, band).items():
             setattr(row, key, value)
-        row.message += note
+        row.message += said
     except ShapeMismatch as exc:
         row.message = f"{case.hook} vs {case.reference}:{case.reference_hook}: {exc}"
     return row

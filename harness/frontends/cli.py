@@ -9,11 +9,16 @@
               variants (every combination runs, one report each);
               ``--jobs N`` runs N of them at once, each in its own process
               (several engines share one GPU: see harness.engines.vllm_compat).
+              ``--shard I/N`` runs only this runner's share of the models
+              (harness.frontends.shard).
               Exit status 1 if any row fails or any model errors; a
               ``partial`` model (some hooks not gated) exits 0, as its
               inconclusive tests skip under pytest, and says so.
 ``matrix`` -- regenerate ``reports/support_matrix.{md,json}`` from the
-              per-model JSON files already there.
+              per-model JSON files already there; ``--report-dir`` repeated
+              merges several folders (CI shards' artifacts) into ``--out``.
+``junit``  -- JUnit XML files (pytest ``--junitxml``) as one markdown
+              summary: totals per file, then every failure (CI job summary).
 """
 from __future__ import annotations
 
@@ -82,6 +87,15 @@ def _current(job: tuple, report_dir: Path) -> bool:
     return False
 
 
+def _shard(targets: list, shard) -> list:
+    """This runner's targets under ``--shard`` (harness.frontends.shard), said aloud: a CI log then
+    shows which shard ran what."""
+    mine = shard.select(targets)
+    print(f"shard {shard}: {', '.join(t.name for t in mine) or 'no model (more shards than models)'} "
+          f"({len(mine)} of {len(targets)} selected)", flush=True)
+    return mine
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.models.targets import TargetError, targets_from_options
     from harness.pipeline.variant import VariantError, split_list, variants
@@ -102,6 +116,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except (TargetError, UnsupportedDtypeError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.shard is not None:
+        targets = _shard(targets, args.shard)
     jobs = [(target, v) for v in runs for target in targets]
     status = 0
     if args.resume:
@@ -187,16 +203,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
-    from harness.reporting.matrix import write_matrix
+    from harness.reporting.matrix import to_grid, write_matrix
 
-    from harness.reporting.matrix import to_grid
-
-    md, rows = write_matrix(args.report_dir)
+    folders = args.report_dir or [DEFAULT_REPORTS]
+    missing = [str(f) for f in folders if not Path(f).is_dir()] if len(folders) > 1 else []
+    if missing:  # a shard's artifact that never arrived: say which, do not merge a smaller matrix silently
+        print(f"error: --report-dir {', '.join(missing)}: no such folder", file=sys.stderr)
+        return 2
+    out = args.out or (folders[0] if len(folders) == 1 else DEFAULT_REPORTS)
+    md, rows = write_matrix(folders, out)
     text = to_grid(rows) if args.grid else md.read_text()
     print(text)
     if args.readme:
         update_readme(args.readme, text, args.marker)
     return 0 if rows else 1
+
+
+def _cmd_junit(args: argparse.Namespace) -> int:
+    from harness.reporting.junit import to_markdown
+
+    print(to_markdown(args.files))
+    return 0
 
 
 def update_readme(readme: Path, matrix_md: str, marker: str = "support-matrix") -> None:
@@ -221,7 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     add_to_argparse(run)
     run.set_defaults(fn=_cmd_run)
     mat = sub.add_parser("matrix", help="regenerate the support matrix from reports/*/report*.json")
-    mat.add_argument("--report-dir", type=Path, default=DEFAULT_REPORTS)
+    mat.add_argument("--report-dir", type=Path, action="append", default=None,
+                     help="a folder of <model>/report*.json (default: <repository>/reports); repeat it to merge "
+                          "several, e.g. CI shards' artifacts (a later folder's report of the same model and "
+                          "variant replaces an earlier one's)")
+    mat.add_argument("--out", type=Path, default=None,
+                     help="where support_matrix.{md,json,html} go (default: the one --report-dir; with several, "
+                          "<repository>/reports)")
     mat.add_argument("--readme", type=Path, default=None,
                      help="also paste the matrix between the support-matrix markers of this file (README.md)")
     mat.add_argument("--grid", action="store_true",
@@ -229,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     mat.add_argument("--marker", default="support-matrix",
                      help="the README markers to paste between (<!-- MARKER:start --> ... :end -->)")
     mat.set_defaults(fn=_cmd_matrix)
+    junit = sub.add_parser("junit", help="summarize JUnit XML files (pytest --junitxml) as markdown")
+    junit.add_argument("files", type=Path, nargs="+")
+    junit.set_defaults(fn=_cmd_junit)
     args = parser.parse_args(argv)
     return args.fn(args)
 

@@ -7,14 +7,18 @@ Choices live in :mod:`harness.pipeline.variant`, not here.
 
 Trap: the CLI runs every combination of comma-separated values (``--dtype
 float32,bfloat16`` = two reports); pytest runs one variant per session, so ``many``
-options take a single value there.
+options take a single value there.  An option's ``type`` validates at parse time
+(``--shard``: harness.frontends.shard), so bad input stops both front ends before
+anything boots.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.frontends.shard import parse_shard
 from harness.pipeline.variant import DEVICES, PRECISIONS, SUBJECTS
 
 
@@ -24,7 +28,7 @@ class Option:
     help: str
     default: Any = None
     choices: tuple[str, ...] | None = None
-    type: type | None = None
+    type: Callable[[str], Any] | None = None
     flag_only: bool = False  # store_true
     where: str = "both"  # "both" | "cli" | "pytest"
     many: bool = False  # comma-separated list on the CLI (one report per value)
@@ -67,6 +71,10 @@ OPTIONS: tuple[Option, ...] = (
                        "library versions (harness/pipeline/fingerprint.py), and not an error", flag_only=True,
            where="cli"),
     Option("--report-dir", "where reports go (default: <repository>/reports)", type=Path),
+    Option("--shard", "I/N: run only shard I of N of the selected models, for N CI runners given the same "
+                      "selection; every model lands in exactly one shard (cost-balanced, deterministic: "
+                      "harness/frontends/shard.py). pytest: the parity tests only, not tests/",
+           type=parse_shard),
 )
 
 

@@ -3,9 +3,10 @@ the end-of-session support matrix.  Nothing else.
 
 Options come from the one table in :mod:`harness.frontends.options` (``--model``,
 ``--model-path``, ``--dtype``, ``--compiled``, ``--device``, ``--precision``, ``--tp``,
-``--subject``, ``--report-dir``); the session's variant is one
+``--subject``, ``--report-dir``, ``--shard``); the session's variant is one
 :class:`harness.pipeline.variant.Variant`.  Bad values fail at configure time with
-the list of what is valid.
+the list of what is valid.  ``--shard I/N`` keeps this runner's share of the selected
+models (harness.frontends.shard); the unit tests under ``tests/`` are not sharded.
 
 Tests that take a ``parity_case`` argument are generated as one item per
 (model, reference, hook) from each model's plan (harness.pipeline.plan) -- ids like
@@ -44,6 +45,7 @@ class ParitySession:
     def __init__(self, config: pytest.Config, variant) -> None:
         self.model = config.getoption("--model")
         self.model_path = config.getoption("--model-path")
+        self.shard = config.getoption("--shard")  # harness.frontends.shard.Shard or None
         self.variant = variant
         rd = config.getoption("--report-dir")
         self.report_dir = Path(rd) if rd else Path(str(config.rootpath)) / "reports"
@@ -64,7 +66,8 @@ class ParitySession:
         if self._targets is None:
             from harness.models.targets import targets_from_options
 
-            self._targets = targets_from_options(self.model, self.model_path)
+            selected = targets_from_options(self.model, self.model_path)
+            self._targets = self.shard.select(selected) if self.shard else selected
             self._by_name.update({t.name: t for t in self._targets})
         return self._targets
 
@@ -134,6 +137,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             for case in session.plan(t.name).cases:
                 params.append(pytest.param(ParityCase(t.name, case.reference, case.hook),
                                            id=f"{t.name}-{case.test_id}"))
+        if not params and session.shard:  # more shards than models: say so, not "empty parameter set"
+            params = [pytest.param(None, id="none", marks=pytest.mark.skip(
+                reason=f"--shard {session.shard}: no model of this selection falls in this shard"))]
         metafunc.parametrize("parity_case", params)
     if "nonfiring_case" in metafunc.fixturenames:
         params = []

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from overlays.base import Derived, HookSpec, NonFiring, config_get
+from overlays.base import Derived, HookSpec, NonFiring, SwapAxes, config_get
 from harness.comparison.routing import GATE
 from harness.references.processing import processed_hook
 from harness.vocab.hook_names import compat_alias, hf_hook
 from harness.vocab.hooks import expand_layers, hook_kind, layer_of
+
+_HEADS_FIRST_KINDS = ("attn.hook_pattern", "attn.hook_attn_scores")
 
 LOGIT_CASES = (("hf", "logprobs", "log_softmax(logits)"), ("hf", "argmax", "argmax(logits)"))
 
@@ -105,6 +107,16 @@ class Plan:
     def compared_hooks(self) -> list[str]:
         """Every hook with at least one row (the logit rows excluded), in row order."""
         return list(dict.fromkeys(c.hook for c in self.cases if c.hook not in ("logprobs", "argmax")))
+
+    def pos_axis(self, hook: str) -> int:
+        """The token axis of ``hook``'s canonical value (a canonical or compatibility-mode name): 1 for
+        heads-first values -- attention scores and patterns ``[heads, query, key]``, reads the overlay
+        swaps heads-first -- else 0 (``[T, ...]``)."""
+        if hook in self.derived or hook_kind(hook) in _HEADS_FIRST_KINDS:
+            return 1
+        spec = self.specs.get(hook)
+        return 1 if spec is not None and any(isinstance(c, SwapAxes) and 0 in (c.dim0, c.dim1)
+                                             for c in spec.convert) else 0
 
     def nonfiring_rows(self) -> list[dict]:
         return [{"template": nf.template, "hooks": expand_layers(nf.template, self.n_layers), "reason": nf.reason}

@@ -75,6 +75,9 @@ class ModelResult:
     compiled: bool = False  # vLLM with torch.compile (and CUDA graphs on GPU) instead of eager
     rows: list[HookResult] = field(default_factory=list)
     nonfiring: list[dict] = field(default_factory=list)
+    # "vllm" / "hf": engine boot and forward latency; "phases": seconds per phase of the run, in order
+    # (harness.pipeline.runner names them; "report" is added by the report writer); "peak_memory":
+    # MiB (harness.phases.peak_memory: which process each covers)
     timings: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     prompts: list[list[int]] = field(default_factory=list)
@@ -82,6 +85,7 @@ class ModelResult:
     # tokens whose top-k experts differ between vLLM and the bridge (harness.comparison.routing):
     # explained ones set prompts aside downstream, unexplained ones leave the failures standing
     routing_flips: list[dict] = field(default_factory=list)
+    chaotic_tokens: list[dict] = field(default_factory=list)  # harness.comparison.chaos: set aside, with why
     selected_hooks: list[str] | None = None  # selective capture: the hooks asked for (None: all offered)
     skipped: str | None = None  # this (model, dtype) is not run, and why (a declared vLLM refusal)
     error: str | None = None

@@ -6,6 +6,16 @@ captures plus a :class:`ModelResult`.  It never raises for a model-level failure
 engine crash becomes ``ModelResult.error`` so the other models' results survive.
 A dtype the target declares vLLM refuses is returned ``skipped`` without booting.
 
+Timings: ``result.timings["phases"]`` holds seconds per phase (harness.phases), in order:
+``setup`` (versions, fingerprint), ``plan``, ``subject`` (the whole vLLM capture: process
+start, boot, captures, read-back) with ``subject.engine_boot`` and ``subject.timed_forwards``
+copied from the engine's own meta (measured in its process), ``references`` with the
+reference engines' sub-phases (harness.references.reference: bridge boot and forward,
+compatibility mode, the truth-dtype floor runs, HF), ``compare`` (evaluate), and ``report``,
+added where the report is written (harness.reporting.report).  ``timings["peak_memory"]``:
+peak RSS of this process and of the engine processes, and GPU memory (harness.phases:
+what each covers).  Both are there for a failed model too, up to where it stopped.
+
 Traps: each run gets a fresh work folder (two sessions, or a CLI run beside pytest,
 must never share a subject's output files); it is removed once the captures are in
 memory and kept, with the engine's log, when the engine fails (the error names it).
@@ -19,6 +29,7 @@ import shutil
 import tempfile
 import time
 import traceback
+from contextlib import nullcontext
 from pathlib import Path
 
 from harness.comparison.evaluate import evaluate
@@ -27,6 +38,7 @@ from harness.engines.subject import capture_vllm
 from harness.models.prompts import default_prompts
 from harness.models.targets import Target
 from harness.paths import CACHE_ROOT
+from harness.phases import Phases, peak_memory, reset_gpu_peak
 from harness.pipeline.fingerprint import fingerprint
 from harness.pipeline.plan import Plan, build_plan
 from harness.pipeline.results import ModelResult, ModelRun
@@ -73,16 +85,20 @@ def prompts_for(target: Target) -> dict[str, list[int]]:
     return default_prompts(target.vocab_size, target.bos_token_id, target.max_model_len)
 
 
-def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]]):
+def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]],
+                           phases: Phases | None = None):
     """The references' captures and floors for ``plan`` (floors from their own TF32 run under
-    ``--precision tf32``): once per (target, variant), however many subjects are compared with it."""
+    ``--precision tf32``): once per (target, variant), however many subjects are compared with it.
+    ``phases``: where the reference engines' sub-phases are timed (harness.references.reference)."""
     hooks_all = [*plan.specs, *plan.derived]
     refs = capture_references(target.checkpoint, dtype=variant.dtype, prompts=prompts, hooks=hooks_all,
                               compat_names=list(plan.compat_names), device=variant.device,
-                              processed_names=list(plan.processed_names))
+                              processed_names=list(plan.processed_names), phases=phases,
+                              pos_axis=plan.pos_axis)
     if variant.gate_key != variant.dtype:  # fp32 under TF32 matmuls: floors from the references' own TF32 run
-        tf32 = tf32_floors(target.checkpoint, prompts, hooks_all, variant.device)
-        refs.floors, refs.floor_stats = tf32.floors, tf32.floor_stats
+        with phases("tf32_floors") if phases is not None else nullcontext():
+            tf32 = tf32_floors(target.checkpoint, prompts, hooks_all, variant.device)
+        refs.floors, refs.floor_stats, refs.chaos = tf32.floors, tf32.floor_stats, tf32.chaos
     return refs
 
 
@@ -93,6 +109,14 @@ def _timings(sm: dict, rm: dict) -> dict:
         "hf": {"forward_ms_median": rm.get("forward_ms_median"), "forward_ms_all": rm.get("forward_ms_all"),
                "top_ops": rm.get("top_ops"), "bridge_boot_s": rm.get("bridge_boot_s")},
     }
+
+
+def _subject_phases(phases: Phases, meta: dict) -> None:
+    """The engine's own clock, from its process: boot, and the timed clean forwards."""
+    sub = phases.child("subject")
+    sub.add("engine_boot", meta.get("boot_s"))
+    forwards = meta.get("forward_ms_all")
+    sub.add("timed_forwards", sum(forwards) / 1e3 if forwards else None)
 
 
 def _recheck_refusal(target: Target, variant: Variant, result: ModelResult, work_root: Path | None) -> None:
@@ -125,39 +149,57 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
     ``engine_env``: extra environment for the vLLM process only -- test instrumentation such as a
     planted engine fault (tests/), never a variant axis (those are :class:`Variant`'s)."""
     t0 = time.perf_counter()
+    reset_gpu_peak()
+    phases = Phases()
     result = ModelResult.start(target, variant)
-    result.versions = versions()
-    result.fingerprint = fingerprint(target, variant, result.versions)
     run = ModelRun(target, result)
-    if variant.dtype in target.unsupported_dtypes:
-        _recheck_refusal(target, variant, result, work_root)
-        result.wall_s = time.perf_counter() - t0
-        return run
     try:
-        calibration_for(variant.gate_key)  # a bad dtype or precision fails before any engine boots
-        run.plan = plan = build_plan(target, variant, hooks)
-        if plan.overlay_name:
-            result.overlay = plan.overlay_name
-        if plan.selected is not None:
-            result.selected_hooks = sorted(plan.selected)
-        result.nonfiring = plan.nonfiring_rows()
-        named = prompts_for(target)
-        result.prompt_names, prompts = list(named), list(named.values())
-        result.prompts = prompts
-        runs_root = work_root or CACHE_ROOT / "runs"
-        runs_root.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-{variant.work_prefix}"))
-        run.subject = capture_subject(target, variant, plan, prompts, work, engine_env)
-        shutil.rmtree(work, ignore_errors=True)  # captures are in memory now
-        run.refs = capture_reference_side(target, variant, plan, prompts)
-        gate = Gate(variant.gate_key, variant.dtype, target.architecture)
-        result.rows, flips = evaluate(plan, run.subject, run.refs, prompts, gate, target.name)
-        result.routing_flips = [f.to_dict() for f in flips]
+        with phases("setup"):
+            result.versions = versions()
+            result.fingerprint = fingerprint(target, variant, result.versions)
+        if variant.dtype in target.unsupported_dtypes:
+            with phases("refusal_recheck"):
+                _recheck_refusal(target, variant, result, work_root)
+        else:
+            _run_engines(run, variant, work_root, hooks, engine_env, phases)
+    finally:  # the timings of a failed model too: how far it got, and how long that took
+        result.timings = {**result.timings, "phases": phases.seconds, "peak_memory": peak_memory()}
+        result.wall_s = time.perf_counter() - t0
+    return run
+
+
+def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks, engine_env, phases: Phases) -> None:
+    """Plan, subject, references, compare: into ``run``; a model-level failure becomes ``result.error``."""
+    target, result = run.target, run.result
+    try:
+        with phases("plan"):
+            calibration_for(variant.gate_key)  # a bad dtype or precision fails before any engine boots
+            run.plan = plan = build_plan(target, variant, hooks)
+            if plan.overlay_name:
+                result.overlay = plan.overlay_name
+            if plan.selected is not None:
+                result.selected_hooks = sorted(plan.selected)
+            result.nonfiring = plan.nonfiring_rows()
+            named = prompts_for(target)
+            result.prompt_names, prompts = list(named), list(named.values())
+            result.prompts = prompts
+        with phases("subject"):
+            runs_root = work_root or CACHE_ROOT / "runs"
+            runs_root.mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-{variant.work_prefix}"))
+            run.subject = capture_subject(target, variant, plan, prompts, work, engine_env)
+            shutil.rmtree(work, ignore_errors=True)  # captures are in memory now
+        _subject_phases(phases, run.subject.meta)
+        with phases("references"):
+            run.refs = capture_reference_side(target, variant, plan, prompts, phases.child("references"))
+        with phases("compare"):
+            gate = Gate(variant.gate_key, variant.dtype, target.architecture)
+            result.rows, flips = evaluate(plan, run.subject, run.refs, prompts, gate, target.name)
+            result.routing_flips = [f.to_dict() for f in flips]
+            result.chaotic_tokens = [c.to_dict() for c in run.refs.chaos]
         sm = run.subject.meta
         result.timings = _timings(sm, run.refs.meta)
         result.versions["vllm_in_subject"] = sm.get("vllm_version")
         result.device_info = {**sm.get("device_info", {}), **variant.run_info, "subject_env": variant.subject_env}
     except Exception as exc:  # noqa: BLE001 -- one model's crash must not lose the others
         result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
-    result.wall_s = time.perf_counter() - t0
-    return run

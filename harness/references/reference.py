@@ -12,7 +12,15 @@ Contract: :func:`capture_references` returns a :class:`ReferenceCapture`:
 * ``floors[engine][hook]`` -- the noise floor of that engine for that hook:
   the worst relative error (over prompts) between the engine in the run dtype
   and the same engine in the truth dtype (see :mod:`harness.references.tolerances`);
-* ``meta`` -- boot times, forward latency, top operators.
+* ``chaos`` -- the chaotic tokens the floor run found (harness.comparison.chaos): the
+  floors leave out the tokens they set aside, as the compared rows do;
+* ``meta`` -- boot times, forward latency, top operators; ``meta["phases"]``: seconds per
+  phase (harness.phases), in order: ``bridge_boot``, ``bridge_forward``, ``compat`` (compatibility
+  mode switched on, its forwards), ``processed`` (only when asked for), ``truth_bridge`` (the
+  truth-dtype bridge and compatibility runs and their floors; sub-phases ``truth_bridge.bridge_boot``,
+  ``.bridge_forward``, ``.compat``, ``.floors``), ``hf``, ``truth_hf``, ``hf_timing`` (the latency
+  repeats and the profiled forward).  A caller's :class:`~harness.phases.Phases` (``phases=``) receives
+  them as they happen, so a crash keeps those already finished.
 
 HF hooks are architecture-agnostic: the decoder layers are the model's
 ``nn.ModuleList`` whose length is ``num_hidden_layers``; a layer's input
@@ -26,14 +34,19 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 
+from harness.comparison.chaos import ChaoticToken, find_chaotic
 from harness.comparison.compare import compare_tensors
+from harness.comparison.set_aside import mask_from, set_aside
 from harness.comparison.derived import ignore_common_mask
 from harness.comparison.shapes import reference_to_canonical
 from harness.engines.timing import profile_call
+from harness.phases import Phases
 from harness.references.tolerances import TORCH_DTYPES, calibration_for
+from harness.vocab.hooks import hook_kind
 
 
 @dataclass
@@ -47,6 +60,14 @@ class ReferenceCapture:
     # the floor run's other statistics: floor_stats["median" | "scale"][engine][hook] (see _floors)
     floor_stats: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     compat_processed: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+    # tokens the floor run found chaotic (harness.comparison.chaos): rows and floors leave them out
+    chaos: list[ChaoticToken] = field(default_factory=list)
+
+
+def default_pos_axis(hook: str) -> int:
+    """The token axis of a canonical reference value when no plan says: attention scores and patterns
+    are ``[heads, query, key]``; everything else ``[T, ...]``."""
+    return 1 if hook_kind(hook) in ("attn.hook_pattern", "attn.hook_attn_scores") else 0
 
 
 def _float64_safe(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
@@ -86,15 +107,21 @@ def _run_cache(bridge, tokens: list[int], names: set[str], device: str) -> dict[
     return {n: reference_to_canonical(n, cache[n]) for n in names if n in cache}
 
 
-def _bridge_and_compat(checkpoint, dtype, prompts, names, legacy, device, round_through=None):
+def _bridge_and_compat(checkpoint, dtype, prompts, names, legacy, device, round_through=None,
+                       phases: Phases | None = None):
     """Canonical-name captures, then compatibility-mode (no processing) captures, from one boot:
-    the mode only adds legacy hook names, it changes no weight."""
-    bridge = _boot_bridge(checkpoint, dtype, device, round_through)
-    canonical = {p: _run_cache(bridge, toks, names, device) for p, toks in enumerate(prompts)}
+    the mode only adds legacy hook names, it changes no weight.  ``phases``: where the boot, the
+    forwards and compatibility mode are timed (None: not split, the caller times the whole)."""
+    clock = phases or Phases()
+    with clock("bridge_boot"):
+        bridge = _boot_bridge(checkpoint, dtype, device, round_through)
+    with clock("bridge_forward"):
+        canonical = {p: _run_cache(bridge, toks, names, device) for p, toks in enumerate(prompts)}
     if not legacy:
         return canonical, {}
-    bridge.enable_compatibility_mode(no_processing=True)
-    return canonical, {p: _run_cache(bridge, toks, legacy, device) for p, toks in enumerate(prompts)}
+    with clock("compat"):
+        bridge.enable_compatibility_mode(no_processing=True)
+        return canonical, {p: _run_cache(bridge, toks, legacy, device) for p, toks in enumerate(prompts)}
 
 
 def _processed_captures(checkpoint, dtype, prompts, names, device, meta=None):
@@ -157,10 +184,12 @@ def _nonfinite(t: torch.Tensor) -> bool:
     return t.is_floating_point() and bool((torch.isnan(t) | (t == math.inf)).any())
 
 
-def _floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, torch.Tensor]]
+def _floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, torch.Tensor]],
+            chaos: list[ChaoticToken] = (), pos_axis: Callable[[str], int] = default_pos_axis,
             ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Per hook, over prompts: the worst row's relative error, the largest per-prompt median row
-    error, and the largest (by size, signed) per-prompt median scale deviation of ``run`` from ``truth``."""
+    error, and the largest (by size, signed) per-prompt median scale deviation of ``run`` from ``truth``;
+    without the tokens a chaotic token sets aside (the rows compared with vLLM leave them out too)."""
     worst: dict[str, float] = {}
     median: dict[str, float] = {}
     scale: dict[str, float] = {}
@@ -174,7 +203,13 @@ def _floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, 
                 if worst.get(name, 0.0) != worst.get(name, 0.0):  # a NaN floor stays NaN
                     continue
                 # masked attention scores hold each dtype's own most negative value: ignore them
-                m = compare_tensors(value, ignore_common_mask(value, truth[p][name]))
+                ref = ignore_common_mask(value, truth[p][name])
+                aside = set_aside(name, [c for c in chaos if c.prompt == p]).get(p)
+                if aside is not None:
+                    if aside.token == 0:
+                        continue
+                    ref = mask_from(ref, aside.token, pos_axis(name))
+                m = compare_tensors(value, ref)
                 worst[name] = max(worst.get(name, 0.0), m.rel_err)
                 median[name] = max(median.get(name, 0.0), m.rel_median)
                 scale[name] = max(scale.get(name, 0.0), m.scale_median, key=abs)
@@ -184,50 +219,83 @@ def _floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, 
 def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]], hooks: list[str],
                        compat_names: list[str], device: str = "cpu", timing_repeats: int = 5,
                        processed_names: list[str] = (),
-                       calibrate: bool = True) -> ReferenceCapture:
+                       calibrate: bool = True, phases: Phases | None = None,
+                       pos_axis: Callable[[str], int] = default_pos_axis) -> ReferenceCapture:
+    """``pos_axis``: the token axis of a hook's canonical value (harness.pipeline.plan.Plan.pos_axis),
+    for setting chaotic tokens aside in the floors."""
     tdtype = TORCH_DTYPES[dtype]
     truth_dtype = TORCH_DTYPES[calibration_for(dtype).truth_dtype]
+    clock = phases or Phases()
     meta: dict = {"truth_dtype": calibration_for(dtype).truth_dtype}
     want, legacy = set(hooks), set(compat_names)
+    if calibrate:  # every layer's residual output: where the floor run finds chaotic tokens
+        want |= {f"blocks.{i}.hook_out" for i in range(_n_layers(checkpoint))}
 
-    t = time.perf_counter()
-    bridge, compat = _bridge_and_compat(checkpoint, tdtype, prompts, want, legacy, device)
-    meta["bridge_s"] = time.perf_counter() - t
+    bridge, compat = _bridge_and_compat(checkpoint, tdtype, prompts, want, legacy, device, phases=clock)
+    # bridge_s (boot and every forward, compatibility mode included): older reports' key, kept
+    meta["bridge_s"] = sum(clock.own().get(k, 0.0) for k in ("bridge_boot", "bridge_forward", "compat"))
+    meta["bridge_boot_s"] = clock.own().get("bridge_boot")
+    processed: dict = {}
     try:
-        processed = _processed_captures(checkpoint, tdtype, prompts, set(processed_names), device,
-                                        meta=meta) if processed_names else {}
+        if processed_names:
+            with clock("processed"):
+                processed = _processed_captures(checkpoint, tdtype, prompts, set(processed_names), device, meta=meta)
     except Exception as exc:  # noqa: BLE001 -- processing unsupported for this architecture: rows say so
         processed, meta["processed_error"] = {}, f"{type(exc).__name__}: {exc}"
     floors: dict[str, dict[str, float]] = {}
     stats: dict[str, dict[str, dict[str, float]]] = {"median": {}, "scale": {}}
+    chaos: list[ChaoticToken] = []
     if calibrate:
-        truth, truth_compat = _bridge_and_compat(checkpoint, truth_dtype, prompts, want, legacy, device,
-                                                 round_through=tdtype)
-        floors["bridge"], stats["median"]["bridge"], stats["scale"]["bridge"] = _floors(bridge, truth)
-        if legacy:  # compatibility mode computes some hooks its own way: its own noise floor
-            floors["compat"], stats["median"]["compat"], stats["scale"]["compat"] = _floors(compat, truth_compat)
-        del truth, truth_compat
+        truth_clock = clock.child("truth_bridge")
+        with clock("truth_bridge"):
+            truth, truth_compat = _bridge_and_compat(checkpoint, truth_dtype, prompts, want, legacy, device,
+                                                     round_through=tdtype, phases=truth_clock)
+            with truth_clock("floors"):
+                chaos = find_chaotic(bridge, truth, calibration_for(dtype).ceiling)
+                floors["bridge"], stats["median"]["bridge"], stats["scale"]["bridge"] = _floors(
+                    bridge, truth, chaos, pos_axis)
+                if legacy:  # compatibility mode computes some hooks its own way: its own noise floor
+                    floors["compat"], stats["median"]["compat"], stats["scale"]["compat"] = _floors(
+                        compat, truth_compat, chaos, pos_axis)
+            del truth, truth_compat
 
-    hf_model = _load_hf(checkpoint, tdtype, device)
-    n_layers = int(getattr(hf_model.config, "num_hidden_layers", 0) or 0)
-    hf, logprobs = {}, {}
-    for p, toks in enumerate(prompts):
-        hf[p], logprobs[p] = _hf_run(hf_model, toks, device, n_layers)
-    if calibrate:
-        truth_model = _load_hf(checkpoint, truth_dtype, device, round_through=tdtype)
-        truth_hf = {}
+    with clock("hf"):
+        hf_model = _load_hf(checkpoint, tdtype, device)
+        n_layers = int(getattr(hf_model.config, "num_hidden_layers", 0) or 0)
+        hf, logprobs = {}, {}
         for p, toks in enumerate(prompts):
-            truth_hf[p], lp = _hf_run(truth_model, toks, device, n_layers)
-            truth_hf[p]["logprobs"] = lp
-        del truth_model
-        floors["hf"], stats["median"]["hf"], stats["scale"]["hf"] = _floors(
-            {p: {**hf[p], "logprobs": logprobs[p]} for p in hf}, truth_hf)
+            hf[p], logprobs[p] = _hf_run(hf_model, toks, device, n_layers)
+    if calibrate:
+        with clock("truth_hf"):
+            truth_model = _load_hf(checkpoint, truth_dtype, device, round_through=tdtype)
+            truth_hf = {}
+            for p, toks in enumerate(prompts):
+                truth_hf[p], lp = _hf_run(truth_model, toks, device, n_layers)
+                truth_hf[p]["logprobs"] = lp
+            del truth_model
+            floors["hf"], stats["median"]["hf"], stats["scale"]["hf"] = _floors(
+                {p: {**hf[p], "logprobs": logprobs[p]} for p in hf}, truth_hf, chaos, pos_axis)
 
-    ids = torch.tensor([prompts[0]], device=device)
+    with clock("hf_timing"):
+        _time_hf(hf_model, prompts[0], device, timing_repeats, meta)
+    meta["phases"] = clock.own()
+    return ReferenceCapture(bridge, compat, logprobs, hf, floors, meta, compat_processed=processed, floor_stats=stats,
+                            chaos=chaos)
+
+
+def _n_layers(checkpoint: Path) -> int:
+    from transformers import AutoConfig
+
+    return int(getattr(AutoConfig.from_pretrained(str(checkpoint)), "num_hidden_layers", 0) or 0)
+
+
+def _time_hf(hf_model, tokens: list[int], device: str, repeats: int, meta: dict) -> None:
+    """HF's forward latency (median of ``repeats`` after a warm-up) and its top operators, into ``meta``."""
+    ids = torch.tensor([tokens], device=device)
     with torch.no_grad():
         hf_model(ids)  # warm-up
         times = []
-        for _ in range(timing_repeats):
+        for _ in range(repeats):
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             t = time.perf_counter()
@@ -238,7 +306,6 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
         meta["forward_ms_median"] = statistics.median(times) * 1e3
         meta["forward_ms_all"] = [x * 1e3 for x in times]
         meta["top_ops"] = profile_call(lambda: hf_model(ids))
-    return ReferenceCapture(bridge, compat, logprobs, hf, floors, meta, compat_processed=processed, floor_stats=stats)
 
 
 def tf32_floors(checkpoint: Path, prompts: list[list[int]], hooks: list[str], device: str) -> "ReferenceCapture":

@@ -5,28 +5,60 @@ Contract: :func:`build_matrix(report_dir)` reads every
 :func:`write_matrix` writes ``support_matrix.md`` and ``support_matrix.json``
 beside them; :func:`to_grid` is the compact view (a family per row, a variant
 per column) the README shows for the GPU runs.  Never hand-edited: reports from several runs, machines or
-shards merge simply by sitting in the same folder.
+shards merge simply by sitting in the same folder, or by passing several folders
+(``report_dir`` a list; ``python -m harness matrix --report-dir A --report-dir B --out DIR``):
+the matrix is then written to ``out_dir`` and each row's ``report`` path is relative to it.
+
+Trap: two folders holding a report of the same model and variant (``<model>/<stem>.json``):
+the later folder's wins, and the matrix lists the one it replaced (a re-run shard's folder
+goes last).
 """
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Sequence
 from pathlib import Path
+
+Folders = Path | str | Sequence[Path | str]  # one folder, or several to merge
 
 from harness.reporting.matrix_html import write_html
 from harness.reporting.report import SELECTION_SUFFIX, summarize, variant_of
 
 
-def selection_reports(report_dir: Path) -> list[Path]:
+def _folders(report_dir: Folders) -> list[Path]:
+    return [Path(report_dir)] if isinstance(report_dir, (str, Path)) else [Path(d) for d in report_dir]
+
+
+def selection_reports(report_dir: Folders) -> list[Path]:
     """Reports of selective runs (``-k``): never in the matrix, which is of full runs only."""
-    return sorted(Path(report_dir).glob(f"*/report*{SELECTION_SUFFIX}.json"))
+    return [p for d in _folders(report_dir) for p in sorted(d.glob(f"*/report*{SELECTION_SUFFIX}.json"))]
 
 
-def build_matrix(report_dir: Path) -> list[dict]:
-    rows = []
+def full_reports(report_dir: Folders) -> tuple[list[Path], list[Path]]:
+    """The full-run report files of every folder, sorted by ``<model>/<stem>.json``, and the ones a
+    later folder's report of the same model and variant replaced (see the module's trap)."""
     selections = set(selection_reports(report_dir))
-    for path in sorted(Path(report_dir).glob("*/report*.json")):
-        if path in selections:
-            continue
+    chosen: dict[str, Path] = {}
+    replaced: list[Path] = []
+    for folder in _folders(report_dir):
+        for path in sorted(folder.glob("*/report*.json")):
+            if path in selections:
+                continue
+            key = str(path.relative_to(folder))
+            if key in chosen:
+                replaced.append(chosen[key])
+            chosen[key] = path
+    return [chosen[k] for k in sorted(chosen)], replaced
+
+
+def build_matrix(report_dir: Folders, relative_to: Path | None = None) -> list[dict]:
+    """One row per (model, variant) of every folder's full-run reports; each row's ``report`` path is
+    relative to ``relative_to`` (default: the one folder given)."""
+    folders = _folders(report_dir)
+    base = Path(relative_to) if relative_to is not None else folders[0]
+    rows = []
+    for path in full_reports(folders)[0]:
         try:
             r = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
@@ -43,7 +75,7 @@ def build_matrix(report_dir: Path) -> list[dict]:
             "hooks_gated": s["hooks_gated"], "hooks_compared": s["hooks_compared"],
             "nonfiring": s["nonfiring"], "worst_rel_err": s["worst_rel_err"], "worst_where": s["worst_where"],
             "worst_margin": s.get("worst_margin"),
-            "verdict": s["verdict"], "report": str(path.relative_to(report_dir)),
+            "verdict": s["verdict"], "report": os.path.relpath(path, base),
             "known_issues": s.get("known_issues", 0), "inconclusive": s.get("inconclusive", 0),
             "skipped": r.get("skipped"),
             "error": (r.get("error") or "").strip().splitlines()[0] if r.get("error") else None,
@@ -112,17 +144,34 @@ def to_grid(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_matrix(report_dir: Path) -> tuple[Path, list[dict]]:
-    report_dir = Path(report_dir)
-    report_dir.mkdir(parents=True, exist_ok=True)
-    rows = build_matrix(report_dir)
-    md = report_dir / "support_matrix.md"
-    text = to_markdown(rows)
-    left_out = selection_reports(report_dir)
+def write_matrix(report_dir: Folders, out_dir: Path | None = None) -> tuple[Path, list[dict]]:
+    """``support_matrix.{md,json,html}`` in ``out_dir`` (default: the one folder given; required
+    with several) from the reports of every folder in ``report_dir``."""
+    folders = _folders(report_dir)
+    if out_dir is None and len(folders) != 1:
+        raise ValueError(f"write_matrix: {len(folders)} report folders need an out_dir for the merged matrix")
+    out = Path(out_dir) if out_dir is not None else folders[0]
+    out.mkdir(parents=True, exist_ok=True)
+    rows = build_matrix(folders, relative_to=out)
+    md = out / "support_matrix.md"
+    text = to_markdown(rows) + _notes(folders, out)
+    md.write_text(text)
+    (out / "support_matrix.json").write_text(json.dumps(rows, indent=1))
+    write_html(out, rows)
+    return md, rows
+
+
+def _notes(folders: list[Path], out: Path) -> str:
+    """What the table does not show: the folders merged, reports left out or replaced."""
+    text = ""
+    if folders != [out]:
+        text += "\nMerged from " + ", ".join(f"`{os.path.relpath(f, out)}`" for f in folders) + ".\n"
+    left_out = selection_reports(folders)
     if left_out:
         text += (f"\n{len(left_out)} selective run report(s) (`-k`, some hooks only) left out: "
-                 + ", ".join(f"`{p.relative_to(report_dir)}`" for p in left_out) + "\n")
-    md.write_text(text)
-    (report_dir / "support_matrix.json").write_text(json.dumps(rows, indent=1))
-    write_html(report_dir, rows)
-    return md, rows
+                 + ", ".join(f"`{os.path.relpath(p, out)}`" for p in left_out) + "\n")
+    replaced = full_reports(folders)[1]
+    if replaced:
+        text += (f"\n{len(replaced)} report(s) replaced by a later folder's report of the same model and variant: "
+                 + ", ".join(f"`{os.path.relpath(p, out)}`" for p in replaced) + "\n")
+    return text

@@ -6,12 +6,19 @@ their numbers, non-firing hooks with reasons, timings, versions, dtype, seed,
 prompts) and ``report.md`` beside it, and returns the JSON path.  A variant
 other than CPU fp32 gets a suffix (``report-cuda-bfloat16.json``) so runs of
 one family in several settings sit side by side and the matrix merges them.
+
+Timings: ``timings["phases"]`` (seconds per phase, harness.pipeline.runner) and
+``timings["peak_memory"]`` render as a table under "Timings"; :func:`write_report`
+adds the ``report`` phase itself, measured around the depth plot and the summary.
+Trap: the report phase cannot include writing the very files that hold it: the
+markdown render and the two atomic writes (milliseconds) come after its clock stops.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -228,12 +235,27 @@ def to_markdown(result: dict) -> str:
         for f in result["routing_flips"]:
             out.append(f"| {f['prompt']} | {f['layer']} | {f['token']} | {f['gap']:.2e} | {f['noise']:.2e} "
                        f"| {f['rel_err']:.1e} | {f['tolerance']:.1e} | {'yes' if f['explained'] else '**no**'} |")
+    if result.get("chaotic_tokens"):
+        out += ["", "## Chaotic tokens (harness.comparison.chaos)", "",
+                "Tokens whose residual stream in the reference's own run-dtype run is farther than the dtype's "
+                "ceiling from its truth-dtype run (no vLLM value involved).  Two valid implementations diverge "
+                "there by no multiple of one's own error, and attention carries that to every later query: "
+                "every row from that layer on (and the final norm, unembed and logits) leaves out that prompt's "
+                "tokens at and after it, and the floors are computed without them too.", "",
+                "| prompt | token | first layer | reference's own row error | ceiling |", "|---|---|---|---|---|"]
+        names = result.get("prompt_names") or []
+        for c in result["chaotic_tokens"]:
+            name = names[c["prompt"]] if c["prompt"] < len(names) else c["prompt"]
+            out.append(f"| {name} | {c['token']} | {c['layer']} | {c['floor']:.2f} | {c['ceiling']:g} |")
     out += ["", "## Non-firing hooks", "", "| hook | layers | reason |", "|---|---|---|"]
     for n in result.get("nonfiring", []):
         out.append(f"| `{n['template']}` | {len(n['hooks'])} | {n['reason']} |")
-    t = result.get("timings", {})
+    t = result.get("timings") or {}
     if t:
-        out += ["", "## Timings", "", "| engine | forward latency (median) | boot |", "|---|---|---|"]
+        out += ["", "## Timings", ""]
+        out += phases_markdown(t.get("phases") or {}, result.get("wall_s"), t.get("peak_memory"))
+    if t.get("vllm") or t.get("hf"):
+        out += ["", "| engine | forward latency (median) | boot |", "|---|---|---|"]
         for eng, label in (("vllm", "vLLM (model forward, capture off)"), ("hf", "HF transformers (forward)")):
             tt = t.get(eng, {})
             out.append(f"| {label} | {_fmt(tt.get('forward_ms_median'), '.2f')} ms "
@@ -248,6 +270,70 @@ def to_markdown(result: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+# what each phase covers and where it is measured (names: harness.pipeline.runner and
+# harness.references.reference); a phase without an entry renders without a note
+PHASE_NOTES = {
+    "setup": "library versions, fingerprint",
+    "plan": "overlay specs, derived and non-firing hooks, prompts",
+    "refusal_recheck": "vLLM asked to boot a dtype it is declared to refuse",
+    "subject": "the vLLM subject end to end: process start, boot, captures, read-back",
+    "subject.engine_boot": "the engine's boot, timed in its own process",
+    "subject.timed_forwards": "the clean (capture off) latency forwards, timed in the engine's process",
+    "references": "every reference engine, floor runs included",
+    "references.bridge_boot": "TransformerBridge boot (run dtype)",
+    "references.bridge_forward": "TransformerBridge forwards, every prompt",
+    "references.compat": "compatibility mode switched on, its forwards",
+    "references.processed": "compatibility mode with weight processing: boot and forwards",
+    "references.truth_bridge": "truth-dtype bridge and compatibility runs, their floors",
+    "references.truth_bridge.bridge_boot": "TransformerBridge boot in the truth dtype, weights rounded",
+    "references.truth_bridge.bridge_forward": "its forwards, every prompt",
+    "references.truth_bridge.compat": "its compatibility mode and forwards",
+    "references.truth_bridge.floors": "the floors: run dtype against truth, every hook",
+    "references.hf": "HF load and forwards",
+    "references.truth_hf": "truth-dtype HF load, forwards, its floors",
+    "references.hf_timing": "HF latency repeats and one profiled forward",
+    "references.tf32_floors": "the references again with TF32 matmuls (the tf32 gate's floors)",
+    "compare": "evaluate: every row's metrics and verdict",
+    "report": "depth plot and summary, in the report writer (after the run)",
+}
+
+
+def phases_markdown(phases: dict, wall_s: float | None, peak: dict | None = None) -> list[str]:
+    """The phases as a table (a sub-phase indented under its parent, each with its share of the
+    run's wall time), then peak memory.  Pure."""
+    if not phases:
+        return []
+    out = ["| phase | seconds | share of the run | what, and where it is measured |", "|---|---|---|---|"]
+    for name, seconds in phases.items():
+        depth = name.count(".")
+        label = ("&nbsp;&nbsp;" * depth + "└ " if depth else "") + name.rsplit(".", 1)[-1]
+        share = "after the run" if name == "report" else (
+            f"{100 * seconds / wall_s:.0f} %" if _finite(wall_s) and wall_s else "—")
+        out.append(f"| {label} | {seconds:.2f} | {share} | {PHASE_NOTES.get(name, '')} |")
+    if _finite(wall_s):
+        out.append(f"| **run (wall)** | {wall_s:.2f} | 100 % | run_model, end to end (the report excluded) |")
+    if peak:
+        out += ["", _peak_line(peak)]
+    return out
+
+
+def _peak_line(peak: dict) -> str:
+    """Peak memory in words (harness.phases.peak_memory says which process each covers)."""
+    gpu = (f"; GPU (this process) {_fmt(peak.get('gpu_allocated_mib'), '.0f')} MiB allocated, "
+           f"{_fmt(peak.get('gpu_reserved_mib'), '.0f')} MiB reserved" if peak.get("gpu_allocated_mib") is not None
+           else "; GPU: none used in this process")
+    return (f"Peak memory: this process {_fmt(peak.get('rss_self_mib'), '.0f')} MiB RSS, the vLLM engine "
+            f"processes {_fmt(peak.get('rss_children_mib'), '.0f')} MiB (largest finished child){gpu}.  "
+            "Lifetime peaks of the process: in pytest or a `--jobs 1` CLI run they include earlier models.")
+
+
+def with_phase(result: dict, name: str, seconds: float) -> dict:
+    """``result`` with one more phase in ``timings["phases"]``; ``result`` itself is left as it was."""
+    timings = dict(result.get("timings") or {})
+    timings["phases"] = {**(timings.get("phases") or {}), name: seconds}
+    return {**result, "timings": timings}
+
+
 def _atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path``, then rename: a run killed midway leaves the
     previous file or the new one, never half of one."""
@@ -259,14 +345,17 @@ def _atomic_write(path: Path, text: str) -> None:
 def write_report(result: dict, report_dir: Path) -> Path:
     """Write ``<model>/<stem>.json``, ``.md`` and the depth plot, each atomically; the JSON last, so a
     report JSON on disk always has its markdown beside it."""
+    started = time.perf_counter()
     folder = Path(report_dir) / result["model"]
     folder.mkdir(parents=True, exist_ok=True)
     stem = report_stem(result)
-    payload = {"schema": SCHEMA_VERSION, **result, "summary": summarize(result)}
+    summary = summarize(result)
     path = folder / f"{stem}.json"
     from harness.reporting.depth_plot import write_depth_plot
 
     png = write_depth_plot(result, folder / f"{stem.replace('report', 'depth', 1)}.png")
+    result = with_phase(result, "report", time.perf_counter() - started)
+    payload = {"schema": SCHEMA_VERSION, **result, "summary": summary}
     md = to_markdown(result)
     if png is not None:
         md += f"\n## Depth profile\n\n![error by layer]({png.name})\n"

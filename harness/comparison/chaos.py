@@ -1,0 +1,93 @@
+"""Chaotic tokens: where the reference's own low-precision run leaves the truth (pure).
+
+A few tokens of a real model carry "massive activations": on SmolLM2-135M in bf16 the token
+after BOS of the 7-token prompt sits 0.32 from the fp32 truth at ``blocks.11.hook_out`` and up
+to 0.62 deeper, while every other token of every prompt stays below the 0.25 ceiling (the
+reference's bf16 run against its fp32 run on the bf16-rounded weights).  Two valid bf16 implementations diverge at such a
+token by no multiple of one's own error (vLLM's sat 0.87 where the reference's sat 0.32), and
+attention carries the divergence to every later query: ``attn.hook_pattern`` / ``hook_z`` /
+``hook_out`` of *every* later row of that prompt moved by 6-21 % (median row) in vLLM, which
+failed the median-row gate although the mapping is right (fp32 passes the same hooks at 1e-4).
+
+Contract: :func:`find_chaotic(run, truth, ceiling)` takes one reference engine's captures in
+the run dtype and in the truth dtype (``[prompt][hook]``, canonical ``[T, d]`` residual
+stream ``blocks.{i}.hook_out``) and returns a :class:`ChaoticToken` for each token whose own
+run-dtype row error first exceeds the dtype's ceiling, at the first layer where it does.
+A chaotic token is an event for :mod:`harness.comparison.set_aside`: rows at that layer and
+after (and the final norm, unembed and logits) leave out that prompt's tokens at and after it;
+the floors are computed without them too (harness.references.reference), so the rows that
+remain gate on their worst row as well.
+
+Traps:
+- Decided from the reference's own floor run only, never from vLLM's values: a mapping bug in
+  vLLM cannot make a token chaotic, so it cannot hide itself.  A wrong reference (NaN) is the
+  non-finite check's business, not this one's: a NaN row error is not "above the ceiling".
+- The whole layer where the token first exceeds the ceiling is set aside from it (its attention
+  and MLP hooks come before its ``hook_out``), and every later layer, since attention carries the
+  token to every later query.
+- A prompt whose chaotic token is at position 0 is set aside whole; a row left with no prompt is
+  inconclusive, never pass (harness.comparison.rows).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+
+import torch
+
+from harness.vocab.hooks import layer_of
+
+_RESIDUAL_OUT = re.compile(r"^blocks\.(\d+)\.hook_out$")
+
+
+@dataclass(frozen=True)
+class ChaoticToken:
+    prompt: int
+    layer: int  # the first layer whose residual output carries the token above the ceiling
+    token: int
+    floor: float  # the reference's own row error there (run dtype vs truth dtype)
+    ceiling: float
+
+    explained = True  # decided by the reference's own noise, with no vLLM value involved
+    why = "a chaotic token of the reference's own low-precision run"
+
+    def upstream_of(self, hook: str) -> bool:
+        layer = layer_of(hook)
+        if layer is None:  # ln_final, unembed, logprobs, argmax; not the embeddings (any naming)
+            return "embed" not in hook or "unembed" in hook
+        return layer >= self.layer
+
+    def describe(self) -> str:
+        return (f"prompt {self.prompt}, token {self.token}: the reference's own run is {self.floor:.2f} from its "
+                f"truth run at blocks.{self.layer}.hook_out, above the ceiling {self.ceiling:g}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def row_errors(run: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    """``||run - truth|| / ||truth||`` per token of ``[T, d]`` tensors."""
+    a, b = run.double(), truth.double()
+    return (a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(torch.finfo(torch.float64).tiny)
+
+
+def find_chaotic(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, torch.Tensor]],
+                 ceiling: float) -> list[ChaoticToken]:
+    """Every (prompt, token) whose residual-stream row error first exceeds ``ceiling``, at that layer."""
+    if not math.isfinite(ceiling):
+        return []
+    out: list[ChaoticToken] = []
+    for p in sorted(run):
+        layers = sorted((int(m.group(1)), name) for name in run[p]
+                        if (m := _RESIDUAL_OUT.match(name)) and name in truth.get(p, {}))
+        seen: set[int] = set()
+        for layer, name in layers:
+            if run[p][name].shape != truth[p][name].shape:
+                continue
+            err = row_errors(run[p][name], truth[p][name])
+            for t in torch.nonzero(err > ceiling).flatten().tolist():
+                if t not in seen:
+                    seen.add(t)
+                    out.append(ChaoticToken(p, layer, int(t), float(err[t]), ceiling))
+    return out

@@ -1,0 +1,70 @@
+"""Chaotic tokens (harness.comparison.chaos): found from the reference's own floor run only, set
+aside from their layer on, and never a way for a mapping error before them to pass."""
+import math
+
+import torch
+
+from harness.comparison.chaos import ChaoticToken, find_chaotic
+from harness.comparison.gate import Band
+from harness.comparison.rows import compared_row
+from harness.comparison.set_aside import set_aside
+from harness.pipeline.plan import Case
+from harness.references.reference import _floors
+
+
+def _stream(n_layers=3, T=5, d=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {f"blocks.{i}.hook_out": torch.randn(T, d, generator=g) for i in range(n_layers)}
+
+
+def test_found_at_the_first_layer_that_carries_it_and_only_once():
+    truth = {0: _stream()}
+    run = {0: {k: v.clone() for k, v in truth[0].items()}}
+    run[0]["blocks.1.hook_out"][2] *= 1.5  # 0.5 > ceiling 0.25 from layer 1 on
+    run[0]["blocks.2.hook_out"][2] *= 1.6
+    run[0]["blocks.2.hook_out"][4] *= 1.01  # 0.01: rounding, not chaos
+    found = find_chaotic(run, truth, 0.25)
+    assert [(c.prompt, c.layer, c.token) for c in found] == [(0, 1, 2)]
+    assert math.isclose(found[0].floor, 0.5, rel_tol=1e-6)
+    assert find_chaotic(run, truth, math.inf) == []  # a dtype without a ceiling has no chaos
+
+
+def test_set_aside_from_its_layer_on_and_downstream_only():
+    c = ChaoticToken(prompt=0, layer=2, token=3, floor=0.4, ceiling=0.25)
+    for hook in ("blocks.2.attn.hook_q", "blocks.2.hook_out", "blocks.5.mlp.hook_post", "ln_final.hook_normalized",
+                 "unembed.hook_out", "logprobs", "argmax"):
+        assert set_aside(hook, [c]) == {0: c}, hook
+    for hook in ("blocks.1.hook_out", "embed.hook_out", "hook_embed", "blocks.0.attn.hook_pattern"):
+        assert set_aside(hook, [c]) == {}, hook
+
+
+def _row(subject, reference, events, tol=0.02):
+    band = Band(tol, 0.005, tol, 0.005, tol, 0.0)
+    return compared_row("m", Case("bridge", "blocks.2.attn.hook_z", "blocks.2.attn.hook_z"), band,
+                        [(subject, reference)], events=events)
+
+
+def test_tokens_after_it_are_left_out_but_a_bug_before_it_still_fails():
+    ref = torch.randn(6, 4, 8, generator=torch.Generator().manual_seed(1))
+    chaotic = ChaoticToken(0, 1, 3, 0.4, 0.25)
+    diverged = ref.clone()
+    diverged[3:] += 5.0  # every row from the chaotic token on: what attention carries
+    assert _row(diverged, ref, []).status == "fail"
+    kept = _row(diverged, ref, [chaotic])
+    assert kept.status == "pass" and "chaotic token" in kept.message
+    wrong = diverged.clone()
+    wrong[:3] *= 1.1  # a 10 % scale error on the tokens before it
+    assert _row(wrong, ref, [chaotic]).status == "fail"
+    at_zero = ChaoticToken(0, 1, 0, 0.4, 0.25)
+    assert _row(diverged, ref, [at_zero]).status == "inconclusive"  # nothing compared is never pass
+
+
+def test_floors_leave_out_the_same_tokens():
+    truth = {0: {"blocks.2.hook_out": torch.ones(5, 4)}}
+    run = {0: {"blocks.2.hook_out": torch.ones(5, 4)}}
+    run[0]["blocks.2.hook_out"][1:] *= 1.01
+    run[0]["blocks.2.hook_out"][3] *= 2.0
+    worst, median, _ = _floors(run, truth)
+    assert math.isclose(worst["blocks.2.hook_out"], 1.02, rel_tol=1e-3)
+    worst, median, _ = _floors(run, truth, [ChaoticToken(0, 2, 3, 1.0, 0.25)])
+    assert math.isclose(worst["blocks.2.hook_out"], 0.01, rel_tol=1e-3)
