@@ -68,3 +68,15 @@ def test_floors_leave_out_the_same_tokens():
     assert math.isclose(worst["blocks.2.hook_out"], 1.02, rel_tol=1e-3)
     worst, median, _ = _floors(run, truth, [ChaoticToken(0, 2, 3, 1.0, 0.25)])
     assert math.isclose(worst["blocks.2.hook_out"], 0.01, rel_tol=1e-3)
+
+
+def test_references_that_disagree_set_tokens_aside_for_processed_rows_only():
+    """A near-tie only processed compatibility mode flips (its own rounding of a router) is found by
+    comparing the two references, with the residual hook's tolerance as the bound."""
+    truth = {0: _stream()}
+    other = {0: {k: v.clone() for k, v in truth[0].items()}}
+    other[0]["blocks.0.hook_out"][4] *= 1.2  # 0.2: below the ceiling, above a 0.05 tolerance
+    found = find_chaotic(other, truth, 0.25, source="references", limit=lambda hook: 0.05)
+    assert [(c.layer, c.token, c.source) for c in found] == [(0, 4, "references")]
+    assert "references disagree" in found[0].why
+    assert find_chaotic(other, truth, 0.25, source="references") == []  # the ceiling alone misses it

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from overlays.base import DropBatch, HookSpec
+from harness.comparison.chaos import RESIDUAL_OUT, ChaoticToken, find_chaotic
 from harness.comparison.conversions import convert, stitch_calls
 from harness.comparison.derived import derive, ignore_common_mask
 from harness.comparison.gate import CROSS_REFERENCE, Band, Gate
@@ -60,6 +61,7 @@ class _Evaluation:
         self.ragged_flips = self.flips + [f for f in self._routing_flips(self.ragged) if f not in self.flips]
         chaos = list(getattr(refs, "chaos", []) or [])
         self.events, self.ragged_events = self.flips + chaos, self.ragged_flips + chaos
+        self.processed_events = self.events + self._references_disagree()
 
     # -- subject values ------------------------------------------------------------
     def _convert(self, hook: str, spec: HookSpec) -> None:
@@ -132,6 +134,24 @@ class _Evaluation:
                 out += find_flips(subj[p], self.refs.bridge[p][hook], int(k), p, int(m.group(1)), tol,
                                   gated=tol <= self.gate.ceiling)
         return out
+
+    def _references_disagree(self) -> list[ChaoticToken]:
+        """Tokens where processed compatibility mode leaves the bridge (in hooked coordinates) in the
+        residual stream by more than that hook's tolerance (at most the ceiling): its own near-tie
+        (harness.comparison.chaos).  Both are references: no vLLM value decides it."""
+        norm = self.refs.meta.get("normalization_type")
+        bridge, processed = {}, {}
+        for case in self.plan.cases:
+            if case.reference != "compat-processed" or not RESIDUAL_OUT.match(case.hook):
+                continue
+            for p in range(self.n):
+                b = self.refs.bridge.get(p, {}).get(case.hook)
+                c = self.refs.compat_processed.get(p, {}).get(case.reference_hook)
+                if b is not None and c is not None and b.shape == c.shape:
+                    bridge.setdefault(p, {})[case.hook] = to_hooked_coordinates(b.double(), norm)
+                    processed.setdefault(p, {})[case.hook] = c
+        limit = lambda hook: self.gate.tolerance("bridge", self.bridge_floor.get(hook))  # noqa: E731
+        return find_chaotic(processed, bridge, self.gate.ceiling, source="references", limit=limit)
 
     # -- non-finite values -----------------------------------------------------------
     def _first_bad_in(self, engine: str, store_of) -> str | None:
@@ -251,8 +271,9 @@ class _Evaluation:
             "hf": (self.refs.hf, f"{hook}: HF forward hooks did not capture it"),
         }[ref]
         pairs, bad = self._checked(case, None if problem else pairs_of(subj, store, name, n))
+        events = self.processed_events if ref == "compat-processed" else self.events
         return compared_row(self.model, case, band, pairs, problem or bad or ("" if pairs else missing),
-                            self.events, pos_axis=self._pos_axis(hook))
+                            events, pos_axis=self._pos_axis(hook))
 
     def logit_rows(self) -> list[HookResult]:
         lp_case, am_case = [c for c in self.plan.cases if c.hook in ("logprobs", "argmax")]
