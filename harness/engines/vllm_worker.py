@@ -7,20 +7,53 @@ insecure serialization is needed.  Files, not tensors, cross the RPC boundary:
 ``vp_dump(path)`` writes a safetensors file per rank, which works the same for
 the in-process executor and for multi-process / tensor-parallel workers.
 
-Reads follow ``overlays.base.READ_GRAMMAR``.  Input terms are read in a
-forward *pre*-hook and cloned at once, output terms in a forward hook, cloned
-at once: vLLM's fused add-norm kernels update ``(x, residual)`` in place, so a
-tensor read later would hold someone else's value.
+Reads follow ``overlays.base.READ_GRAMMAR``.  The capture path, per forward:
 
-Every hook hands its value to one custom op, ``vllm_parity::tap(x, slot)``,
-whose Python body records it.  Under torch.compile the hooks are traced into
-the graph (they are installed before compilation, see harness.engines.vllm_plugin) and
-the op stays in it as an ordered side effect; with piecewise CUDA graphs vLLM
-splits the graph at the op (harness.engines.vllm_compat.add_splitting_op), so it runs
-eagerly between graph replays and records the values of *this* replay.  Inside
-a stream capture (full CUDA graphs) it records nothing: only replays count.
-Counting calls of a shared module and the on/off switch happen in the op's
-body, at run time, so they hold in compiled mode too.
+* **One hook per module and side.**  Every read of a module's outputs is taken
+  by one forward hook, every read of its inputs by one forward pre-hook, however
+  many reads there are (one shared rotary module serving q and k on every layer
+  is one hook).  Everything knowable before the first forward -- which argument
+  or output element each term is, parameter positions, the read key of every
+  call of a shared module and whether it was requested, tensor-parallel layouts
+  -- is settled in :meth:`CaptureExtension.vp_install`; a call only picks its
+  terms out of ``args``/``output`` and hands them, uncopied, to its *sink*.
+* **One copy.**  The sink writes each read into a buffer in one pass
+  (``copy_`` for one term, ``torch.add(..., out=)`` for a sum, left to right, so
+  the bits are those of ``a.clone() + b``), before the module's caller runs
+  another kernel.  Buffers are kept per (read key, call) and reused by every
+  forward after :meth:`~CaptureExtension.vp_reset`: the steady state allocates
+  nothing and faults in no fresh pages.  A record is therefore valid until the
+  next reset; :meth:`~CaptureExtension.vp_dump` writes records as they are.
+
+Traps:
+
+- In-place kernels: vLLM's fused add-norm kernels update ``(x, residual)`` in
+  place, and its rotary embedding rotates q and k inside the qkv output, so a
+  read is copied inside the hook's own call, never later and never by keeping a
+  reference (tests/test_capture_path.py plants such a kernel).
+- torch.compile traces the hooks (installed before compilation, see
+  harness.engines.vllm_plugin).  While tracing (``torch.compiler.is_compiling()``)
+  a hook hands its terms to one custom op, ``vllm_parity::tap(xs, slot)``, which
+  stays in the graph as an ordered side effect and whose Python body calls the
+  sink at run time; its inputs may be buffers inductor reuses for later kernels,
+  which the copy covers too.  A hook keeps no Python state: a dict filled while
+  dynamo traces is replayed as ``dict.update``, which vLLM refuses under CUDA
+  graphs, and dynamo cannot trace ``inspect`` -- so parameter positions are
+  read at install.  In eager mode the hook calls the sink directly: the op's
+  dispatcher round trip would cost every hook every forward and buy nothing.
+- CUDA graphs: with piecewise graphs vLLM splits the graph at the op
+  (harness.engines.vllm_compat.add_splitting_op), so it runs eagerly between
+  replays and copies *this* replay's values out of the graph's static buffers.
+  Inside a stream capture (full CUDA graphs, or an eager model being captured)
+  the sink records nothing: only replays count.
+- Shared modules: vLLM shares one rotary embedding across layers; its n-th call
+  in a forward belongs to the n-th layer path that resolves to it (natural
+  order), requested or not, so a selection of layer L alone does not take layer
+  0's call.  The call counter and the on/off switch live in the sink, at run
+  time, so they hold in compiled mode too.
+- Buffers: allocated outside inference mode, so any later forward may write
+  them, and one per (read key, call), so no two records share storage (which
+  safetensors refuses to save).
 
 vLLM internals (the model inside the runner, the batch layout, how a module
 is sharded across tensor-parallel ranks) are reached through
@@ -28,10 +61,14 @@ is sharded across tensor-parallel ranks) are reached through
 """
 from __future__ import annotations
 
+import functools
 import inspect
+import math
 import re
+import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Optional
 
 import torch
 
@@ -40,22 +77,23 @@ from harness.engines.tensor_parallel import in_parallel_region, tp_layout
 from harness.engines.vllm_compat import CAPTURE_OP, batch_layout, engine_info, runner_model
 
 _TERM = re.compile(r"^(out|in)(?:\[(\d+)\]|\.(\w+))?$")
-_SINKS: list = []  # slot -> the recording function of this process's CaptureExtension
+_ABSENT = sys.maxsize  # the position of a named input that is not a positional parameter
+_SINKS: list[Callable[[list], None]] = []  # slot -> sink of one hooked (module, side) of this process
+_CUDA = False  # set by vp_install: no torch.cuda query before the worker has chosen its device
 
 
 def _capturing() -> bool:
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    return _CUDA and torch.cuda.is_current_stream_capturing()
 
 
 @torch.library.custom_op(CAPTURE_OP, mutates_args=())
-def tap(x: torch.Tensor, slot: int) -> None:
-    """Record ``x`` for hook ``slot`` (a no-op inside a CUDA-graph capture)."""
-    if not _capturing():
-        _SINKS[slot](x)
+def tap(xs: list[Optional[torch.Tensor]], slot: int) -> None:  # noqa: UP045 -- torch's schema inference
+    """Hand the terms of hook ``slot`` to its sink (compiled graphs only; eager hooks call the sink)."""
+    _SINKS[slot](xs)
 
 
 @tap.register_fake
-def _tap_fake(x: torch.Tensor, slot: int) -> None:
+def _tap_fake(xs: list[Optional[torch.Tensor]], slot: int) -> None:  # noqa: UP045
     return None
 
 
@@ -105,53 +143,106 @@ def parse_read(read: str) -> tuple[str, list[tuple[int | None, str | None]]]:
     return sides.pop(), terms
 
 
-def _sum_terms(values: list[Any], read: str) -> torch.Tensor:
-    tensors = [v for v in values if v is not None]
-    if not tensors:
-        raise RuntimeError(f"read {read!r}: every term was None")
-    total = tensors[0].detach().clone()
-    for t in tensors[1:]:
-        total = total + t.detach()
-    return total
-
-
-def eval_output(output: Any, terms: list, read: str) -> torch.Tensor:
-    values = []
-    for index, _ in terms:
+# -- picking terms: runs inside the hook (traced under torch.compile), so pure ------------------
+def pick_outputs(output: Any, indices: tuple) -> list:
+    """Each term of a module's output: ``out`` (index None) or ``out[i]``; None where absent."""
+    picked = []
+    for index in indices:
         if index is None:
-            values.append(output)
+            picked.append(output)
         elif isinstance(output, (tuple, list)):
-            values.append(output[index])
+            picked.append(output[index])
         elif index == 0:
-            values.append(output)  # a norm called without residual returns a bare tensor
+            picked.append(output)  # a norm called without residual returns a bare tensor
         else:
-            values.append(None)
-    return _sum_terms(values, read)
+            picked.append(None)
+    return picked
 
 
-def eval_input(module: torch.nn.Module, args: tuple, kwargs: dict, terms: list, read: str,
-               sig_cache: dict) -> torch.Tensor:
-    values = []
-    for index, name in terms:
-        if index is not None:
-            values.append(args[index] if index < len(args) else None)
-        elif name in kwargs:
-            values.append(kwargs[name])
+def pick_inputs(args: tuple, kwargs: dict, terms: tuple) -> list:
+    """Each term of a module's input; ``terms`` are ``(index, name, position of name)``."""
+    picked = []
+    for index, name, pos in terms:
+        if index is None and name in kwargs:
+            picked.append(kwargs[name])
         else:
-            # Positional: the parameter names are read once, at install time, because
-            # torch.compile cannot trace inspect's binding inside a hook.
-            names = sig_cache.get(id(module))
-            if names is None:
-                names = sig_cache[id(module)] = parameter_names(module)
-            pos = names.index(name) if name in names else len(args)
-            values.append(args[pos] if pos < len(args) else None)
-    return _sum_terms(values, read)
+            i = pos if index is None else index
+            picked.append(args[i] if i < len(args) else None)
+    return picked
+
+
+def input_terms(module: torch.nn.Module, terms: list) -> tuple:
+    """``terms`` of :func:`parse_read` with each name's positional slot, read once: dynamo
+    cannot trace ``inspect``'s binding inside a hook."""
+    names = parameter_names(module) if any(name for _, name in terms) else ()
+    return tuple((index, name, names.index(name) if name in names else _ABSENT) for index, name in terms)
 
 
 def parameter_names(module: torch.nn.Module) -> tuple[str, ...]:
     """Names of ``module.forward``'s positional parameters, in order."""
     return tuple(p.name for p in inspect.signature(module.forward).parameters.values()
                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+# -- copying a read: runs in the sink, eagerly ------------------------------------------------
+def _fresh(shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def sum_terms(values: list, read: str, alloc: Callable = _fresh) -> torch.Tensor:
+    """The read's value, copied once into ``alloc(shape, dtype, device)``: its term, or its
+    terms summed left to right; None terms count as zero (vLLM's first layer has no residual)."""
+    tensors = [v for v in values if v is not None]
+    if not tensors:
+        raise RuntimeError(f"read {read!r}: every term was None")
+    first = tensors[0]
+    if len(tensors) == 1:
+        return alloc(first.shape, first.dtype, first.device).copy_(first)
+    if all(t.shape == first.shape and t.dtype == first.dtype for t in tensors):
+        out = torch.add(first, tensors[1], out=alloc(first.shape, first.dtype, first.device))
+        for t in tensors[2:]:
+            out.add_(t)
+        return out
+    total = first + tensors[1]  # broadcasting or type promotion: torch's own rules, then the copy
+    for t in tensors[2:]:
+        total = total + t
+    return alloc(total.shape, total.dtype, total.device).copy_(total)
+
+
+class _Buffers:
+    """One buffer per (read key, call), reused by every forward after a reset."""
+
+    def __init__(self) -> None:
+        self._flat: dict[tuple[str, int], torch.Tensor] = {}
+        self._views: dict[tuple[str, int], torch.Tensor] = {}
+
+    def take(self, slot: tuple[str, int], shape: torch.Size, dtype: torch.dtype,
+             device: torch.device) -> torch.Tensor:
+        view = self._views.get(slot)
+        if view is not None and view.shape == shape and view.dtype == dtype and view.device == device:
+            return view
+        numel = math.prod(shape)
+        flat = self._flat.get(slot)
+        if flat is None or flat.numel() < numel or flat.dtype != dtype or flat.device != device:
+            with torch.inference_mode(False):  # a normal tensor: forwards in or out of inference mode may write it
+                flat = self._flat[slot] = torch.empty(numel, dtype=dtype, device=device)
+        view = self._views[slot] = flat[:numel].view(shape)
+        return view
+
+
+def eval_output(output: Any, terms: list, read: str) -> torch.Tensor:
+    """A read of ``output`` as a fresh copy (the sink's rule, outside a forward)."""
+    return sum_terms(pick_outputs(output, tuple(index for index, _ in terms)), read)
+
+
+def eval_input(module: torch.nn.Module, args: tuple, kwargs: dict, terms: list, read: str,
+               sig_cache: dict) -> torch.Tensor:
+    """A read of a call's inputs as a fresh copy; ``sig_cache`` keeps each module's term positions."""
+    slot = (id(module), tuple(terms))
+    picks = sig_cache.get(slot)
+    if picks is None:
+        picks = sig_cache[slot] = input_terms(module, terms)
+    return sum_terms(pick_inputs(args, kwargs, picks), read)
 
 
 def sibling_paths(model: torch.nn.Module, module: torch.nn.Module, paths: list[str]) -> list[str]:
@@ -171,6 +262,40 @@ def sibling_paths(model: torch.nn.Module, module: torch.nn.Module, paths: list[s
     return sorted(out)
 
 
+def group_reads(model: torch.nn.Module, reads: list[list[str]]) -> tuple[dict, list[str]]:
+    """``[module path, read]`` pairs -> ``({(id(module), side): (module, side, {read: [paths]})}, missing)``,
+    in the order the pairs first name them."""
+    groups: dict[tuple[int, str], tuple[torch.nn.Module, str, dict[str, list[str]]]] = {}
+    missing = []
+    for module_path, read in reads:
+        module = resolve_module(model, module_path)
+        if module is None:
+            missing.append(module_path)
+            continue
+        side, _ = parse_read(read)
+        groups.setdefault((id(module), side), (module, side, {}))[2].setdefault(read, []).append(module_path)
+    return groups, missing
+
+
+def _deliver(values: list, slot: int, sink: Callable[[list], None]) -> None:
+    if torch.compiler.is_compiling():
+        torch.ops.vllm_parity.tap(values, slot)  # traced: the op's body calls the sink at run time
+    else:
+        sink(values)
+
+
+def _pre_hook(terms: tuple, slot: int, sink: Callable[[list], None]) -> Callable:
+    def pre(mod, args, kwargs):
+        _deliver(pick_inputs(args, kwargs, terms), slot, sink)
+    return pre
+
+
+def _post_hook(indices: tuple, slot: int, sink: Callable[[list], None]) -> Callable:
+    def post(mod, args, output):
+        _deliver(pick_outputs(output, indices), slot, sink)
+    return post
+
+
 class CaptureExtension:
     """Mixed into vLLM's Worker; every method is prefixed ``vp_``."""
 
@@ -180,9 +305,13 @@ class CaptureExtension:
         return runner_model(self)
 
     def vp_install(self, reads: list[list[str]]) -> list[str]:
-        """Install one hook per distinct (module, read); return modules not found."""
+        """Install one hook per hooked (module, side) for the ``[module path, read]`` pairs;
+        return the module paths not found."""
+        global _CUDA
+        _CUDA = torch.cuda.is_available()
         model = self._vp_model()
         self._vp_records: dict[str, list[torch.Tensor]] = {}
+        self._vp_buffers = _Buffers()
         self._vp_handles = getattr(self, "_vp_handles", [])
         self._vp_forward_s: list[float] = []
         self._vp_enabled = True
@@ -191,64 +320,68 @@ class CaptureExtension:
         self._vp_layouts: dict[str, dict] = {}  # raw key -> tensor-parallel layout (vllm_compat.tp_layout)
         tp = int(getattr(getattr(self, "parallel_config", None), "tensor_parallel_size", 1) or 1)
         _SINKS.clear()
-        sig_cache: dict = {}
-        missing = []
-        # Group paths by the module object they resolve to: vLLM shares one
-        # rotary embedding across layers, so the n-th call of a shared module
-        # belongs to the n-th path in forward (natural) order.
-        groups: dict[tuple[int, str], tuple[torch.nn.Module, list[str]]] = {}
-        for module_path, read in reads:
-            module = resolve_module(model, module_path)
-            if module is None:
-                missing.append(module_path)
-                continue
-            groups.setdefault((id(module), read), (module, []))[1].append(module_path)
-        for (_, read), (module, paths) in groups.items():
-            side, terms = parse_read(read)
+        groups, missing = group_reads(model, reads)
+        for module, side, paths_by_read in groups.values():
+            self._vp_hook(model, module, side, paths_by_read, tp)
+        self._vp_timers(model)
+        return missing
+
+    def _vp_hook(self, model: torch.nn.Module, module: torch.nn.Module, side: str,
+                 paths_by_read: dict[str, list[str]], tp: int) -> None:
+        """One hook for every read of ``module``'s ``side``; its sink records them."""
+        plan, terms = [], []  # plan: per read, (key of call n % len, or None if unrequested), term span, read
+        for read, paths in paths_by_read.items():
+            parent_path = paths[0].rpartition(".")[0]
+            parent = resolve_module(model, parent_path) if parent_path else model
+            layout = tp_layout(module, side, tp, in_parallel_region(parent))
             wanted = {read_key(p, read) for p in paths}
             # every path the shared module answers to, requested or not: a selection of layer L alone
             # must not take layer 0's call (the n-th call belongs to the n-th sibling, not the n-th request)
             keys = [read_key(p, read) for p in sorted(sibling_paths(model, module, paths), key=natural_key)]
-            parent = resolve_module(model, paths[0].rpartition(".")[0]) if "." in paths[0] else model
-            layout = tp_layout(module, side, tp, in_parallel_region(parent))
             self._vp_layouts.update({k: layout for k in keys if k in wanted})
-            counter = [0]
+            read_terms = parse_read(read)[1]
+            plan.append((tuple(k if k in wanted else None for k in keys), len(terms),
+                         len(terms) + len(read_terms), read))
+            terms.extend(read_terms)
+        counter = [0]
+        self._vp_counters.append(counter)
+        sink = self._vp_sink(tuple(plan), counter)
+        slot = len(_SINKS)
+        _SINKS.append(sink)
+        if side == "in":
+            hook = _pre_hook(input_terms(module, terms), slot, sink)
+            self._vp_handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+        else:
+            hook = _post_hook(tuple(index for index, _ in terms), slot, sink)
+            self._vp_handles.append(module.register_forward_hook(hook))
 
-            def record(value, _keys=keys, _counter=counter, _wanted=wanted):  # runs eagerly, in the op's body
-                if not self._vp_enabled:
-                    return
-                n = _counter[0]
-                _counter[0] += 1
-                key = _keys[n % len(_keys)]
-                if key in _wanted:
-                    # a copy now: under CUDA graphs ``value`` is a static buffer the next replay overwrites
-                    self._vp_records.setdefault(key, []).append(value.detach().clone())
+    def _vp_sink(self, plan: tuple, counter: list[int]) -> Callable[[list], None]:
+        """Records the reads of one hook call: runs eagerly (the hook, or the op's body)."""
+        def sink(values: list) -> None:
+            if not self._vp_enabled or _capturing():
+                return
+            n = counter[0]
+            counter[0] = n + 1
+            for keys, lo, hi, read in plan:
+                key = keys[n % len(keys)]
+                if key is not None:
+                    self._vp_record(key, values[lo:hi], read)
+        return sink
 
-            slot = len(_SINKS)
-            _SINKS.append(record)
-            if side == "in" and any(name for _, name in terms):
-                # now, not while torch.compile traces the hook: a dict filled during tracing is a
-                # side effect dynamo replays with ``dict.update``, which vLLM refuses under CUDA graphs
-                sig_cache[id(module)] = parameter_names(module)
-            if side == "in":
-                def pre(mod, args, kwargs, _t=terms, _r=read, _slot=slot):
-                    value = eval_input(mod, args, kwargs, _t, _r, sig_cache)
-                    if value is not None:
-                        torch.ops.vllm_parity.tap(value, _slot)
-                self._vp_handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
-            else:
-                def post(mod, args, output, _t=terms, _r=read, _slot=slot):
-                    value = eval_output(output, _t, _r)
-                    if value is not None:
-                        torch.ops.vllm_parity.tap(value, _slot)
-                self._vp_handles.append(module.register_forward_hook(post))
-            self._vp_counters.append(counter)
-        # Forward latency: wall time of the model's own forward (no scheduling, no sampling).
-        # Not inside a CUDA-graph capture: no synchronize there, and a capture is no forward.
+    def _vp_record(self, key: str, values: list, read: str) -> None:
+        records = self._vp_records.get(key)
+        if records is None:
+            records = self._vp_records[key] = []
+        # a copy now: fused kernels update inputs in place, CUDA-graph replays overwrite static buffers
+        records.append(sum_terms(values, read, functools.partial(self._vp_buffers.take, (key, len(records)))))
+
+    def _vp_timers(self, model: torch.nn.Module) -> None:
+        """Forward latency: wall time of the model's own forward (no scheduling, no sampling).
+        Not inside a CUDA-graph capture: no synchronize there, and a capture is no forward."""
         def t0(mod, args):
             if _capturing():
                 return
-            if torch.cuda.is_available():
+            if _CUDA:
                 torch.cuda.synchronize()
             if self._vp_enabled:
                 self._vp_batches.append(self._vp_batch_layout())
@@ -257,12 +390,11 @@ class CaptureExtension:
         def t1(mod, args, out):
             if _capturing():
                 return
-            if torch.cuda.is_available():
+            if _CUDA:
                 torch.cuda.synchronize()
             self._vp_forward_s.append(time.perf_counter() - self._vp_t0)
         self._vp_handles.append(model.register_forward_pre_hook(t0))
         self._vp_handles.append(model.register_forward_hook(t1))
-        return missing
 
     def _vp_batch_layout(self) -> dict:
         """Which rows of this forward belong to which request (vLLM flattens a batch)."""
@@ -291,8 +423,9 @@ class CaptureExtension:
         from safetensors.torch import save_file
 
         rank = getattr(self, "rank", 0)
-        # clone: under torch.compile, inductor may return one buffer for two equal reads
-        out = {call_key(k, n): t.cpu().contiguous().clone() for k, ts in self._vp_records.items() for n, t in enumerate(ts)}
+        # no second copy: each record is a contiguous buffer of its own (``_Buffers``), written as it is;
+        # ``.cpu()`` moves a GPU record to the host and is a no-op on CPU
+        out = {call_key(k, n): t.cpu() for k, ts in self._vp_records.items() for n, t in enumerate(ts)}
         target = path if rank == 0 else f"{path}.rank{rank}"
         save_file(out, target)
         return {"rank": rank, "path": target, "calls": {k: len(v) for k, v in self._vp_records.items()},
