@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 
 from overlays.base import Derived, HookSpec, NonFiring, SwapAxes, config_get
 from harness.comparison.routing import GATE
+from harness.comparison.shapes import heads_first
 from harness.references.processing import processed_hook
 from harness.vocab.hook_names import compat_alias, hf_hook
 from harness.vocab.hooks import expand_layers, hook_kind, layer_of
-
-_HEADS_FIRST_KINDS = ("attn.hook_pattern", "attn.hook_attn_scores")
 
 LOGIT_CASES = (("hf", "logprobs", "log_softmax(logits)"), ("hf", "argmax", "argmax(logits)"))
 
@@ -112,7 +111,7 @@ class Plan:
         """The token axis of ``hook``'s canonical value (a canonical or compatibility-mode name): 1 for
         heads-first values -- attention scores and patterns ``[heads, query, key]``, reads the overlay
         swaps heads-first -- else 0 (``[T, ...]``)."""
-        if hook in self.derived or hook_kind(hook) in _HEADS_FIRST_KINDS:
+        if hook in self.derived or heads_first(hook):
             return 1
         spec = self.specs.get(hook)
         return 1 if spec is not None and any(isinstance(c, SwapAxes) and 0 in (c.dim0, c.dim1)

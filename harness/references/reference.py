@@ -42,11 +42,10 @@ from harness.comparison.chaos import ChaoticToken, find_chaotic
 from harness.comparison.compare import compare_tensors
 from harness.comparison.set_aside import mask_from, set_aside
 from harness.comparison.derived import ignore_common_mask
-from harness.comparison.shapes import reference_to_canonical
+from harness.comparison.shapes import heads_first, reference_to_canonical
 from harness.engines.timing import profile_call
 from harness.phases import Phases
 from harness.references.tolerances import TORCH_DTYPES, calibration_for
-from harness.vocab.hooks import hook_kind
 
 
 @dataclass
@@ -67,7 +66,7 @@ class ReferenceCapture:
 def default_pos_axis(hook: str) -> int:
     """The token axis of a canonical reference value when no plan says: attention scores and patterns
     are ``[heads, query, key]``; everything else ``[T, ...]``."""
-    return 1 if hook_kind(hook) in ("attn.hook_pattern", "attn.hook_attn_scores") else 0
+    return 1 if heads_first(hook) else 0
 
 
 def _float64_safe(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
