@@ -118,11 +118,14 @@ def _bench_extension() -> type:
 
             records = [t for ts in self._vp_records.values() for t in ts]
             twins = [torch.empty_like(t) for t in records]
+            sync = torch.cuda.synchronize if any(t.is_cuda for t in records) else (lambda: None)
             best = float("inf")
             for _ in range(reps):
+                sync()
                 t0 = time.perf_counter()
                 for dst, src in zip(twins, records):
                     dst.copy_(src)
+                sync()
                 best = min(best, time.perf_counter() - t0)
             return best
 
@@ -158,15 +161,20 @@ def prompts(vocab: int, lengths: list[int]) -> dict[int, list[int]]:
 def _timer(worker) -> None:
     """Time the model's forward -- wall clock and the process's CPU time -- with a pre- and a
     post-hook on the top module: one measurement, installed once after boot, in every engine."""
+    import torch
+
     from harness.engines.vllm_compat import runner_model
 
     model = runner_model(worker)
     worker._bench_fwd = []
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)  # GPU: wait for the kernels
 
     def t0(mod, args):
+        sync()
         worker._bench_t0 = (time.perf_counter(), time.process_time())
 
     def t1(mod, args, out):
+        sync()
         wall, cpu = worker._bench_t0
         worker._bench_fwd.append((time.perf_counter() - wall, time.process_time() - cpu))
     model.register_forward_pre_hook(t0)

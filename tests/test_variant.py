@@ -15,8 +15,8 @@ def test_precision_matters_for_cuda_fp32_only():
     assert Variant.make("bfloat16", "cpu", "tf32").precision == "ieee"
     assert Variant.make("float32", "cpu", "tf32").gate_key == "float32"
     v = Variant("float32", "cuda", "tf32")
-    assert v.gate_key == "float32-tf32" and v.subject_env == {} and v.name == "cuda-float32-tf32"
-    assert Variant("float32", "cuda").subject_env == {"TRITON_F32_DEFAULT": "ieee"}
+    assert v.gate_key == "float32-tf32" and "TRITON_F32_DEFAULT" not in v.subject_env and v.name == "cuda-float32-tf32"
+    assert Variant("float32", "cuda").subject_env == {"TRITON_F32_DEFAULT": "ieee", "VLLM_USE_V2_MODEL_RUNNER": "0"}
     assert Variant("bfloat16", "cuda", compiled=True).cuda_graphs and not Variant(compiled=True).cuda_graphs
 
 
@@ -44,7 +44,7 @@ def test_names_match_the_report_files():
     ({"precision": "fast"}, ["--precision", "ieee"]),
     ({"tp": 0}, ["--tp 0"]),
     ({"subject": "tl-vllm", "tp": 2}, ["tl-vllm", "--tp 2"]),
-    ({"runner": "v2"}, ["--runner", "v1"]),
+    ({"runner": "v0"}, ["--runner", "v1", "v2", "auto"]),
     ({"device": "tpu"}, ["--device", "cuda"]),
 ])
 def test_bad_variants_name_the_option_and_the_choices(kw, words):

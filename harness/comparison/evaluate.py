@@ -28,7 +28,7 @@ from harness.comparison.conversions import convert, stitch_calls
 from harness.comparison.derived import derive, ignore_common_mask
 from harness.comparison.gate import CROSS_REFERENCE, Band, Gate
 from harness.comparison.nonfinite import NEG_INF_KINDS, describe, first_nonfinite
-from harness.comparison.logits import logit_rows
+from harness.comparison.logits import greedy_agreement, logit_rows
 from harness.comparison.rows import REFERENCE_ENGINE, Pairs, axes_of, compared_row, pairs_of
 from harness.comparison.routing import GATE, Flip, find_flips
 from harness.comparison.shapes import subject_to_canonical
@@ -254,7 +254,7 @@ class _Evaluation:
             pairs = None if any(v is None for v in bridge_vals) else pairs_of(bridge_vals, self.refs.hf, name, n)
             pairs, bad = self._checked(case, pairs)
             return compared_row(self.model, case, band, pairs, bad or ("" if pairs else
-                                f"{hook}: missing in TransformerBridge or HF"))
+                                f"{hook}: missing in TransformerBridge or HF"), pos_axis=self._pos_axis(hook))
         if ref == "bridge-ragged":
             pairs, bad = self._checked(case, pairs_of(self.ragged.get(hook), self.refs.bridge, hook, n))
             return compared_row(self.model, case, band, pairs, self.ragged_failed.get(hook, "") or bad,
@@ -278,7 +278,34 @@ class _Evaluation:
     def logit_rows(self) -> list[HookResult]:
         lp_case, am_case = [c for c in self.plan.cases if c.hook in ("logprobs", "argmax")]
         pairs = [(self.subject.logprobs[p], self.refs.logprobs[p]) for p in range(self.n)]
-        return logit_rows(self.model, lp_case, am_case, self._band(lp_case), pairs, self.events)
+        serving = self.subject.meta.get("serving") or {}
+        missing = {int(p): rows for p, rows in (serving.get("logprob_rows_missing") or {}).items()}
+        if missing:  # rows no request of the serving run returned: left out, and said so
+            keep = [[t for t in range(len(s)) if t not in set(missing.get(p, ()))] for p, (s, _) in enumerate(pairs)]
+            pairs = [(s[k], r[k]) for (s, r), k in zip(pairs, keep)]
+        rows = logit_rows(self.model, lp_case, am_case, self._band(lp_case), pairs, self.events)
+        if serving.get("generated") and rows[1].status != "error" and max(map(len, serving["generated"])) > 1:
+            self._check_generated(rows[1], serving, [(self.subject.logprobs[p], self.refs.logprobs[p])
+                                                     for p in range(self.n)])
+        if missing:
+            rows[0].message += (f" [serving {serving.get('scheme')}: log-prob rows vLLM returned for no request, "
+                                f"not compared: {', '.join(f'prompt {p} pos {v}' for p, v in missing.items())}]")
+        return rows
+
+
+    def _check_generated(self, am: HookResult, serving: dict, pairs: list) -> None:
+        """Decode runs: the argmax row checks every generated token, not only the final position."""
+        generated = serving["generated"]
+        prompt_lengths = [length - len(gen) + 1 for length, gen in zip(self.lengths, generated)]
+        g = greedy_agreement(generated, prompt_lengths, pairs)
+        am.worst = {**(am.worst or {}), "generated_checked": g["checked"], "generated_exact": g["exact"],
+                    "generated_near_ties": g["near_ties"]}
+        note = (f"; {g['exact']}/{g['checked']} generated tokens equal the reference's greedy token"
+                + (f", {len(g['near_ties'])} near tie(s) {g['near_ties'][:3]}" if g["near_ties"] else ""))
+        if g["diverged"]:
+            am.status, am.rel_err = "fail", 1.0
+            note += f"; diverged beyond a near tie at {g['diverged'][:3]}"
+        am.message = (am.message + note).lstrip("; ")
 
 
 def evaluate(plan: Plan, subject, refs, prompts: list[list[int]], gate: Gate, model: str

@@ -57,3 +57,30 @@ def logit_rows(model: str, lp_case: Case, am_case: Case, band: Band, pairs: list
         if not pairs:
             am.status, am.message = "inconclusive", f"argmax: every prompt set aside{am.message}"
     return [row, am]
+
+
+def greedy_agreement(generated: list[list[int]], prompt_lengths: list[int], pairs: list, k: int = 5) -> dict:
+    """Decode runs (harness.engines.serving): every token vLLM generated greedily against the
+    reference's top-1 at that position, teacher-forced on the same sequence.  ``pairs``: per prompt
+    (vLLM's, the reference's) ``[L, V]`` log-probs; token ``i`` of prompt ``p`` was sampled from
+    row ``prompt_lengths[p] - 1 + i``.  A mismatch is a near tie when vLLM's token is in the
+    reference's top-k and the reference's top-1 in vLLM's top-k (as the argmax row allows)."""
+    out = {"checked": 0, "exact": 0, "near_ties": [], "diverged": []}
+    for p, (gen, (s, r)) in enumerate(zip(generated, pairs)):
+        for i, tok in enumerate(gen):
+            row = prompt_lengths[p] - 1 + i
+            if row >= r.shape[0]:
+                break
+            r_lp = torch.nan_to_num(r[row].double(), nan=-math.inf)
+            s_lp = torch.nan_to_num(s[row].double(), nan=-math.inf)
+            ref_top = int(r_lp.argmax())
+            out["checked"] += 1
+            if ref_top == tok:
+                out["exact"] += 1
+                continue
+            kk = min(k, r_lp.shape[-1])
+            tie = tok in r_lp.topk(kk).indices.tolist() and ref_top in s_lp.topk(kk).indices.tolist()
+            where = {"prompt": p, "step": i, "pos": row, "vllm": tok, "reference": ref_top,
+                     "gap": float(r_lp[ref_top] - r_lp[tok])}
+            (out["near_ties"] if tie else out["diverged"]).append(where)
+    return out

@@ -94,6 +94,8 @@ def compared_row(model: str, case: Case, band: Band, pairs: Pairs | None,
         label = f"{model} {case.hook} vs {case.reference}:{case.reference_hook}"
         for key, value in compare_prompts(label, kept, band).items():
             setattr(row, key, value)
+        if 0 <= pos_axis < len(row.worst.get("index", ())):  # the worst token (the report shows its text)
+            row.worst["token"] = row.worst["index"][pos_axis]
         row.message += said
     except ShapeMismatch as exc:
         row.message = f"{case.hook} vs {case.reference}:{case.reference_hook}: {exc}"

@@ -3,13 +3,21 @@ process and load what it wrote.
 
 Contract: :func:`capture_vllm` returns a :class:`SubjectCapture` or raises
 :class:`SubjectError` carrying the tail of the engine's log, so one model's
-crash becomes one model's failure, never the run's.
+crash becomes one model's failure, never the run's.  The error's first line says
+why: the engine's own exception, or -- :class:`SubjectKilled` -- the signal that
+killed it ("vLLM engine process killed by SIGKILL (signal 9)") or the timeout
+("vLLM engine timed out after 900 s (--engine-timeout)").
+
+Trap: the engine runs in its own session (process group), so a Ctrl-C at the
+terminal does not reach it: the host stops it, and everything it started, by its
+group -- at the timeout, on an interrupt, and after any exit (stragglers).
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -23,6 +31,10 @@ import torch
 
 class SubjectError(RuntimeError):
     """The vLLM process failed; the message holds its log tail."""
+
+
+class SubjectKilled(SubjectError):
+    """The vLLM process did not end on its own: a signal killed it, or the host did at the timeout."""
 
 
 @dataclass
@@ -62,28 +74,81 @@ class SubjectCapture:
 
 def launch_subject(module: str, request: dict, work_dir: Path, name: str, env: dict[str, str] | None,
                    timeout_s: float) -> None:
-    """Run ``python -m module REQUEST.json`` with this repo on the path; its log goes to
-    ``work_dir/<name>.log``.  Raises :class:`SubjectError` with the log's tail if it fails."""
+    """Run ``python -m module REQUEST.json`` with this repo on the path, in its own session; its log
+    goes to ``work_dir/<name>.log``.  Raises :class:`SubjectError` with the log's tail if it fails,
+    :class:`SubjectKilled` if a signal ended it or it ran past ``timeout_s`` (its whole process
+    group is then stopped: vLLM's worker processes too)."""
     req_path = work_dir / f"{name}_request.json"
     req_path.write_text(json.dumps(request, indent=1))
     log_path = work_dir / f"{name}.log"
     repo = str(REPO_ROOT)
     env = {**os.environ, **(env or {})}
     env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    killed = None
     with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", module, str(req_path)], stdout=log,
+                                stderr=subprocess.STDOUT, env=env, cwd=repo, start_new_session=True,
+                                preexec_fn=_die_with_parent)
         try:
-            rc = subprocess.run([sys.executable, "-m", module, str(req_path)], stdout=log,
-                                stderr=subprocess.STDOUT, env=env, timeout=timeout_s, cwd=repo).returncode
+            rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            rc = "timeout"
+            killed = f"vLLM engine timed out after {timeout_s:g} s (--engine-timeout)"
+            rc = _stop_group(proc)
+        except BaseException:  # an interrupt (KeyboardInterrupt): the engine goes with us
+            _stop_group(proc)
+            raise
+        finally:
+            _signal_group(proc.pid, signal.SIGKILL)  # what the engine started and left running
+    if rc < 0 and killed is None:
+        killed = f"vLLM engine process killed by {_signal_name(-rc)} (signal {-rc})"
     if rc != 0:
         lines = log_path.read_text(errors="replace").splitlines()
         tail = "\n".join(lines[-25:])
+        if killed:
+            raise SubjectKilled(f"{killed} -- {module} (log: {log_path}):\n{tail}")
         raise SubjectError(f"{engine_reason(lines) or 'no exception in the log'} -- {module} exited with {rc} "
                            f"(log: {log_path}):\n{tail}")
 
 
-_EXCEPTION_LINE = re.compile(r"^\s*(?:\w+\.)*(\w*(?:Error|Exception)): .+")
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):  # the group is gone already
+        pass
+
+
+def _die_with_parent() -> None:
+    """In the engine, before exec: SIGKILL when the harness process dies (Linux ``PR_SET_PDEATHSIG``).
+    The engine has its own session, so a signal to the harness's process group (a CI job cancelled,
+    ``kill -TERM -PGID``) does not reach it; this makes sure it never outlives the harness.  A no-op
+    where prctl is missing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = 3) -> int:
+    """Stop the engine's whole process group: SIGTERM (vLLM shuts its workers down), then SIGKILL
+    after ``grace_s``; the engine's exit status."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        return proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        return proc.wait()
+
+
+_EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:)?\s*(?:\w+\.)*(\w*(?:Error|Exception)): .+")
 
 
 def engine_reason(lines: list[str]) -> str | None:
@@ -97,7 +162,7 @@ def engine_reason(lines: list[str]) -> str | None:
     if not (root or found):
         return None
     i = (root or found)[-1]
-    reason = lines[i].strip()
+    reason = re.sub(r"^\[rank\d+\]:\s*", "", lines[i].strip())
     detail = lines[i + 1] if i + 1 < len(lines) else ""
     if detail.startswith((" ", "\t")) and detail.strip() and not detail.strip().startswith(("File ", "For further")):
         reason += ": " + detail.strip().split(" [type=", 1)[0]
@@ -111,8 +176,12 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
                  params: list[str], vocab_size: int, max_model_len: int, work_dir: Path,
                  timeout_s: float = 900, full_logprobs: bool = True,
                  env: dict[str, str] | None = None, ragged: bool = True,
-                 enforce_eager: bool = True, device: str = "cpu", tp: int = 1) -> SubjectCapture:
-    """``device`` picks the engine's arguments (harness.engines.vllm_compat); ``tp``: tensor-parallel ranks."""
+                 enforce_eager: bool = True, device: str = "cpu", tp: int = 1, serving: str = "single",
+                 row_dims: dict[str, int] | None = None) -> SubjectCapture:
+    """``device`` picks the engine's arguments (harness.engines.vllm_compat); ``tp``: tensor-parallel ranks;
+    ``serving``: how the engine is driven (harness.engines.serving), its captures stitched back by
+    position in the engine's process (``row_dims``: read key -> token dim, for ``[1, T, ...]`` reads);
+    ``timeout_s``: the engine process's limit (``--engine-timeout``), past which it is killed."""
     from safetensors.torch import load_file
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -123,6 +192,7 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
         "vocab_size": vocab_size, "max_model_len": max_model_len, "out_dir": str(out_dir),
         "full_logprobs": full_logprobs, "ragged": ragged,
         "enforce_eager": enforce_eager, "device": device, "tp": tp,
+        "serving": serving, "row_dims": row_dims or {},
     }
     launch_subject("harness.engines.subject_vllm", request, work_dir, "subject", env, timeout_s)
     logprobs = {int(k): v for k, v in load_file(str(out_dir / "logprobs.safetensors")).items()}

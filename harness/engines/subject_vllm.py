@@ -76,12 +76,19 @@ def _load_dump(dumps: list[dict], tp_stats: dict) -> dict:
     return merged
 
 
-def _logprob_matrix(out, vocab: int, n_tokens: int):
+def _logprob_rows(out) -> list:
+    """vLLM's distributions of one request by position: row ``t`` follows token ``t`` (prompt
+    log-probs for the prompt, the sampler's for every generated token); None where not returned."""
+    n_prompt = len(out.prompt_token_ids)
+    prompt = list(out.prompt_logprobs)[1:] if out.prompt_logprobs else [None] * (n_prompt - 1)
+    return prompt + list(out.outputs[0].logprobs or [])
+
+
+def _logprob_matrix(rows: list, vocab: int, n_tokens: int):
     import torch
 
     mat = torch.full((n_tokens, vocab), float("nan"), dtype=torch.float64)
-    rows = list(out.prompt_logprobs or [])[1:] + [out.outputs[0].logprobs[0]]
-    for t, row in enumerate(rows):
+    for t, row in enumerate(rows[:n_tokens]):
         for tok, lp in (row or {}).items():
             if 0 <= tok < vocab:
                 mat[t, tok] = lp.logprob
@@ -108,6 +115,87 @@ def _device_info() -> dict:
     return info
 
 
+def _serve(llm, req: dict, scheme, k: int, vocab: int, out_dir: Path, tp_stats: dict, meta: dict):
+    """Drive the engine the way ``scheme`` serves (harness.engines.serving), capture every forward,
+    and stitch the captures back into each prompt's positions (harness.engines.stitch).  Returns
+    ``raw`` (``"{prompt}:{read key}#{call}"``) and log-prob matrices for the compared sequences
+    (prompt + generated tokens but the last); ``meta["serving"]`` says where every position came
+    from.  Raises when the engine never did what the scheme exists to test."""
+    from vllm import SamplingParams
+
+    from harness.engines.serving import PREFIX_HOLDBACK, engine_kwargs
+    from harness.engines.stitch import stitch
+    from harness.engines.vllm_compat import sampling_kwargs
+
+    def params(prompt_logprobs: bool) -> SamplingParams:
+        kw = {**sampling_kwargs(k), "max_tokens": scheme.max_tokens, "ignore_eos": True}
+        if not prompt_logprobs:
+            kw.pop("prompt_logprobs")
+        return SamplingParams(**kw)
+
+    prompts = req["prompts"]
+    llm.collective_rpc("vp_reset")
+    outputs, mains, prefix_of = {}, [], {}
+    if scheme.together:
+        for o in llm.generate([{"prompt_token_ids": t} for t in prompts], params(scheme.prompt_logprobs),
+                              use_tqdm=False):
+            outputs[o.request_id] = o
+            mains.append(o.request_id)
+    else:
+        for p, tokens in enumerate(prompts):
+            if scheme.prefix_first and len(tokens) > PREFIX_HOLDBACK + 1:
+                o = llm.generate([{"prompt_token_ids": tokens[:-PREFIX_HOLDBACK]}], params(True), use_tqdm=False)[0]
+                outputs[o.request_id] = o
+                prefix_of[p] = o.request_id
+            o = llm.generate([{"prompt_token_ids": tokens}], params(scheme.prompt_logprobs), use_tqdm=False)[0]
+            outputs[o.request_id] = o
+            mains.append(o.request_id)
+    dumps = llm.collective_rpc("vp_dump", args=(str(out_dir / "serving.safetensors"),))
+    records = _load_dump(dumps, tp_stats)
+    requests = {rid: list(o.prompt_token_ids) + list(o.outputs[0].token_ids) for rid, o in outputs.items()}
+    targets, logprobs, generated, missing_rows = [], {}, [], {}
+    for p, rid in enumerate(mains):
+        gen = list(outputs[rid].outputs[0].token_ids)
+        seq = list(prompts[p]) + gen[:-1]  # every token some forward consumed
+        targets.append({"prompt": p, "main": rid, "tokens": seq})
+        generated.append(gen)
+        rows = _logprob_rows(outputs[rid])
+        if p in prefix_of:  # the cached request asked for no prompt log-probs: the prefix request's rows
+            rows = [r if r is not None else q for r, q in
+                    zip(rows, _logprob_rows(outputs[prefix_of[p]]) + [None] * len(rows))]
+        logprobs[str(p)] = _logprob_matrix(rows, vocab, len(seq))
+        missing_rows[p] = [t for t in range(len(seq)) if t >= len(rows) or rows[t] is None]
+    raw, coverage = stitch(records, dumps[0]["batches"], requests, targets, req.get("row_dims"))
+    cached = {p: int(getattr(outputs[rid], "num_cached_tokens", 0) or 0) for p, rid in enumerate(mains)}
+    meta["serving"] = {
+        "scheme": scheme.name, "doc": scheme.doc, "forwards": len(dumps[0]["batches"]),
+        "sequences": [t["tokens"] for t in targets], "generated": generated,
+        "coverage": [c.to_dict() for c in coverage], "num_cached_tokens": cached,
+        # log-prob rows vLLM returned for no request (prefix-cache: the cached request's last prompt rows)
+        "logprob_rows_missing": {p: rows for p, rows in missing_rows.items() if rows},
+        "engine": engine_kwargs(scheme, req.get("device", "cpu"), [len(t) for t in prompts]),
+    }
+    _check_scheme(scheme, coverage, cached, generated)
+    return raw, logprobs
+
+
+def _check_scheme(scheme, coverage, cached: dict, generated: list) -> None:
+    """The engine must have done what ``scheme`` exists to test, or the run tested nothing."""
+    if scheme.must == "cache_hit" and not any(c.first_main_position > 0 for c in coverage):
+        raise RuntimeError(f"--serving {scheme.name}: no prompt was served from the prefix cache "
+                           f"(num_cached_tokens {cached}); every prompt is shorter than a KV block plus "
+                           f"{scheme.name}'s holdback, or prefix caching is off")
+    if scheme.must == "multi_step" and not any(c.forwards > 1 for c in coverage):
+        raise RuntimeError(f"--serving {scheme.name}: no prompt's prefill spanned more than one engine step")
+    if scheme.must in ("decode", "preempted") and any(len(g) != scheme.max_tokens for g in generated):
+        raise RuntimeError(f"--serving {scheme.name}: asked {scheme.max_tokens} tokens per prompt, got "
+                           f"{[len(g) for g in generated]}")
+    if scheme.must == "preempted" and not any(c.recomputed > 0 for c in coverage):
+        raise RuntimeError(f"--serving {scheme.name}: no request was preempted and recomputed with a KV cache "
+                           f"that holds exactly the prompts (harness.engines.serving.tight_blocks): no request "
+                           f"crossed into a new block while decoding")
+
+
 def main(request_path: str) -> int:
     req = json.loads(Path(request_path).read_text())
     device, tp = req.get("device", "cpu"), int(req.get("tp", 1))
@@ -121,6 +209,7 @@ def main(request_path: str) -> int:
     import vllm
     from vllm import LLM, SamplingParams
 
+    from harness.engines.serving import SCHEMES, engine_kwargs
     from harness.engines.vllm_compat import llm_kwargs, sampling_kwargs, supported_line
 
     meta: dict = {"vllm_version": vllm.__version__, "torch_version": torch.__version__,
@@ -138,7 +227,8 @@ def main(request_path: str) -> int:
         worker_extension_cls="harness.engines.vllm_worker.CaptureExtension",
         max_model_len=req["max_model_len"],
         skip_tokenizer_init=False,
-        **llm_kwargs(device=device, tp=tp, compiled=not req.get("enforce_eager", True)),
+        **{**llm_kwargs(device=device, tp=tp, compiled=not req.get("enforce_eager", True)),
+           **engine_kwargs(SCHEMES[req.get("serving", "single")], device, [len(t) for t in req["prompts"]])},
     )
     meta["boot_s"] = time.perf_counter() - t_boot
     meta["device_info"] = {**_device_info(), "tp": tp}
@@ -158,7 +248,10 @@ def main(request_path: str) -> int:
     params = SamplingParams(**sampling_kwargs(k))
 
     raw, logprobs, calls, tp_stats = {}, {}, {}, {}
-    for p, tokens in enumerate(req["prompts"]):
+    scheme = SCHEMES[req.get("serving", "single")]
+    if scheme.stitched:
+        raw, logprobs = _serve(llm, req, scheme, k, vocab, out_dir, tp_stats, meta)
+    for p, tokens in enumerate(req["prompts"] if not scheme.stitched else []):
         llm.collective_rpc("vp_reset")
         out = llm.generate([{"prompt_token_ids": tokens}], params, use_tqdm=False)[0]
         dumps = llm.collective_rpc("vp_dump", args=(str(out_dir / f"raw{p}.safetensors"),))
@@ -168,8 +261,8 @@ def main(request_path: str) -> int:
         for key, tensor in _load_dump(dumps, tp_stats).items():
             raw[f"{p}:{key}"] = tensor  # key is already "{read key}#{call}" (capture_keys.call_key)
         calls[p] = dump["calls"]
-        logprobs[str(p)] = _logprob_matrix(out, vocab, len(tokens))
-    if req.get("ragged") and len(req["prompts"]) > 1:
+        logprobs[str(p)] = _logprob_matrix(_logprob_rows(out), vocab, len(tokens))
+    if req.get("ragged") and len(req["prompts"]) > 1 and not scheme.stitched:
         # All prompts in one generate call: vLLM flattens them into one forward
         # (or several, under chunked prefill); the layout says which rows are whose.
         llm.collective_rpc("vp_reset")

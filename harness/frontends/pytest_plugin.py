@@ -3,9 +3,9 @@ the end-of-session support matrix.  Nothing else.
 
 Options come from the one table in :mod:`harness.frontends.options` (``--model``,
 ``--model-path``, ``--dtype``, ``--compiled``, ``--device``, ``--precision``, ``--tp``,
-``--subject``, ``--report-dir``, ``--shard``); the session's variant is one
-:class:`harness.pipeline.variant.Variant`.  Bad values fail at configure time with
-the list of what is valid.  ``--shard I/N`` keeps this runner's share of the selected
+``--subject``, ``--report-dir``, ``--shard``, ``--engine-timeout``, ``--prompts``); the
+session's variant is one :class:`harness.pipeline.variant.Variant` (``--engine-timeout`` is a
+run setting beside it).  Bad values fail at configure time with the list of what is valid.  ``--shard I/N`` keeps this runner's share of the selected
 models (harness.frontends.shard); the unit tests under ``tests/`` are not sharded.
 
 Tests that take a ``parity_case`` argument are generated as one item per
@@ -46,6 +46,8 @@ class ParitySession:
         self.model = config.getoption("--model")
         self.model_path = config.getoption("--model-path")
         self.shard = config.getoption("--shard")  # harness.frontends.shard.Shard or None
+        self.prompts = config.getoption("--prompts")  # harness.models.text_prompts.PromptsFile or None
+        self.engine_timeout_s = config.getoption("--engine-timeout")  # a run setting, not a variant axis
         self.variant = variant
         rd = config.getoption("--report-dir")
         self.report_dir = Path(rd) if rd else Path(str(config.rootpath)) / "reports"
@@ -65,8 +67,9 @@ class ParitySession:
     def targets(self):
         if self._targets is None:
             from harness.models.targets import targets_from_options
+            from harness.models.text_prompts import with_prompts
 
-            selected = targets_from_options(self.model, self.model_path)
+            selected = with_prompts(targets_from_options(self.model, self.model_path), self.prompts)
             self._targets = self.shard.select(selected) if self.shard else selected
             self._by_name.update({t.name: t for t in self._targets})
         return self._targets
@@ -89,20 +92,22 @@ class ParitySession:
             self._plans[name] = build_plan(self.target(name), self.variant)
         return self._plans[name]
 
-    def run(self, name: str, dtype: str | None = None, compiled: bool | None = None, selective: bool = False):
+    def run(self, name: str, dtype: str | None = None, compiled: bool | None = None, selective: bool = False,
+            **axes):
         """The session's run of ``name`` (engines booted once per (model, dtype, mode)); its report is written.
 
         ``selective``: capture only the hooks this session's selected parity tests compare
-        (``-k`` selections stay cheap); a full selection captures everything."""
+        (``-k`` selections stay cheap); a full selection captures everything.  ``axes``: other
+        variant axes to change (``serving="decode"``, ``runner="v2"``: harness.pipeline.variant)."""
         variant = self.variant.derive(dtype=dtype or self.variant.dtype,
-                                      compiled=self.variant.compiled if compiled is None else compiled)
+                                      compiled=self.variant.compiled if compiled is None else compiled, **axes)
         hooks = self.selected.get(name) if selective else None
         key = (name, variant, hooks)
         if key not in self.runs:
             from harness.pipeline.runner import run_model
             from harness.reporting.report import write_report
 
-            run = run_model(self.target(name), variant, hooks=hooks)
+            run = run_model(self.target(name), variant, hooks=hooks, engine_timeout_s=self.engine_timeout_s)
             self.runs[key] = run  # before the report: a failed write must not re-boot the engines per test
             write_report(run.result.to_dict(), self.report_dir)
         return self.runs[key]
@@ -120,8 +125,15 @@ def pytest_configure(config: pytest.Config) -> None:
             target_for_path(p)
         variant = Variant.make(config.getoption("--dtype"), config.getoption("--device"),
                                config.getoption("--precision"), config.getoption("--compiled"),
-                               config.getoption("--tp"), config.getoption("--subject"))
+                               config.getoption("--tp"), config.getoption("--subject"),
+                               config.getoption("--runner"), serving=config.getoption("--serving"))
         calibration_for(variant.gate_key)
+        if config.getoption("--prompts") is not None:  # every selected checkpoint can tokenize them, now
+            from harness.models.targets import targets_from_options
+            from harness.models.text_prompts import with_prompts
+
+            with_prompts(targets_from_options(config.getoption("--model"), config.getoption("--model-path")),
+                         config.getoption("--prompts"))
     except (UnknownFamilyError, TargetError, UnsupportedDtypeError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
     config.addinivalue_line("markers", "parity: runs real vLLM and reference engines")

@@ -37,6 +37,8 @@ class Target:
     unsupported_dtypes: dict[str, str] = field(default_factory=dict)
     # provenance.json of a packaged checkpoint (package, version, file sha256, dequantization); else {}
     provenance: dict[str, Any] = field(default_factory=dict)
+    # a --prompts file (harness.models.text_prompts.PromptsFile) its engines run instead of the defaults
+    prompts: Any = None
 
     @cached_property
     def hf_config(self) -> Any:

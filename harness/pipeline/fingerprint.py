@@ -44,4 +44,6 @@ def fingerprint(target, variant, versions: dict) -> str:
     parts = {"code": code_hash(), "checkpoint": checkpoint_hash(Path(target.checkpoint), getattr(target, "provenance", None)),
              "variant": variant.to_dict(), "versions": {k: versions.get(k) for k in
                                                         ("vllm", "torch", "transformers", "transformer-lens")}}
+    if getattr(target, "prompts", None) is not None:  # a --prompts file: its content (the defaults are code)
+        parts["prompts"] = target.prompts.sha256
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]

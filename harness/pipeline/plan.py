@@ -67,7 +67,8 @@ def ragged_hook(hook: str) -> bool:
     return hook_kind(hook) != "unembed.hook_out"
 
 
-def _cases(specs: dict[str, HookSpec], derived: dict[str, Derived]) -> tuple[Case, ...]:
+def _cases(specs: dict[str, HookSpec], derived: dict[str, Derived], ragged: bool = True) -> tuple[Case, ...]:
+    """``ragged``: rows for the single-shape run's ragged batch (a serving scheme is itself the batch)."""
     out: list[Case] = []
     for hook, spec in specs.items():
         if bridge_name(hook, spec) is not None:
@@ -85,7 +86,8 @@ def _cases(specs: dict[str, HookSpec], derived: dict[str, Derived]) -> tuple[Cas
         if compat_alias(hook) is not None:
             out.append(Case("compat", hook, compat_alias(hook), derived=True))
     out += [Case("bridge~hf", h, hf_name(h, s)) for h, s in specs.items() if hf_name(h, s) is not None]
-    out += [Case("bridge-ragged", h, h) for h, s in specs.items() if ragged_hook(h) and bridge_name(h, s) is not None]
+    if ragged:
+        out += [Case("bridge-ragged", h, h) for h, s in specs.items() if ragged_hook(h) and bridge_name(h, s) is not None]
     return tuple(out) + tuple(Case(ref, hook, name) for ref, hook, name in LOGIT_CASES)
 
 
@@ -143,6 +145,15 @@ def offered(target, variant) -> tuple[dict[str, HookSpec], dict[str, Derived], l
             specs = {h: s for h, s in specs.items() if h not in gone}
             derived = {h: d for h, d in derived.items() if h not in gone and not gone & set(d.inputs)}
             nonfiring = nonfiring + [nf]
+    from harness.engines.serving import SCHEMES
+
+    if SCHEMES[variant.serving].stitched:
+        per_row = {h for h, s in specs.items() if s.calls != "first"}
+        specs = {h: s for h, s in specs.items() if h not in per_row}
+        derived = {h: d for h, d in derived.items() if not per_row & set(d.inputs)}
+        nonfiring = nonfiring + [NonFiring(h, f"not one row per position under --serving {variant.serving}: vLLM's "
+                                              "logits processor runs on each step's sampled rows only; the "
+                                              "distribution is compared through the log-prob rows") for h in sorted(per_row)]
     return specs, derived, nonfiring
 
 
@@ -164,7 +175,8 @@ def build_plan(target, variant, hooks: set[str] | frozenset[str] | None = None) 
     processed = [compat_name(h, s) for h, s in specs.items() if processed_hook(h) and compat_name(h, s) is not None]
     routing_k = config_get(cfg, "num_experts_per_tok") if any(GATE.match(h) for h in specs) else None
     return Plan(specs=specs, derived=derived, nonfiring=tuple(nonfiring),
-                n_layers=int(getattr(cfg, "num_hidden_layers", 0) or 0), cases=_cases(specs, derived),
+                n_layers=int(getattr(cfg, "num_hidden_layers", 0) or 0),
+                cases=_cases(specs, derived, ragged=variant.serving == "single"),
                 routing_k=routing_k, selected=frozenset(hooks) if hooks is not None else None,
                 overlay_name=("transformer_lens.model_bridge.sources.vllm (TL's own overlay)"
                               if variant.subject == "tl-vllm" else None),

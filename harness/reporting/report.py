@@ -151,7 +151,8 @@ def to_markdown(result: dict) -> str:
         f"**Verdict: {s['verdict'].upper()}** — {s['passed']}/{s['rows']} rows pass; "
         f"{s['hooks_passed']}/{s['hooks_offered']} hooks pass on every reference; "
         f"{s['nonfiring']} hooks declared non-firing; worst margin (error / tolerance) "
-        f"{_fmt(s.get('worst_margin'), '.3f')}: relative error {_fmt(s['worst_rel_err'])} ({s['worst_where']}).",
+        f"{_fmt(s.get('worst_margin'), '.3f')}: relative error {_fmt(s['worst_rel_err'])} ({s['worst_where']})"
+        + _worst_text(result, s) + ".",
         "",
         f"**Gated {s['hooks_gated']}/{s['hooks_compared']} hooks** (compared against at least one reference and "
         "decided pass or fail; an inconclusive row is *not compared*, never a pass)"
@@ -170,8 +171,11 @@ def to_markdown(result: dict) -> str:
         f"| vllm / torch | {v.get('vllm')} / {v.get('torch')} |",
         f"| transformers / transformer-lens | {v.get('transformers')} / {v.get('transformer-lens')} |",
         f"| prompts (token ids) | {'; '.join(f'{n}: {len(p)} tokens' for n, p in zip(result.get('prompt_names') or range(99), result.get('prompts', [])))} (one run each, plus all in one ragged batch) |",
+        *([f"| prompt source | {_cell((result.get('prompt_info') or {})['source'])} |"]
+          if (result.get("prompt_info") or {}).get("source") else []),
         f"| wall time | {result.get('wall_s', 0):.1f} s |",
         "",
+        *prompt_lines(result),
     ]
     if result.get("skipped"):
         out += [f"**Skipped**: {result['skipped']}", ""]
@@ -222,6 +226,7 @@ def to_markdown(result: dict) -> str:
     if failing:
         out += ["", "### Failures", ""] + [
             f"- {r['message']}" + (f" — **known reference bug**: {r['known_issue']}" if r.get("known_issue") else "")
+            + (f" — text there: {_code(ctx)}" if (ctx := row_context(result, r)) else "")
             for r in failing]
     if result.get("routing_flips"):
         out += ["", "## Expert-routing flips (harness.comparison.routing)", "",
@@ -247,6 +252,8 @@ def to_markdown(result: dict) -> str:
         for c in result["chaotic_tokens"]:
             name = names[c["prompt"]] if c["prompt"] < len(names) else c["prompt"]
             out.append(f"| {name} | {c['token']} | {c['layer']} | {c['floor']:.2f} | {c['ceiling']:g} |")
+    if result.get("serving"):
+        out += serving_markdown(result["serving"], result.get("prompt_names") or [])
     out += ["", "## Non-firing hooks", "", "| hook | layers | reason |", "|---|---|---|"]
     for n in result.get("nonfiring", []):
         out.append(f"| `{n['template']}` | {len(n['hooks'])} | {n['reason']} |")
@@ -268,6 +275,69 @@ def to_markdown(result: dict) -> str:
                 out += [f"| `{o['op']}` | {o['calls']} | {o['self_cpu_us']:.0f} | {o['self_device_us']:.0f} |"
                         for o in ops[:10]]
     return "\n".join(out) + "\n"
+
+
+def row_context(result: dict, row: dict, width: int = 6) -> str:
+    """The decoded text around ``row``'s worst token, that token in brackets (``…capital of [France]
+    is…``), where the prompts are text (``prompt_info["pieces"]``); else ""."""
+    from harness.models.text_prompts import token_context
+
+    pieces = (result.get("prompt_info") or {}).get("pieces") or []
+    p, tok = (row.get("worst") or {}).get("prompt"), _worst_token(row)
+    if not isinstance(p, int) or not isinstance(tok, int) or not 0 <= p < len(pieces):
+        return ""
+    return token_context(pieces[p], tok, width)
+
+
+def _worst_token(row: dict) -> int | None:
+    """The worst row's token position (``worst["token"]``; a report from before it was recorded: index
+    axis 0, or 1 for a heads-first ``[heads, query, key]`` value)."""
+    worst = row.get("worst") or {}
+    if worst.get("token") is not None or not worst.get("index"):
+        return worst.get("token")
+    from harness.comparison.shapes import heads_first
+
+    idx = worst["index"]
+    return idx[1] if (row.get("derived") or heads_first(row["hook"])) and len(idx) > 1 else idx[0]
+
+
+def _worst_text(result: dict, s: dict) -> str:
+    row = next((r for r in result.get("rows", []) if f"{r['hook']} vs {r['reference']}" == s.get("worst_where")), None)
+    ctx = row_context(result, row) if row else ""
+    if not ctx:
+        return ""
+    names = result.get("prompt_names") or []
+    p = row["worst"]["prompt"]
+    return f", at {names[p] if p < len(names) else p} token {_worst_token(row)}: {_code(ctx)}"
+
+
+def _code(text: str, table: bool = False) -> str:
+    """``text`` as inline code (``table``: its pipes escaped, for a table cell)."""
+    text = text.replace("|", "\\|") if table else text
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def prompt_lines(result: dict, limit: int = 100) -> list[str]:
+    """The text prompts as a table (each text cut to ``limit`` characters) and the tokenization notes;
+    nothing for token-id prompts."""
+    info = result.get("prompt_info") or {}
+    texts = info.get("texts") or []
+    if not texts:
+        return []
+    names, prompts, chats = result.get("prompt_names") or [], result.get("prompts") or [], info.get("chat") or []
+    out = ["| prompt | tokens | text |", "|---|---|---|"]
+    for i, text in enumerate(texts):
+        flat = text.strip().replace("\r", "").replace("\n", "⏎")
+        short = flat if len(flat) <= limit else flat[:limit - 1] + "…"
+        chat = " *(chat template)*" if i < len(chats) and chats[i] else ""
+        out.append(f"| {names[i] if i < len(names) else i} | {len(prompts[i]) if i < len(prompts) else '—'} "
+                   f"| {_code(short, table=True)}{chat} |")
+    out += [""] + [f"- {_cell(n)}" for n in info.get("notes") or []] + ([""] if info.get("notes") else [])
+    return out
 
 
 # what each phase covers and where it is measured (names: harness.pipeline.runner and
@@ -332,6 +402,29 @@ def with_phase(result: dict, name: str, seconds: float) -> dict:
     timings = dict(result.get("timings") or {})
     timings["phases"] = {**(timings.get("phases") or {}), name: seconds}
     return {**result, "timings": timings}
+
+
+def serving_markdown(serving: dict, names: list[str]) -> list[str]:
+    """Where every compared position of a serving run came from (harness.engines.stitch.Coverage)."""
+    out = ["", f"## Serving: `{serving.get('scheme')}` (harness.engines.serving)", "",
+           f"{serving.get('doc', '')}.  {serving.get('forwards')} engine steps; engine arguments "
+           f"`{serving.get('engine')}`.  Every position of every prompt is compared: a position the prompt's "
+           "own request did not compute (served from the prefix cache) is taken from the request that "
+           "computed it, with the same tokens up to it.", "",
+           "| prompt | positions compared | computed by its request | from the cache's origin | recomputed "
+           "(preemption) | engine steps | vLLM cached tokens | generated |", "|---|---|---|---|---|---|---|---|"]
+    cached = serving.get("num_cached_tokens") or {}
+    generated = serving.get("generated") or []
+    for c in serving.get("coverage") or []:
+        p = c["prompt"]
+        name = names[p] if p < len(names) else p
+        gen = generated[p] if p < len(generated) else []
+        out.append(f"| {name} | {c['positions']} | {c['from_main']} (from position {c['first_main_position']}) "
+                   f"| {c['from_other']} | {c['recomputed']} | {c['forwards']} | {cached.get(str(p), cached.get(p, 0))} "
+                   f"| {len(gen)} |")
+    if serving.get("logprob_rows_missing"):
+        out += ["", f"Log-prob rows no request returned (not compared): {serving['logprob_rows_missing']}."]
+    return out
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -30,3 +30,9 @@ def capture_key(prompt: int | str, read_key_: str, call: int = 0) -> str:
 def strip_call(key: str) -> str:
     """``...#3`` -> ``...``."""
     return key.rsplit("#", 1)[0]
+
+
+def split_call(key: str) -> tuple[str, int]:
+    """``{module}|{read}#{call}`` -> (``{module}|{read}``, call)."""
+    read, call = key.rsplit("#", 1)
+    return read, int(call)

@@ -1,0 +1,152 @@
+"""Capture changes nothing (issue #11, item 6): the same vLLM engine configuration gives the
+same greedy tokens and bitwise-identical log-probs with every read of the family's plan hooked
+as with no capture hook at all.
+
+"On": ``runner.capture_subject`` with the family's full plan (every read, every parameter).
+"Off": the same call with :func:`harness.pipeline.invariance.capture_off_plan` -- ``reads=[]``,
+``params=[]``, so the subject installs no capture hook (only the model-level forward timers
+every subject run has; they touch no tensor).  Same prompts (``runner.prompts_for``), dtype,
+mode, and the ragged-batch run as the harness runs it (``ragged=True``) on both sides.
+Compared: ``SubjectCapture.logprobs`` (NaN pattern equal, every value bitwise) and each prompt's
+greedy token, by :func:`harness.pipeline.invariance.compare_logprobs`.
+
+That the check can fail: unit tests on small tensors (one ulp, a NaN pattern, a missing prompt),
+and a parity test that plants a one-part-in-a-million weight change through the engine-fault
+mechanism (harness.engines.engine_faults) on the capture-on side only and requires it reported.
+Each engine boot costs about 12-16 s on two CPU cores (compiled: about 40 s).
+"""
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+import torch
+
+from harness.pipeline.invariance import compare_logprobs
+
+
+# -- the comparison itself ---------------------------------------------------------
+def _lp(seed: int = 0, t: int = 3, v: int = 6) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.log_softmax(torch.randn(t, v, generator=g, dtype=torch.float64), dim=-1)
+
+
+def test_identical_log_probs_are_identical():
+    a = {0: _lp(0), 1: _lp(1)}
+    b = {k: v.clone() for k, v in a.items()}
+    b[1][0, 2] = float("nan")
+    a[1][0, 2] = float("nan")  # the same NaN (not returned) on both sides
+    r = compare_logprobs(a, b)
+    assert r.identical and r.n_differing == 0 and r.max_abs_diff == 0.0 and r.first_difference is None
+    assert r.n_compared == 2 * 18 - 1 and r.greedy_on == r.greedy_off
+
+
+def test_one_ulp_is_a_difference():
+    a = {0: _lp(0), 1: _lp(1)}
+    b = {k: v.clone() for k, v in a.items()}
+    b[1][2, 4] = torch.nextafter(b[1][2, 4], torch.tensor(0.0, dtype=torch.float64))
+    r = compare_logprobs(a, b)
+    assert not r.identical and r.n_differing == 1
+    assert 0 < r.max_abs_diff < 1e-15
+    assert r.first_difference.startswith("prompt 1 row 2 token 4:"), r.first_difference
+
+
+def test_signed_zero_nan_pattern_missing_prompt_and_shape_are_differences():
+    a, b = {0: _lp(0)}, {0: _lp(0)}
+    a[0][0, 0], b[0][0, 0] = 0.0, -0.0  # equal as numbers, not as bits
+    assert compare_logprobs(a, b).n_differing == 1
+    a, b = {0: _lp(0)}, {0: _lp(0)}
+    b[0][1, 3] = float("nan")
+    r = compare_logprobs(a, b)
+    assert r.n_differing == 1 and "NaN (not returned) only in the capture-off run" in r.first_difference
+    r = compare_logprobs({0: _lp(0), 1: _lp(1)}, {0: _lp(0)})
+    assert r.n_differing == 1 and r.first_difference == "prompt 1: only in the capture-on run"
+    r = compare_logprobs({0: _lp(0)}, {0: _lp(0, t=4)})
+    assert r.n_differing == 1 and "shape/dtype" in r.first_difference
+
+
+def test_a_changed_greedy_token_is_reported():
+    a = {0: _lp(0)}
+    b = {0: a[0].clone()}
+    top = int(a[0][-1].argmax())
+    b[0][-1, (top + 1) % 6] = 0.0  # now the most likely token
+    r = compare_logprobs(a, b)
+    assert r.token_mismatches == (0,) and r.greedy_on[0] == top and r.greedy_off[0] == (top + 1) % 6
+    assert not r.identical and "greedy token mismatches at prompts [0]" in r.describe()
+
+
+# -- real engines: capture on vs off -----------------------------------------------
+CASES = [
+    pytest.param("qwen3", "float32", False, id="qwen3-float32-eager"),
+    pytest.param("llama", "float32", False, id="llama-float32-eager"),
+    pytest.param("gemma", "float32", False, id="gemma-float32-eager"),
+    pytest.param("mixtral", "float32", False, id="mixtral-float32-eager"),
+    pytest.param("qwen3", "float32", True, id="qwen3-float32-compiled", marks=pytest.mark.slow),
+    # bf16 measured bitwise too (see the report of this test's author); the issue would allow the
+    # reference's own floor, but anything looser than bitwise would hide a one-ulp perturbation.
+    pytest.param("qwen3", "bfloat16", False, id="qwen3-bfloat16-eager"),
+]
+
+
+@pytest.fixture(scope="module")
+def engines():
+    """(family, dtype, compiled, side, fault) -> (SubjectCapture, seconds): each boot once per module."""
+    return {}
+
+
+def _capture(engines, tmp_path_factory, family: str, dtype: str, compiled: bool, on: bool, fault=None):
+    key = (family, dtype, compiled, on, fault)
+    if key not in engines:
+        from harness.models.families import FAMILIES
+        from harness.models.targets import target_for_family
+        from harness.pipeline.invariance import capture_off_plan
+        from harness.pipeline.plan import build_plan
+        from harness.pipeline.runner import capture_subject, prompts_for
+        from harness.pipeline.variant import Variant
+
+        target = target_for_family(FAMILIES[family])
+        variant = Variant.make(dtype, "cpu", compiled=compiled)
+        plan = build_plan(target, variant)
+        if not on:
+            plan = capture_off_plan(plan)
+        prompts = list(prompts_for(target).values())
+        work = tmp_path_factory.mktemp(f"{family}-{dtype}-{'compiled' if compiled else 'eager'}-"
+                                       f"{'on' if on else 'off'}{'-fault' if fault else ''}")
+        t0 = time.perf_counter()
+        cap = capture_subject(target, variant, plan, prompts, work, engine_env=fault.env() if fault else None)
+        engines[key] = (cap, time.perf_counter() - t0)
+        shutil.rmtree(work, ignore_errors=True)
+    return engines[key]
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("family,dtype,compiled", CASES)
+def test_capture_on_and_off_give_bitwise_identical_log_probs(engines, tmp_path_factory, family, dtype, compiled):
+    on, t_on = _capture(engines, tmp_path_factory, family, dtype, compiled, on=True)
+    off, t_off = _capture(engines, tmp_path_factory, family, dtype, compiled, on=False)
+    n_reads = len({k.split(":", 1)[1].rsplit("#", 1)[0] for k in on.raw})
+    assert n_reads > 0 and not off.raw, f"on captured {n_reads} reads, off {len(off.raw)} raw tensors"
+    assert on.meta.get("ragged_batches") and off.meta.get("ragged_batches"), "the ragged run must run on both sides"
+    assert not on.meta.get("missing_modules"), on.meta.get("missing_modules")
+    r = compare_logprobs(on.logprobs, off.logprobs)
+    print(f"{family} {dtype} {'compiled' if compiled else 'eager'}: {r.describe()}; {n_reads} reads on; "
+          f"subject runs {t_on:.1f} s (on) / {t_off:.1f} s (off), boots {on.meta.get('boot_s', 0):.1f} / "
+          f"{off.meta.get('boot_s', 0):.1f} s")
+    assert r.n_compared > 0
+    assert r.identical, f"capture changed the engine's output: {r.describe()}"
+
+
+@pytest.mark.parity
+def test_a_planted_engine_change_on_one_side_is_reported(engines, tmp_path_factory):
+    """The bitwise check sees a change far below any tolerance: one layer's down projection scaled
+    by 1 + 1e-6 in the capture-on engine only (the capture-off engine is the parity test's)."""
+    from harness.engines.engine_faults import EngineFault
+
+    fault = EngineFault.scale("model.layers.1.mlp.down_proj.weight", 1e-6)
+    on, _ = _capture(engines, tmp_path_factory, "qwen3", "float32", False, on=True, fault=fault)
+    off, _ = _capture(engines, tmp_path_factory, "qwen3", "float32", False, on=False)
+    r = compare_logprobs(on.logprobs, off.logprobs)
+    print(f"planted {fault.describe()}: {r.describe()}")
+    assert not r.identical and r.n_differing > 0 and r.first_difference.startswith("prompt ")
+    assert 0 < r.max_abs_diff < 1e-3  # far inside any log-prob tolerance: only bitwise sees it
