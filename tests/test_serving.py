@@ -131,3 +131,20 @@ def test_variant_names_carry_the_serving_axes_and_bad_values_name_the_option():
         Variant.make(runner="v3")
     with pytest.raises(VariantError, match="tl-vllm"):
         Variant.make(subject="tl-vllm", serving="decode")
+
+
+def test_greedy_agreement_skips_tokens_after_an_explained_event():
+    class Flip:  # an explained routing flip of prompt 0 at token 1 (harness.comparison.set_aside.Event)
+        token = 1
+    small = torch.log_softmax(torch.tensor([[9.0, 0.0], [9.0, 0.0], [9.0, 0.0]]), -1)
+    g = greedy_agreement([[0, 1, 1]], [1], [(small, small)], k=1, aside={0: Flip()})
+    assert (g["checked"], g["set_aside"], g["diverged"]) == (1, 2, [])
+
+
+def test_v2_prompt_logits_over_every_position_are_taken_whole():
+    from harness.comparison.conversions import stitch_calls
+
+    sampled, prompt = torch.full((1, 3), 9.0), torch.arange(12.0).reshape(4, 3)
+    assert torch.equal(stitch_calls([sampled, prompt], 4), prompt)  # vLLM 0.20 V2: [1, T] rows
+    with pytest.raises(ValueError):
+        stitch_calls([sampled, prompt[:2]], 4)

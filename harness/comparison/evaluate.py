@@ -31,6 +31,7 @@ from harness.comparison.nonfinite import NEG_INF_KINDS, describe, first_nonfinit
 from harness.comparison.logits import greedy_agreement, logit_rows
 from harness.comparison.rows import REFERENCE_ENGINE, Pairs, axes_of, compared_row, pairs_of
 from harness.comparison.routing import GATE, Flip, find_flips
+from harness.comparison.set_aside import set_aside
 from harness.comparison.shapes import subject_to_canonical
 from harness.pipeline.plan import Case, Plan
 from harness.pipeline.results import HookResult
@@ -297,10 +298,11 @@ class _Evaluation:
         """Decode runs: the argmax row checks every generated token, not only the final position."""
         generated = serving["generated"]
         prompt_lengths = [length - len(gen) + 1 for length, gen in zip(self.lengths, generated)]
-        g = greedy_agreement(generated, prompt_lengths, pairs)
+        g = greedy_agreement(generated, prompt_lengths, pairs, aside=set_aside("argmax", list(self.events)))
         am.worst = {**(am.worst or {}), "generated_checked": g["checked"], "generated_exact": g["exact"],
                     "generated_near_ties": g["near_ties"]}
         note = (f"; {g['exact']}/{g['checked']} generated tokens equal the reference's greedy token"
+                + (f" ({g['set_aside']} after an explained upstream event not checked)" if g["set_aside"] else "")
                 + (f", {len(g['near_ties'])} near tie(s) {g['near_ties'][:3]}" if g["near_ties"] else ""))
         if g["diverged"]:
             am.status, am.rel_err = "fail", 1.0

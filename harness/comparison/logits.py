@@ -59,18 +59,24 @@ def logit_rows(model: str, lp_case: Case, am_case: Case, band: Band, pairs: list
     return [row, am]
 
 
-def greedy_agreement(generated: list[list[int]], prompt_lengths: list[int], pairs: list, k: int = 5) -> dict:
+def greedy_agreement(generated: list[list[int]], prompt_lengths: list[int], pairs: list, k: int = 5,
+                     aside: dict | None = None) -> dict:
     """Decode runs (harness.engines.serving): every token vLLM generated greedily against the
     reference's top-1 at that position, teacher-forced on the same sequence.  ``pairs``: per prompt
     (vLLM's, the reference's) ``[L, V]`` log-probs; token ``i`` of prompt ``p`` was sampled from
     row ``prompt_lengths[p] - 1 + i``.  A mismatch is a near tie when vLLM's token is in the
-    reference's top-k and the reference's top-1 in vLLM's top-k (as the argmax row allows)."""
-    out = {"checked": 0, "exact": 0, "near_ties": [], "diverged": []}
+    reference's top-k and the reference's top-1 in vLLM's top-k (as the argmax row allows).
+    ``aside``: prompt -> an explained upstream event (harness.comparison.set_aside): its tokens at
+    and after the event are not checked (a flipped expert at a near tie changes what follows)."""
+    out = {"checked": 0, "exact": 0, "near_ties": [], "diverged": [], "set_aside": 0}
     for p, (gen, (s, r)) in enumerate(zip(generated, pairs)):
         for i, tok in enumerate(gen):
             row = prompt_lengths[p] - 1 + i
             if row >= r.shape[0]:
                 break
+            if aside and p in aside and row >= aside[p].token:
+                out["set_aside"] += 1
+                continue
             r_lp = torch.nan_to_num(r[row].double(), nan=-math.inf)
             s_lp = torch.nan_to_num(s[row].double(), nan=-math.inf)
             ref_top = int(r_lp.argmax())
