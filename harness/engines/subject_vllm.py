@@ -262,6 +262,11 @@ def main(request_path: str) -> int:
             raw[f"{p}:{key}"] = tensor  # key is already "{read key}#{call}" (capture_keys.call_key)
         calls[p] = dump["calls"]
         logprobs[str(p)] = _logprob_matrix(_logprob_rows(out), vocab, len(tokens))
+        # what vLLM returned, for a runner that returns rows differently (V2 on 0.20: the last row empty)
+        meta.setdefault("logprob_rows_returned", {})[p] = {
+            "prompt": None if out.prompt_logprobs is None else len(out.prompt_logprobs),
+            "sampled": None if out.outputs[0].logprobs is None else len(out.outputs[0].logprobs),
+            "sampled_entries": [len(r or {}) for r in (out.outputs[0].logprobs or [])][:2]}
     if req.get("ragged") and len(req["prompts"]) > 1 and not scheme.stitched:
         # All prompts in one generate call: vLLM flattens them into one forward
         # (or several, under chunked prefill); the layout says which rows are whose.
