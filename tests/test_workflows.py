@@ -70,7 +70,9 @@ def test_reports_uploaded_and_summarized(path: Path) -> None:
         "the support matrix must be appended to $GITHUB_STEP_SUMMARY even when the tests fail"
 
 
-CPU_UNIT = ".venv/bin/python -m pytest tests --junitxml=junit/unit.xml"
+CPU_UNIT = '.venv/bin/python -m pytest tests -m "not parity" --junitxml=junit/unit.xml'
+CPU_ENGINE = (".venv/bin/python -m pytest ${{ matrix.tests }} -m parity "
+              "--junitxml=junit/engine-${{ matrix.group }}.xml")
 CPU_SHARD = (".venv/bin/python -m pytest parity_tests --shard ${{ matrix.shard }}/${{ strategy.job-total }} "
              "--junitxml=junit/parity-${{ matrix.shard }}.xml")
 
@@ -78,8 +80,9 @@ CPU_SHARD = (".venv/bin/python -m pytest parity_tests --shard ${{ matrix.shard }
 @pytest.mark.parametrize(("path", "job", "install", "test_cmd"), [
     (CPU, "unit", "bash scripts/setup.sh", CPU_UNIT),
     (CPU, "parity", "bash scripts/setup.sh", CPU_SHARD),
+    (CPU, "engine", "bash scripts/setup.sh", CPU_ENGINE),
     (GPU, "parity", "bash scripts/setup.sh --gpu", ".venv/bin/python -m pytest parity_tests --device cuda"),
-], ids=["cpu-unit", "cpu-parity-shard", "gpu"])
+], ids=["cpu-unit", "cpu-parity-shard", "cpu-engine-group", "gpu"])
 def test_install_and_gate(path: Path, job: str, install: str, test_cmd: str) -> None:
     wf = _load(path)
     steps = wf["jobs"][job]["steps"]
@@ -98,21 +101,26 @@ def test_cpu_unit_tests_run_once_and_every_shard_runs_the_parity_suite() -> None
     jobs = _load(CPU)["jobs"]
     pytest_runs = {name: [s["run"].strip() for s in job["steps"] if "-m pytest" in s.get("run", "")]
                    for name, job in jobs.items()}
-    # tests/ in exactly one job, and that job is not a matrix (it would run once per shard)
-    unit = [name for name, runs in pytest_runs.items() if any(" tests" in r.split("--")[0] for r in runs)]
-    assert unit == ["unit"] and "strategy" not in jobs["unit"]
+    # tests/ without engines in exactly one job, not a matrix (it would run once per shard)
+    assert pytest_runs["unit"] == [CPU_UNIT] and "strategy" not in jobs["unit"]
+    # tests/ with engines: every test file in exactly one group (the last group takes the rest)
+    groups = jobs["engine"]["strategy"]["matrix"]["include"]
+    named = [t for g in groups[:-1] for t in g["tests"].split()]
+    rest = groups[-1]["tests"].split()
+    assert rest[0] == "tests" and sorted(a.split("=", 1)[1] for a in rest[1:]) == sorted(named)
+    assert jobs["engine"]["strategy"].get("fail-fast") is False
     shards = jobs["parity"]["strategy"]["matrix"]["shard"]
     assert shards == list(range(1, len(shards) + 1)) and len(shards) > 1
     assert jobs["parity"]["strategy"].get("fail-fast") is False  # every shard reports
     assert pytest_runs["parity"] == [CPU_SHARD]
-    for name in ("unit", "parity"):  # each job's JUnit XML is uploaded, failed or not
+    for name in ("unit", "engine", "parity"):  # each job's JUnit XML is uploaded, failed or not
         up = [s for s in jobs[name]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
         assert any(str(s["with"]["path"]).rstrip("/") == "junit" and s.get("if") == "always()" for s in up), name
 
 
 def test_cpu_merge_job_runs_whatever_the_shards_did() -> None:
     merge = _load(CPU)["jobs"]["matrix"]
-    assert set(merge["needs"]) == {"unit", "parity"} and merge["if"] == "always()"
+    assert set(merge["needs"]) == {"unit", "engine", "parity"} and merge["if"] == "always()"
     runs = "\n".join(s.get("run", "") for s in merge["steps"])
     assert "-m harness matrix" in runs and "--report-dir" in runs and "--out reports" in runs
     assert "-m harness junit" in runs and "GITHUB_STEP_SUMMARY" in runs
