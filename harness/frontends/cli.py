@@ -33,11 +33,11 @@ from harness.paths import REPO_ROOT as REPO
 DEFAULT_REPORTS = REPO / "reports"
 
 
-def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None, engine_timeout_s: float = 900) -> dict:
+def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None, settings=None) -> dict:
     """One (target, variant) in this process: the result as a dict and its summary.
     ``gpu``: pin this process (and the vLLM process it starts) to that GPU; ``threads``:
     its CPU threads (and the vLLM process's), so N jobs share the cores instead of each
-    starting one thread per core; ``engine_timeout_s``: ``--engine-timeout``."""
+    starting one thread per core; ``settings``: the run's harness.pipeline.settings.RunSettings."""
     import os
 
     if gpu is not None:
@@ -52,7 +52,9 @@ def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None, eng
     from harness.reporting.report import summarize
 
     target, variant = job
-    result = run_model(target, variant, engine_timeout_s=engine_timeout_s).result.to_dict()
+    from harness.pipeline.settings import RunSettings
+
+    result = run_model(target, variant, settings=settings or RunSettings()).result.to_dict()
     return {"result": result, "summary": summarize(result)}
 
 
@@ -108,6 +110,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.reporting.report import write_report
 
     args.report_dir = args.report_dir or DEFAULT_REPORTS
+    from harness.pipeline.settings import RunSettings
+
+    settings = RunSettings.from_options(args)
     modes = split_list(args.modes or ("compiled" if args.compiled else "eager"))
     try:
         if args.jobs < 1:
@@ -156,7 +161,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             for i, job in enumerate(jobs):
                 try:
-                    out = _run_one(job, engine_timeout_s=args.engine_timeout)
+                    out = _run_one(job, settings=settings)
                 except KeyboardInterrupt:
                     stopped.append(signal.SIGINT)
                 if stopped:  # keep every finished result; this job and the rest say why
@@ -182,7 +187,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         run_one = importlib.import_module("harness.frontends.cli")._run_one
         threads = max(1, (os.cpu_count() or 1) // args.jobs)
         with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn"), max_tasks_per_child=1) as pool:
-            futures = {pool.submit(run_one, job, i % gpus if gpus > 1 else None, threads, args.engine_timeout): job
+            futures = {pool.submit(run_one, job, i % gpus if gpus > 1 else None, threads, settings): job
                        for i, job in enumerate(jobs)}
             done = set()
             try:

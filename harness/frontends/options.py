@@ -85,6 +85,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--serving", "how vLLM is driven: single (each prompt alone, one prefill step, default), prefix-cache, "
                         "chunked, decode, preempt (harness/engines/serving.py; CLI: comma-separated, one report each)",
            default="single", choices=tuple(SCHEMES), many=True),
+    Option("--references-dir", "store reference captures and floors here and reuse them when the manifest "
+                               "(checkpoint, prompts, dtype, hooks, reference code, torch/transformers/TL versions; "
+                               "not vLLM) matches: a vLLM upgrade re-runs only vLLM (harness/references/stored.py)",
+           type=Path),
     Option("--jobs", "run this many (model, variant) jobs at once, each in its own process (default 1)",
            default=1, type=int, where="cli"),
     Option("--resume", "skip (model, variant) jobs whose report is current: same code, checkpoint, variant and "

@@ -47,7 +47,9 @@ class ParitySession:
         self.model_path = config.getoption("--model-path")
         self.shard = config.getoption("--shard")  # harness.frontends.shard.Shard or None
         self.prompts = config.getoption("--prompts")  # harness.models.text_prompts.PromptsFile or None
-        self.engine_timeout_s = config.getoption("--engine-timeout")  # a run setting, not a variant axis
+        from harness.pipeline.settings import RunSettings
+
+        self.settings = RunSettings.from_options(config)  # how the run is carried out, not a variant axis
         self.variant = variant
         rd = config.getoption("--report-dir")
         self.report_dir = Path(rd) if rd else Path(str(config.rootpath)) / "reports"
@@ -107,7 +109,7 @@ class ParitySession:
             from harness.pipeline.runner import run_model
             from harness.reporting.report import write_report
 
-            run = run_model(self.target(name), variant, hooks=hooks, engine_timeout_s=self.engine_timeout_s)
+            run = run_model(self.target(name), variant, hooks=hooks, settings=self.settings)
             self.runs[key] = run  # before the report: a failed write must not re-boot the engines per test
             write_report(run.result.to_dict(), self.report_dir)
         return self.runs[key]

@@ -98,6 +98,8 @@ class ModelResult:
     # a serving run (harness.engines.serving): scheme, engine steps, generated tokens, and per prompt
     # where every position came from (harness.engines.stitch.Coverage); empty for the single shape
     serving: dict = field(default_factory=dict)
+    # stored references (--references-dir, harness.references.stored): loaded or computed, and where
+    references_stored: dict = field(default_factory=dict)
 
     @classmethod
     def start(cls, target: Any, variant: Any, overlay_name: str | None = None) -> "ModelResult":

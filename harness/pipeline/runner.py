@@ -5,8 +5,8 @@ own process) and the references, evaluates, and returns a :class:`ModelRun` -- t
 captures plus a :class:`ModelResult`.  It never raises for a model-level failure: an
 engine crash becomes ``ModelResult.error`` so the other models' results survive.
 A dtype the target declares vLLM refuses is returned ``skipped`` without booting.
-``engine_timeout_s`` (``--engine-timeout``) is a run setting, not a variant axis: how long each
-vLLM process may run before its process group is killed and the model is an error.
+How the run is carried out (the engine timeout, stored references) is one
+:class:`~harness.pipeline.settings.RunSettings`, not a variant axis.
 
 Timings: ``result.timings["phases"]`` holds seconds per phase (harness.phases), in order:
 ``setup`` (versions, fingerprint), ``plan``, ``subject`` (the whole vLLM capture: process
@@ -45,6 +45,7 @@ from harness.phases import Phases, peak_memory, reset_gpu_peak
 from harness.pipeline.fingerprint import fingerprint
 from harness.pipeline.plan import Plan, build_plan
 from harness.pipeline.results import ModelResult, ModelRun
+from harness.pipeline.settings import RunSettings
 from harness.pipeline.variant import Variant
 from harness.references.reference import capture_references, tf32_floors
 from harness.references.tolerances import calibration_for
@@ -108,6 +109,25 @@ def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts
     return refs
 
 
+def _references(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]], phases: Phases,
+                settings: RunSettings, result: ModelResult):
+    """The reference side: from ``settings.references_dir`` where an entry for exactly this
+    manifest is stored (harness.references.stored), else computed (and stored there when set)."""
+    if settings.references_dir is None:
+        return capture_reference_side(target, variant, plan, prompts, phases.child("references"))
+    from harness.references.stored import ReferenceStore, manifest
+
+    store = ReferenceStore(settings.references_dir)
+    man = manifest(target, variant, plan, prompts, result.versions)
+    refs = store.load(man)
+    if refs is not None:
+        result.references_stored = {"action": "loaded", "path": str(store.path(man))}
+        return refs
+    refs = capture_reference_side(target, variant, plan, prompts, phases.child("references"))
+    result.references_stored = {"action": "computed and stored", "path": str(store.save(refs, man))}
+    return refs
+
+
 def _timings(sm: dict, rm: dict) -> dict:
     return {
         "vllm": {"boot_s": sm.get("boot_s"), "forward_ms_median": sm.get("forward_ms_median"),
@@ -155,11 +175,12 @@ def _recheck_refusal(target: Target, variant: Variant, result: ModelResult, work
 
 def run_model(target: Target, variant: Variant = Variant(), work_root: Path | None = None,
               hooks: set[str] | frozenset[str] | None = None, engine_env: dict[str, str] | None = None,
-              engine_timeout_s: float = 900) -> ModelRun:
+              settings: RunSettings = RunSettings()) -> ModelRun:
     """``hooks``: a selective run's hooks (only those, plus derived inputs, are captured);
     ``engine_env``: extra environment for the vLLM process only -- test instrumentation such as a
     planted engine fault (tests/), never a variant axis (those are :class:`Variant`'s);
-    ``engine_timeout_s``: seconds each vLLM process may run (``--engine-timeout``), a run setting."""
+    ``settings``: how the run is carried out (harness.pipeline.settings)."""
+    engine_timeout_s = settings.engine_timeout_s
     t0 = time.perf_counter()
     reset_gpu_peak()
     phases = Phases()
@@ -173,7 +194,7 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
             with phases("refusal_recheck"):
                 _recheck_refusal(target, variant, result, work_root, engine_timeout_s)
         else:
-            _run_engines(run, variant, work_root, hooks, engine_env, phases, engine_timeout_s)
+            _run_engines(run, variant, work_root, hooks, engine_env, phases, settings)
     finally:  # the timings of a failed model too: how far it got, and how long that took
         result.timings = {**result.timings, "phases": phases.seconds, "peak_memory": peak_memory()}
         result.wall_s = time.perf_counter() - t0
@@ -181,7 +202,7 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
 
 
 def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks, engine_env, phases: Phases,
-                 engine_timeout_s: float = 900) -> None:
+                 settings: RunSettings = RunSettings()) -> None:
     """Plan, subject, references, compare: into ``run``; a model-level failure becomes ``result.error``."""
     target, result = run.target, run.result
     try:
@@ -201,7 +222,7 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
             runs_root = work_root or CACHE_ROOT / "runs"
             runs_root.mkdir(parents=True, exist_ok=True)
             work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-{variant.work_prefix}"))
-            run.subject = capture_subject(target, variant, plan, prompts, work, engine_env, engine_timeout_s)
+            run.subject = capture_subject(target, variant, plan, prompts, work, engine_env, settings.engine_timeout_s)
             shutil.rmtree(work, ignore_errors=True)  # captures are in memory now
         _subject_phases(phases, run.subject.meta)
         serving = run.subject.meta.get("serving")
@@ -209,7 +230,7 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
             result.serving = {k: v for k, v in serving.items() if k != "sequences"}
             result.prompts = prompts = serving["sequences"]
         with phases("references"):
-            run.refs = capture_reference_side(target, variant, plan, prompts, phases.child("references"))
+            run.refs = _references(target, variant, plan, prompts, phases, settings, result)
         with phases("compare"):
             gate = Gate(variant.gate_key, variant.dtype, target.architecture)
             result.rows, flips = evaluate(plan, run.subject, run.refs, prompts, gate, target.name)

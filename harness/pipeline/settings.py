@@ -1,0 +1,31 @@
+"""How a run is carried out, beside what is run (the :class:`~harness.pipeline.variant.Variant`).
+
+Contract: :class:`RunSettings` is one frozen value built once by each front end
+(harness.frontends.cli, harness.frontends.pytest_plugin) and handed to
+:func:`harness.pipeline.runner.run_model`.  Nothing here changes what is compared, so nothing here
+is in a report's fingerprint or name:
+
+* ``engine_timeout_s`` (``--engine-timeout``): seconds each vLLM process may run before its process
+  group is killed and the model is an error;
+* ``references_dir`` (``--references-dir``): where reference captures and floors are stored and
+  reused (harness.references.stored); None computes them every time.
+
+Trap: settings are picklable (``--jobs`` sends them to worker processes).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    engine_timeout_s: float = 900
+    references_dir: Path | None = None
+
+    @classmethod
+    def from_options(cls, source) -> "RunSettings":
+        """From an argparse ``Namespace`` or a pytest ``Config`` (harness.frontends.options)."""
+        get = source.getoption if hasattr(source, "getoption") else (lambda flag: getattr(source, flag.lstrip("-").replace("-", "_")))
+        refs = get("--references-dir")
+        return cls(float(get("--engine-timeout")), Path(refs) if refs else None)
