@@ -170,9 +170,13 @@ def to_markdown(result: dict) -> str:
         f"| dtype / seed | {result['dtype']} / {result.get('seed')} |",
         f"| vllm / torch | {v.get('vllm')} / {v.get('torch')} |",
         f"| transformers / transformer-lens | {v.get('transformers')} / {v.get('transformer-lens')} |",
-        f"| prompts (token ids) | {'; '.join(f'{n}: {len(p)} tokens' for n, p in zip(result.get('prompt_names') or range(99), result.get('prompts', [])))} (one run each, plus all in one ragged batch) |",
+        f"| prompts (token ids) | {'; '.join(f'{n}: {len(p)} tokens' for n, p in zip(result.get('prompt_names') or range(99), result.get('prompts', [])))} ({'one run each, plus all in one ragged batch' if not result.get('serving') else 'served as below'}) |",
         *([f"| prompt source | {_cell((result.get('prompt_info') or {})['source'])} |"]
           if (result.get("prompt_info") or {}).get("source") else []),
+        *([f"| references | {result['references_stored']['action']} (`{result['references_stored']['path']}`) |"]
+          if result.get("references_stored") else []),
+        *([f"| serving | `{result['serving'].get('scheme')}`: {result['serving'].get('doc')} |"]
+          if result.get("serving") else []),
         f"| wall time | {result.get('wall_s', 0):.1f} s |",
         "",
         *prompt_lines(result),
