@@ -12,6 +12,13 @@ engine, and writes into the request's ``out_dir``:
 * ``meta.json``            -- versions, boot time, forward latency, top kernels,
   call counts, missing modules.
 
+Serving shapes (request ``serving``, harness.engines.serving): other than ``single``, the prompts
+are served the scheme's way (prefix cache, chunked prefill, decode, preemption), every forward is
+captured with its batch layout, and the captures are stitched back into each prompt's positions
+here (harness.engines.stitch), so ``raw.safetensors`` has the same keys as a single run's, for the
+compared sequences (decode: prompt + generated tokens but the last); ``meta["serving"]`` says where
+every position came from, and the run fails when the engine never did what the scheme tests.
+
 One process per model: vLLM keeps process-global state, and a crash here
 costs this model only.  The engine core stays in-process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the profiler sees the forward.
