@@ -13,7 +13,7 @@ from harness.references.stored import ReferenceStore, key
 
 def _refs() -> ReferenceCapture:
     t = lambda *s: torch.randn(*s)  # noqa: E731
-    return ReferenceCapture(
+    out = ReferenceCapture(
         bridge={0: {"blocks.0.hook_out": t(3, 4)}, 1: {"blocks.0.hook_out": t(5, 4)}},
         compat={0: {"blocks.0.hook_resid_post": t(3, 4)}}, logprobs={0: t(3, 7).double(), 1: t(5, 7).double()},
         hf={0: {"model.layers.0": t(3, 4).bfloat16()}}, floors={"bridge": {"blocks.0.hook_out": 1.25e-7}},
@@ -21,6 +21,8 @@ def _refs() -> ReferenceCapture:
         floor_stats={"median": {"bridge": {"blocks.0.hook_out": 3e-8}}},
         compat_processed={1: {"blocks.0.hook_resid_post": t(5, 4)}},
         chaos=[ChaoticToken(1, 0, 2, 0.5, 0.25, "floor")])
+    out.bridge[0]["blocks.1.hook_in"] = out.bridge[0]["blocks.0.hook_out"]  # an alias, as the bridge holds them
+    return out
 
 
 def test_round_trip_is_exact_and_a_different_manifest_is_a_miss(tmp_path):

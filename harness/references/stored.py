@@ -100,9 +100,10 @@ class ReferenceStore:
         """Write ``refs`` under ``man``'s key (atomically: a temporary folder, then a rename)."""
         from safetensors.torch import save_file
 
-        flat = {f"{store}/{p}/{hook}": t.contiguous() for store in _STORES
+        # clone: the references hold aliases (one tensor under two hook names), which safetensors refuses
+        flat = {f"{store}/{p}/{hook}": t.detach().clone().contiguous() for store in _STORES
                 for p, hooks in (getattr(refs, store) or {}).items() for hook, t in hooks.items()}
-        flat.update({f"logprobs/{p}/-": t.contiguous() for p, t in refs.logprobs.items()})
+        flat.update({f"logprobs/{p}/-": t.detach().clone().contiguous() for p, t in refs.logprobs.items()})
         folder = self.path(man)
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".tmp-"))
