@@ -142,6 +142,7 @@ def _serve(llm, req: dict, scheme, k: int, vocab: int, out_dir: Path, tp_stats: 
 
     prompts = req["prompts"]
     llm.collective_rpc("vp_reset")
+    llm.collective_rpc("vp_track_positions", args=(True,))
     outputs, mains, prefix_of = {}, [], {}
     if scheme.together:
         for o in llm.generate([{"prompt_token_ids": t} for t in prompts], params(scheme.prompt_logprobs),
@@ -158,6 +159,7 @@ def _serve(llm, req: dict, scheme, k: int, vocab: int, out_dir: Path, tp_stats: 
             outputs[o.request_id] = o
             mains.append(o.request_id)
     dumps = llm.collective_rpc("vp_dump", args=(str(out_dir / "serving.safetensors"),))
+    llm.collective_rpc("vp_track_positions", args=(False,))
     records = _load_dump(dumps, tp_stats)
     requests = {rid: list(o.prompt_token_ids) + list(o.outputs[0].token_ids) for rid, o in outputs.items()}
     targets, logprobs, generated, missing_rows = [], {}, [], {}

@@ -315,6 +315,7 @@ class CaptureExtension:
         self._vp_handles = getattr(self, "_vp_handles", [])
         self._vp_forward_s: list[float] = []
         self._vp_enabled = True
+        self._vp_positions = False
         self._vp_counters: list[list[int]] = []
         self._vp_batches: list[dict] = []
         self._vp_layouts: dict[str, dict] = {}  # raw key -> tensor-parallel layout (vllm_compat.tp_layout)
@@ -385,8 +386,10 @@ class CaptureExtension:
             if _CUDA:
                 torch.cuda.synchronize()
             if self._vp_enabled:
-                positions = kwargs.get("positions", args[1] if len(args) > 1 else None)
-                input_ids = kwargs.get("input_ids", args[0] if args else None)
+                positions = input_ids = None
+                if self._vp_positions:  # serving runs only: a host copy of every step's ids and positions
+                    positions = kwargs.get("positions", args[1] if len(args) > 1 else None)
+                    input_ids = kwargs.get("input_ids", args[0] if args else None)
                 self._vp_batches.append(self._vp_batch_layout(positions, input_ids))
             self._vp_t0 = time.perf_counter()
 
@@ -411,6 +414,11 @@ class CaptureExtension:
     def vp_engine_info(self) -> dict:
         """Compilation and CUDA-graph mode of this worker (harness.engines.vllm_compat.engine_info)."""
         return engine_info(self)
+
+    def vp_track_positions(self, on: bool) -> None:
+        """Record each forward's positions and token ids in its batch layout (harness.engines.stitch
+        needs them; a single-prompt run does not, so its forwards skip the two host copies)."""
+        self._vp_positions = on
 
     def vp_set_enabled(self, enabled: bool) -> None:
         self._vp_enabled = enabled

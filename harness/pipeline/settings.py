@@ -26,6 +26,7 @@ class RunSettings:
     @classmethod
     def from_options(cls, source) -> "RunSettings":
         """From an argparse ``Namespace`` or a pytest ``Config`` (harness.frontends.options)."""
-        get = source.getoption if hasattr(source, "getoption") else (lambda flag: getattr(source, flag.lstrip("-").replace("-", "_")))
-        refs = get("--references-dir")
-        return cls(float(get("--engine-timeout")), Path(refs) if refs else None)
+        from harness.frontends.options import read
+
+        refs = read(source, "--references-dir")
+        return cls(float(read(source, "--engine-timeout")), Path(refs) if refs else None)
