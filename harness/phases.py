@@ -34,20 +34,24 @@ from dataclasses import dataclass, field
 class Phases:
     seconds: dict[str, float] = field(default_factory=dict)
     prefix: str = ""
+    # the phases open right now, outermost first (shared with children): harness.memory files samples by it
+    open: list[str] = field(default_factory=list)
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         key = self.prefix + name
         self.seconds.setdefault(key, 0.0)  # inserted at the start: a parent precedes its sub-phases
         start = time.perf_counter()
+        self.open.append(key)
         try:
             yield
         finally:
             self.seconds[key] += time.perf_counter() - start
+            self.open.remove(key)
 
     def child(self, name: str) -> Phases:
         """Sub-phases of ``name`` for a callee, recorded as ``name.<sub>`` in this same dict."""
-        return Phases(self.seconds, f"{self.prefix}{name}.")
+        return Phases(self.seconds, f"{self.prefix}{name}.", self.open)
 
     def own(self) -> dict[str, float]:
         """This prefix's phases, the prefix stripped (a callee's view of what it timed)."""

@@ -95,3 +95,19 @@ def test_a_failed_run_renders_its_phases_without_engine_rows():
     result["error"] = "SubjectError: engine died"
     md = to_markdown(result)
     assert "| subject | 3.00 |" in md and "| engine | forward latency" not in md
+
+
+def test_memory_sampler_files_samples_under_the_open_phase():
+    from harness.memory import MemorySampler
+
+    phases = Phases()
+    with MemorySampler(phases, interval_s=0.01) as mem:
+        with phases("outer"):
+            with phases.child("outer")("inner"):
+                block = bytearray(64 << 20)  # 64 MiB, touched
+                mem.sample()
+            del block
+    summary = mem.summary()
+    assert phases.open == []
+    assert summary["by_phase"]["outer.inner"] >= 64 and summary["rss_peak_mib"] >= summary["by_phase"]["outer.inner"]
+    assert summary["rss_self_peak_mib"] <= summary["rss_peak_mib"] and summary["samples"] >= 3

@@ -245,3 +245,17 @@ def test_capture_op_splits_the_graph():
         assert len(CompilationConfig._attention_ops) == len(set(before) | {vc.CAPTURE_OP})
     finally:
         CompilationConfig._attention_ops[:] = before
+
+
+def test_kv_cache_is_sized_to_the_model_and_prompts():
+    smollm2 = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
+    per_token = vc.kv_bytes_per_token(smollm2, 4)
+    assert per_token == 2 * 30 * 3 * 64 * 4
+    assert vc.kv_cache_bytes(smollm2, 4, 256, 309) == 2 * per_token * (256 + 309)
+    assert vc.kv_cache_bytes({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8}, 4, 64, 10) \
+        == vc.KV_CACHE_MIN_BYTES  # a tiny model gets the floor
+    assert vc.kv_cache_bytes({"text_config": smollm2}, 4, 256, 309) == 2 * per_token * (256 + 309)
+    assert vc.kv_cache_bytes({**smollm2, "kv_lora_rank": 512}, 2, 256, 9) == vc.KV_CACHE_BYTES  # MLA: not modelled
+    assert vc.kv_cache_bytes(None, 2, 256, 9) == vc.KV_CACHE_BYTES
+    assert vc.llm_kwargs(device="cpu", kv_bytes=123 << 20)["kv_cache_memory_bytes"] == 123 << 20
+    assert "VLLM_CPU_KVCACHE_SPACE" not in vc.subject_env_defaults("cpu", 1)  # it would override the sizing

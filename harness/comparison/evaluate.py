@@ -9,6 +9,11 @@ Rows leave out the tokens that upstream events set aside (harness.comparison.set
 explained routing flips found here, and the chaotic tokens the references found in their
 own floor run (``refs.chaos``, harness.comparison.chaos).
 
+Memory: vLLM's values are converted when a row first asks for them and held one decoder layer
+at a time (the plan lists each section layer by layer; a value asked for again after its layer
+was left is converted again), and the captures themselves are read from disk one tensor at a
+time (harness.spill): the evaluation holds one layer's tensors, not the run's.
+
 Traps:
 - A capture that never fired, or whose conversion fails, makes an ``error`` row on
   every reference, and the derived hooks computed from it say which input failed.
@@ -19,6 +24,7 @@ Traps:
 """
 from __future__ import annotations
 
+import re
 
 import torch
 
@@ -39,24 +45,43 @@ from harness.references.processing import to_hooked_coordinates
 from harness.vocab.hooks import hook_kind
 
 
+_LAYER = re.compile(r"^blocks\.(\d+)\.")
+
+
+def _layer_of(hook: str) -> int | None:
+    m = _LAYER.match(hook)
+    return int(m.group(1)) if m else None
+
+
+class _LayerCache(dict):
+    """hook -> converted values, holding one decoder layer's at a time (or the hooks outside the
+    layers): the plan lists each section's cases layer by layer, so a run's memory is one layer's
+    values, not every hook's.  A value evicted and asked for again is converted again."""
+
+    def put(self, hook: str, value):
+        layer = _layer_of(hook)
+        for old in [h for h in self if _layer_of(h) != layer]:
+            del self[old]
+        self[hook] = value
+        return value
+
+
 class _Evaluation:
-    """The state one evaluation builds once: converted captures, derived values, flips."""
+    """The state one evaluation builds: converted captures (on demand, one layer at a time), derived
+    values, flips."""
 
     def __init__(self, plan: Plan, subject, refs, prompts: list[list[int]], gate: Gate, model: str) -> None:
         self.plan, self.subject, self.refs, self.gate, self.model = plan, subject, refs, gate, model
         self.n, self.lengths = len(prompts), [len(t) for t in prompts]
-        self.values: dict[str, list[torch.Tensor]] = {}  # converted captures, also the inputs of derived hooks
+        self.values = _LayerCache()  # converted captures, also the inputs of derived hooks
         self.failed: dict[str, str] = {}  # hook -> why its capture has no value
-        for hook, spec in plan.specs.items():
-            self._convert(hook, spec)
         self.bridge_floor = refs.floors.get("bridge", {})
         self.router_tol = {h: gate.tolerance("bridge", self.bridge_floor.get(h)) for h in plan.specs if GATE.match(h)}
-        self.flips = self._routing_flips(self.values)
-        self.derived_values: dict[str, list[torch.Tensor]] = {}
+        self.flips = self._routing_flips(self.value)
+        self.derived_values = _LayerCache()
         self.derived_failed: dict[str, str] = {}
-        for hook, spec in plan.derived.items():
-            self._derive(hook, spec)
-        self.ragged, self.ragged_failed = self._ragged()
+        self.ragged_values, self.ragged_failed = _LayerCache(), {}
+        self.ragged_hooks = {c.hook for c in plan.cases if c.reference == "bridge-ragged"}
         self._first_bad: dict[str, str | None] = {}  # engine -> its first non-finite hook in forward order
         # the batched forward may flip other near-ties than the single-prompt ones
         self.ragged_flips = self.flips + [f for f in self._routing_flips(self.ragged) if f not in self.flips]
@@ -64,8 +89,18 @@ class _Evaluation:
         self.events, self.ragged_events = self.flips + chaos, self.ragged_flips + chaos
         self.processed_events = self.events + self._references_disagree()
 
-    # -- subject values ------------------------------------------------------------
-    def _convert(self, hook: str, spec: HookSpec) -> None:
+    # -- subject values (converted when first asked for) -----------------------------
+    def value(self, hook: str) -> list[torch.Tensor] | None:
+        """vLLM's converted value of ``hook`` per prompt; None where it failed (``self.failed`` says why)
+        or the plan has no such read."""
+        if hook in self.values:
+            return self.values[hook]
+        spec = self.plan.specs.get(hook)
+        if spec is None or hook in self.failed:
+            return None
+        return self._convert(hook, spec)
+
+    def _convert(self, hook: str, spec: HookSpec) -> list[torch.Tensor] | None:
         out = []
         for p, n_tokens in enumerate(self.lengths):
             raw = self.subject.read(p, spec.raw_key)
@@ -76,13 +111,13 @@ class _Evaluation:
                     problem += (f": no such module in vLLM's model tree ({engine.get('model_class', 'model class unknown')}"
                                 f"); the overlay describes another implementation of this architecture")
                 self.failed[hook] = problem
-                return
+                return None
             try:
                 out.append(convert(spec, self._canonical(p, spec, raw, n_tokens), self.subject.params))
             except Exception as exc:  # noqa: BLE001 -- a conversion that cannot apply is a mapping error
                 self.failed[hook] = f"{hook}: conversion failed: {exc}"
-                return
-        self.values[hook] = out
+                return None
+        return self.values.put(hook, out)
 
     def _canonical(self, p: int, spec: HookSpec, first: torch.Tensor, n_tokens: int) -> torch.Tensor:
         """The raw read of one prompt in ``[T, ...]`` rows: the first call's, or every call stitched."""
@@ -93,42 +128,55 @@ class _Evaluation:
             calls.append(nxt)
         return stitch_calls(calls, n_tokens)
 
-    def _derive(self, hook: str, spec) -> None:
-        missing = [f"input {h}: {self.failed.get(h, 'not captured')}" for h in spec.inputs if h not in self.values]
+    def derived_value(self, hook: str) -> list[torch.Tensor] | None:
+        """A derived hook's value per prompt, from its inputs' converted values; None where an input
+        is missing or the derivation fails (``self.derived_failed`` says why)."""
+        spec = self.plan.derived.get(hook)
+        if spec is None or hook in self.derived_failed:
+            return None
+        if hook in self.derived_values:
+            return self.derived_values[hook]
+        inputs = {h: self.value(h) for h in spec.inputs}
+        missing = [f"input {h}: {self.failed.get(h, 'not captured')}" for h, v in inputs.items() if v is None]
         try:
             if missing:
                 raise LookupError("; ".join(missing))
-            self.derived_values[hook] = [derive(spec, {h: self.values[h][p] for h in spec.inputs})
-                                         for p in range(self.n)]
+            return self.derived_values.put(hook, [derive(spec, {h: v[p] for h, v in inputs.items()})
+                                                  for p in range(self.n)])
         except Exception as exc:  # noqa: BLE001 -- a missing input or failed derivation is this hook's error
             self.derived_failed[hook] = f"{hook} (derived {spec.describe()}): {exc}"
+            return None
 
-    def _ragged(self) -> tuple[dict, dict]:
-        values, failed = {}, {}
-        for case in self.plan.cases:
-            if case.reference != "bridge-ragged":
-                continue
-            spec = self.plan.specs[case.hook]
-            row_dim = 1 if spec.convert and isinstance(spec.convert[0], DropBatch) else 0  # [1, T, ...] reads
-            raws = [self.subject.ragged_read(p, spec.raw_key, self.lengths, row_dim) for p in range(self.n)]
-            if any(r is None for r in raws):
-                failed[case.hook] = f"{case.hook}: no ragged-batch capture (vLLM did not report its batch layout)"
-                continue
-            try:
-                values[case.hook] = [convert(spec, r, self.subject.params) for r in raws]
-            except Exception as exc:  # noqa: BLE001
-                failed[case.hook] = f"{case.hook}: conversion failed: {exc}"
-        return values, failed
+    def ragged(self, hook: str) -> list[torch.Tensor] | None:
+        """vLLM's value of ``hook`` in the ragged-batch run, split per prompt; None where the plan has
+        no ragged case for it, or it failed (``self.ragged_failed`` says why)."""
+        if hook not in self.ragged_hooks or hook in self.ragged_failed:
+            return None
+        if hook in self.ragged_values:
+            return self.ragged_values[hook]
+        spec = self.plan.specs[hook]
+        row_dim = 1 if spec.convert and isinstance(spec.convert[0], DropBatch) else 0  # [1, T, ...] reads
+        raws = [self.subject.ragged_read(p, spec.raw_key, self.lengths, row_dim) for p in range(self.n)]
+        if any(r is None for r in raws):
+            self.ragged_failed[hook] = f"{hook}: no ragged-batch capture (vLLM did not report its batch layout)"
+            return None
+        try:
+            return self.ragged_values.put(hook, [convert(spec, r, self.subject.params) for r in raws])
+        except Exception as exc:  # noqa: BLE001
+            self.ragged_failed[hook] = f"{hook}: conversion failed: {exc}"
+            return None
 
-    def _routing_flips(self, values: dict[str, list[torch.Tensor]]) -> list[Flip]:
-        """Every token whose top-k expert set differs between vLLM's router logits and the bridge's."""
+    def _routing_flips(self, value_of) -> list[Flip]:
+        """Every token whose top-k expert set differs between vLLM's router logits (``value_of(hook)``)
+        and the bridge's."""
         k = self.plan.routing_k
         if not k:
             return []
         out: list[Flip] = []
-        for hook, subj in values.items():
+        for hook in self.plan.specs:
             m = GATE.match(hook)
-            if m is None or pairs_of(subj, self.refs.bridge, hook, self.n) is None:
+            subj = value_of(hook) if m else None
+            if subj is None or pairs_of(subj, self.refs.bridge, hook, self.n) is None:
                 continue
             for p in range(self.n):
                 tol = self.router_tol[hook]
@@ -188,7 +236,7 @@ class _Evaluation:
 
     def _store_of(self, engine: str):
         if engine == "vLLM":
-            return lambda h: self.values.get(h) or self.derived_values.get(h)
+            return lambda h: self.value(h) or self.derived_value(h)
         store = {"TransformerBridge": self.refs.bridge, "HF": self.refs.hf, "compatibility mode": self.refs.compat,
                  "processed compatibility mode": self.refs.compat_processed}[engine]
         return lambda h: [store.get(p, {}).get(h) for p in range(self.n)]
@@ -242,9 +290,10 @@ class _Evaluation:
     def _compared(self, case: Case, band: Band) -> HookResult:
         hook, ref, name, n = case.hook, case.reference, case.reference_hook, self.n
         if case.derived:
+            derived = self.derived_value(hook)
             problem = self.derived_failed.get(hook, "")
             store = self.refs.bridge if ref == "bridge" else self.refs.compat
-            pairs = None if problem else pairs_of(self.derived_values.get(hook), store, name, n)
+            pairs = None if problem else pairs_of(derived, store, name, n)
             pairs, bad = self._checked(case, pairs)  # before masking: the mask writes NaN on purpose
             pairs = pairs and [(s, ignore_common_mask(s, r)) for s, r in pairs]
             return compared_row(self.model, case, band, pairs,
@@ -257,10 +306,11 @@ class _Evaluation:
             return compared_row(self.model, case, band, pairs, bad or ("" if pairs else
                                 f"{hook}: missing in TransformerBridge or HF"), pos_axis=self._pos_axis(hook))
         if ref == "bridge-ragged":
-            pairs, bad = self._checked(case, pairs_of(self.ragged.get(hook), self.refs.bridge, hook, n))
+            pairs, bad = self._checked(case, pairs_of(self.ragged(hook), self.refs.bridge, hook, n))
             return compared_row(self.model, case, band, pairs, self.ragged_failed.get(hook, "") or bad,
                                 self.ragged_events, pos_axis=self._pos_axis(hook))
-        problem, subj = self.failed.get(hook, ""), self.values.get(hook)
+        subj = self.value(hook)
+        problem = self.failed.get(hook, "")
         if ref == "compat-processed":
             norm = self.refs.meta.get("normalization_type")
             subj = None if problem else [to_hooked_coordinates(x, norm) for x in subj]

@@ -20,11 +20,13 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.vocab.capture_keys import RAGGED, capture_key
 from harness.paths import REPO_ROOT
+from harness.spill import SpilledTensors
 
 import torch
 
@@ -39,7 +41,7 @@ class SubjectKilled(SubjectError):
 
 @dataclass
 class SubjectCapture:
-    raw: dict[str, torch.Tensor]  # "{prompt}:{module}|{read}#{call}"
+    raw: Mapping[str, torch.Tensor]  # "{prompt}:{module}|{read}#{call}" (a dict, or on disk: harness.spill)
     params: dict[str, torch.Tensor]
     logprobs: dict[int, torch.Tensor]
     meta: dict = field(default_factory=dict)
@@ -177,7 +179,8 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
                  timeout_s: float = 900, full_logprobs: bool = True,
                  env: dict[str, str] | None = None, ragged: bool = True,
                  enforce_eager: bool = True, device: str = "cpu", tp: int = 1, serving: str = "single",
-                 row_dims: dict[str, int] | None = None) -> SubjectCapture:
+                 row_dims: dict[str, int] | None = None,
+                 llm_overrides: dict | None = None) -> SubjectCapture:
     """``device`` picks the engine's arguments (harness.engines.vllm_compat); ``tp``: tensor-parallel ranks;
     ``serving``: how the engine is driven (harness.engines.serving), its captures stitched back by
     position in the engine's process (``row_dims``: read key -> token dim, for ``[1, T, ...]`` reads);
@@ -193,11 +196,15 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
         "full_logprobs": full_logprobs, "ragged": ragged,
         "enforce_eager": enforce_eager, "device": device, "tp": tp,
         "serving": serving, "row_dims": row_dims or {},
+        "llm_overrides": llm_overrides or {},  # merged into LLM(...) last (a GGUF file's tokenizer, quantization)
     }
     launch_subject("harness.engines.subject_vllm", request, work_dir, "subject", env, timeout_s)
     logprobs = {int(k): v for k, v in load_file(str(out_dir / "logprobs.safetensors")).items()}
+    raw = SpilledTensors(out_dir)  # read one tensor at a time; the files stay open (harness.spill)
+    for shard in sorted(out_dir.glob("captures-*.safetensors")):
+        raw.adopt(shard)
     return SubjectCapture(
-        raw=load_file(str(out_dir / "raw.safetensors")),
+        raw=raw,
         params=load_file(str(out_dir / "params.safetensors")),
         logprobs=logprobs,
         meta=json.loads((out_dir / "meta.json").read_text()),

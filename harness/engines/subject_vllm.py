@@ -4,7 +4,9 @@ Contract: reads a request (checkpoint, dtype, prompts as token ids, the
 ``[module, read]`` pairs to record, parameter names to export), boots one vLLM
 engine, and writes into the request's ``out_dir``:
 
-* ``raw.safetensors``      -- ``"{prompt}:{module}|{read}#{call}" -> tensor``;
+* ``captures-{batch}.safetensors`` -- ``"{prompt}:{module}|{read}#{call}" -> tensor``, one shard per
+  prompt (``ragged``: the batched run; ``serving``: a serving scheme's stitched captures), each
+  written as soon as it is made so this process never holds them all;
 * ``params.safetensors``   -- the parameters the host-side conversions need;
 * ``logprobs.safetensors`` -- ``"{prompt}" -> [T, V]`` log-probs: row ``t`` is
   vLLM's distribution after token ``t`` (prompt log-probs for rows < T-1, the
@@ -15,7 +17,7 @@ engine, and writes into the request's ``out_dir``:
 Serving shapes (request ``serving``, harness.engines.serving): other than ``single``, the prompts
 are served the scheme's way (prefix cache, chunked prefill, decode, preemption), every forward is
 captured with its batch layout, and the captures are stitched back into each prompt's positions
-here (harness.engines.stitch), so ``raw.safetensors`` has the same keys as a single run's, for the
+here (harness.engines.stitch), so ``captures-serving.safetensors`` has the same keys as a single run's, for the
 compared sequences (decode: prompt + generated tokens but the last); ``meta["serving"]`` says where
 every position came from, and the run fails when the engine never did what the scheme tests.
 
@@ -205,6 +207,33 @@ def _check_scheme(scheme, coverage, cached: dict, generated: list) -> None:
                            f"crossed into a new block while decoding")
 
 
+def _save_captures(raw: dict, out_dir: Path, batch: str) -> None:
+    """One batch's captures to ``captures-{batch}.safetensors`` as soon as they are made: the
+    engine process never holds every prompt's (the host reads the shards one tensor at a time,
+    harness.spill)."""
+    from safetensors.torch import save_file
+
+    save_file(raw, str(out_dir / f"captures-{batch}.safetensors"))
+
+
+def _rss(meta: dict, stage: str) -> None:
+    """This engine process's RSS at ``stage``, in MiB, into ``meta["rss_mib"]`` (where its memory goes)."""
+    import psutil
+
+    meta.setdefault("rss_mib", {})[stage] = psutil.Process().memory_info().rss / 2**20
+
+
+def _kv_bytes(req: dict) -> int:
+    """The KV cache for this model and these prompts (harness.engines.vllm_compat.kv_cache_bytes)."""
+    from harness.engines.vllm_compat import kv_cache_bytes
+
+    config_path = Path(req["checkpoint"]) / "config.json"
+    config = json.loads(config_path.read_text()) if config_path.is_file() else None
+    dtype_bytes = 4 if req["dtype"] in ("float32", "float") else 2
+    total = sum(len(t) for t in req["prompts"]) + 64  # + generated tokens of the serving schemes
+    return kv_cache_bytes(config, dtype_bytes, int(req["max_model_len"]), total)
+
+
 def main(request_path: str) -> int:
     req = json.loads(Path(request_path).read_text())
     device, tp = req.get("device", "cpu"), int(req.get("tp", 1))
@@ -236,10 +265,12 @@ def main(request_path: str) -> int:
         worker_extension_cls="harness.engines.vllm_worker.CaptureExtension",
         max_model_len=req["max_model_len"],
         skip_tokenizer_init=False,
-        **{**llm_kwargs(device=device, tp=tp, compiled=not req.get("enforce_eager", True)),
-           **engine_kwargs(SCHEMES[req.get("serving", "single")], device, [len(t) for t in req["prompts"]])},
+        **{**llm_kwargs(device=device, tp=tp, compiled=not req.get("enforce_eager", True), kv_bytes=_kv_bytes(req)),
+           **engine_kwargs(SCHEMES[req.get("serving", "single")], device, [len(t) for t in req["prompts"]]),
+           **req.get("llm_overrides", {})},
     )
     meta["boot_s"] = time.perf_counter() - t_boot
+    _rss(meta, "after_boot")
     meta["device_info"] = {**_device_info(), "tp": tp}
     if device == "cuda":
         meta["device_info"]["triton_f32_default"] = os.environ.get("TRITON_F32_DEFAULT", "(unset: Triton's tf32)")
@@ -256,10 +287,12 @@ def main(request_path: str) -> int:
     k = -1 if req.get("full_logprobs", True) else 20
     params = SamplingParams(**sampling_kwargs(k))
 
-    raw, logprobs, calls, tp_stats = {}, {}, {}, {}
+    logprobs, calls, tp_stats = {}, {}, {}
     scheme = SCHEMES[req.get("serving", "single")]
     if scheme.stitched:
         raw, logprobs = _serve(llm, req, scheme, k, vocab, out_dir, tp_stats, meta)
+        _save_captures(raw, out_dir, "serving")
+        del raw
     for p, tokens in enumerate(req["prompts"] if not scheme.stitched else []):
         llm.collective_rpc("vp_reset")
         out = llm.generate([{"prompt_token_ids": tokens}], params, use_tqdm=False)[0]
@@ -267,8 +300,8 @@ def main(request_path: str) -> int:
         dump = dumps[0]
         if len(dump["forward_s"]) != 1:
             raise RuntimeError(f"prompt {p}: expected one model forward, saw {len(dump['forward_s'])}")
-        for key, tensor in _load_dump(dumps, tp_stats).items():
-            raw[f"{p}:{key}"] = tensor  # key is already "{read key}#{call}" (capture_keys.call_key)
+        # key is already "{read key}#{call}" (capture_keys.call_key)
+        _save_captures({f"{p}:{key}": t for key, t in _load_dump(dumps, tp_stats).items()}, out_dir, str(p))
         calls[p] = dump["calls"]
         logprobs[str(p)] = _logprob_matrix(_logprob_rows(out), vocab, len(tokens))
         # what vLLM returned, for a runner that returns rows differently (V2 on 0.20: the last row empty)
@@ -283,8 +316,7 @@ def main(request_path: str) -> int:
         batch = [{"prompt_token_ids": t} for t in req["prompts"]]
         llm.generate(batch, SamplingParams(max_tokens=1, temperature=0.0, detokenize=False), use_tqdm=False)
         dumps = llm.collective_rpc("vp_dump", args=(str(out_dir / "ragged.safetensors"),))
-        for key, tensor in _load_dump(dumps, tp_stats).items():
-            raw[f"{RAGGED}:{key}"] = tensor
+        _save_captures({f"{RAGGED}:{key}": t for key, t in _load_dump(dumps, tp_stats).items()}, out_dir, "ragged")
         meta["ragged_batches"] = dumps[0]["batches"]
     if tp > 1:
         replicated = tp_stats.get("replicated", {})
@@ -298,7 +330,7 @@ def main(request_path: str) -> int:
             (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))
             raise RuntimeError(f"tensor-parallel ranks disagree on replicated reads (worst {worst:.3g} > "
                                f"{TP_AGREE}): {sorted(meta['tp']['disagreeing_reads'].items(), key=lambda kv: -kv[1])[:5]}")
-    save_file(raw, str(out_dir / "raw.safetensors"))
+    _rss(meta, "captures_written")
     save_file(logprobs, str(out_dir / "logprobs.safetensors"))
     meta["calls"] = calls
 
@@ -318,6 +350,7 @@ def main(request_path: str) -> int:
     llm.collective_rpc("vp_profile", args=("start",))
     llm.generate([{"prompt_token_ids": tokens}], plain, use_tqdm=False)
     meta["top_ops"] = llm.collective_rpc("vp_profile", args=("stop",))[0]
+    _rss(meta, "end")
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))
     return 0
 

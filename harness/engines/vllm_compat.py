@@ -102,7 +102,34 @@ CAPTURE_OP = "vllm_parity::tap"  # defined in harness.engines.vllm_worker
 # one of these, so every capture forward replays a graph; few sizes keep the
 # capture short.
 CUDAGRAPH_CAPTURE_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 320]
-KV_CACHE_BYTES = 512 << 20  # tiny models: plenty, and no memory profiling (see module doc)
+KV_CACHE_BYTES = 512 << 20  # where a model's KV size per token is unknown: plenty for the harness's prompts
+KV_CACHE_MIN_BYTES = 32 << 20
+
+
+def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int | None:
+    """Bytes of K and V for one token over every layer, from an HF ``config.json`` dict (its
+    ``text_config`` for a multimodal one); None where the layout is not plain multi-head/grouped
+    attention (no head counts, or MLA's ``kv_lora_rank``): the caller falls back to a fixed size."""
+    text = config.get("text_config") or config
+    layers, heads = text.get("num_hidden_layers"), text.get("num_attention_heads")
+    if not layers or not heads or "kv_lora_rank" in text:
+        return None
+    kv_heads = text.get("num_key_value_heads") or heads
+    head_dim = text.get("head_dim") or (text.get("hidden_size") or 0) // heads
+    return 2 * int(layers) * int(kv_heads) * int(head_dim) * dtype_bytes if head_dim else None
+
+
+def kv_cache_bytes(config: dict | None, dtype_bytes: int, max_model_len: int, total_tokens: int) -> int:
+    """The KV cache the engine is given: room for one ``max_model_len`` request (vLLM refuses less)
+    plus every prompt at once (the ragged batch, the serving schemes), twice over, at least
+    ``KV_CACHE_MIN_BYTES``.  Measured on SmolLM2-135M fp32 (CPU): 1 GiB (``VLLM_CPU_KVCACHE_SPACE=1``,
+    the old default) made the engine process 4.3 GB; the whole cache it needs is 26 MB.  A fixed
+    ``kv_cache_memory_bytes`` also skips vLLM's memory profiling (see the module doc).  The
+    scheme that must preempt sets its own block count (harness.engines.serving.tight_blocks)."""
+    per_token = kv_bytes_per_token(config or {}, dtype_bytes)
+    if per_token is None:
+        return KV_CACHE_BYTES
+    return max(KV_CACHE_MIN_BYTES, 2 * per_token * (max_model_len + total_tokens))
 
 
 def version_line(version: str) -> tuple[int, int]:
@@ -330,7 +357,8 @@ def default_runner(device: str, version: str | None = None) -> str:
 def subject_env_defaults(device: str, tp: int = 1) -> dict[str, str]:
     """Environment for the vLLM process (applied with ``setdefault``)."""
     env = {
-        "VLLM_CPU_KVCACHE_SPACE": "1",
+        # No VLLM_CPU_KVCACHE_SPACE (whole GiB, and it overrides kv_cache_memory_bytes when set): the
+        # cache is sized to the model in llm_kwargs (kv_cache_bytes).
         # A compiled graph cached without our hooks must never be reused.
         "VLLM_DISABLE_COMPILE_CACHE": "1",
         "TOKENIZERS_PARALLELISM": "false",
@@ -350,18 +378,19 @@ def subject_env_defaults(device: str, tp: int = 1) -> dict[str, str]:
     return env
 
 
-def llm_kwargs(*, device: str, tp: int = 1, compiled: bool = False) -> dict[str, Any]:
-    """``LLM(...)`` arguments beyond model/dtype/length that differ by device or line."""
+def llm_kwargs(*, device: str, tp: int = 1, compiled: bool = False, kv_bytes: int = KV_CACHE_BYTES) -> dict[str, Any]:
+    """``LLM(...)`` arguments beyond model/dtype/length that differ by device or line; ``kv_bytes``:
+    the KV cache (:func:`kv_cache_bytes`), on every device."""
     kw: dict[str, Any] = {
         "max_logprobs": -1,  # full-vocabulary log-probs (-1: no cap, 0.20+)
         "enable_prefix_caching": False,  # a cached prefix would skip the hooks for those tokens
         "tensor_parallel_size": tp,
         "seed": 0,
+        "kv_cache_memory_bytes": int(kv_bytes),  # fixed: skips memory profiling, holds what the prompts need
     }
     if device == "cuda":
-        # several engines share one GPU (--jobs); a fixed KV cache skips memory profiling
+        # several engines share one GPU (--jobs)
         kw["gpu_memory_utilization"] = 0.05
-        kw["kv_cache_memory_bytes"] = KV_CACHE_BYTES
         if compiled:
             # PIECEWISE, not vLLM's FULL_AND_PIECEWISE default: a full CUDA graph (used for
             # decode-only steps) replays without calling the model, so no hook fires and the

@@ -16,7 +16,9 @@ reference engines' sub-phases (harness.references.reference: bridge boot and for
 compatibility mode, the truth-dtype floor runs, HF), ``compare`` (evaluate), and ``report``,
 added where the report is written (harness.reporting.report).  ``timings["peak_memory"]``:
 peak RSS of this process and of the engine processes, and GPU memory (harness.phases:
-what each covers).  Both are there for a failed model too, up to where it stopped.
+what each covers); ``timings["memory"]``: this run's own sampled peaks, this process and the
+engine processes together, per phase (harness.memory).  All are there for a failed model too,
+up to where it stopped.
 
 Traps: each run gets a fresh work folder (two sessions, or a CLI run beside pytest,
 must never share a subject's output files); it is removed once the captures are in
@@ -41,6 +43,7 @@ from harness.engines.subject import SubjectKilled, capture_vllm
 from harness.models.text_prompts import prompt_set
 from harness.models.targets import Target
 from harness.paths import CACHE_ROOT
+from harness.memory import MemorySampler
 from harness.phases import Phases, peak_memory, reset_gpu_peak
 from harness.pipeline.fingerprint import fingerprint
 from harness.pipeline.plan import Plan, build_plan
@@ -186,17 +189,20 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
     phases = Phases()
     result = ModelResult.start(target, variant)
     run = ModelRun(target, result)
+    memory = MemorySampler(phases)
     try:
-        with phases("setup"):
-            result.versions = versions()
-            result.fingerprint = fingerprint(target, variant, result.versions)
-        if variant.dtype in target.unsupported_dtypes:
-            with phases("refusal_recheck"):
-                _recheck_refusal(target, variant, result, work_root, engine_timeout_s)
-        else:
-            _run_engines(run, variant, work_root, hooks, engine_env, phases, settings)
+        with memory:
+            with phases("setup"):
+                result.versions = versions()
+                result.fingerprint = fingerprint(target, variant, result.versions)
+            if variant.dtype in target.unsupported_dtypes:
+                with phases("refusal_recheck"):
+                    _recheck_refusal(target, variant, result, work_root, engine_timeout_s)
+            else:
+                _run_engines(run, variant, work_root, hooks, engine_env, phases, settings)
     finally:  # the timings of a failed model too: how far it got, and how long that took
-        result.timings = {**result.timings, "phases": phases.seconds, "peak_memory": peak_memory()}
+        result.timings = {**result.timings, "phases": phases.seconds, "peak_memory": peak_memory(),
+                          "memory": memory.summary()}
         result.wall_s = time.perf_counter() - t0
     return run
 

@@ -18,9 +18,14 @@ Contract: :func:`capture_references` returns a :class:`ReferenceCapture`:
   phase (harness.phases), in order: ``bridge_boot``, ``bridge_forward``, ``compat`` (compatibility
   mode switched on, its forwards), ``processed`` (only when asked for), ``truth_bridge`` (the
   truth-dtype bridge and compatibility runs and their floors; sub-phases ``truth_bridge.bridge_boot``,
-  ``.bridge_forward``, ``.compat``, ``.floors``), ``hf``, ``truth_hf``, ``hf_timing`` (the latency
-  repeats and the profiled forward).  A caller's :class:`~harness.phases.Phases` (``phases=``) receives
+  ``.bridge_forward``, ``.compat``, ``.floors``), ``hf``, ``hf_timing`` (the latency repeats and the
+  profiled forward), ``truth_hf``.  A caller's :class:`~harness.phases.Phases` (``phases=``) receives
   them as they happen, so a crash keeps those already finished.
+
+Memory: the bridge captures (``bridge``, ``compat``, ``compat_processed``, the truth run's) are
+:class:`~harness.spill.SpilledTensors` -- on disk, written a few layers per forward
+(``SPILL_GROUP_BYTES``), read one tensor at a time -- and one reference model is resident at a
+time.  Measured on SmolLM2-135M fp32 (``python benchmarks/bench_real_model.py``): see the README.
 
 HF hooks are architecture-agnostic: the decoder layers are the model's
 ``nn.ModuleList`` whose length is ``num_hidden_layers``; a layer's input
@@ -29,8 +34,12 @@ HF hooks are architecture-agnostic: the decoder layers are the model's
 """
 from __future__ import annotations
 
+import gc
 import math
+import re
+import shutil
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +54,7 @@ from harness.comparison.derived import ignore_common_mask
 from harness.comparison.shapes import heads_first, reference_to_canonical
 from harness.engines.timing import profile_call
 from harness.phases import Phases
+from harness.spill import SpilledTensors
 from harness.references.tolerances import TORCH_DTYPES, calibration_for
 
 
@@ -99,38 +109,86 @@ def _boot_bridge(checkpoint: Path, dtype: torch.dtype, device: str, round_throug
     return bridge
 
 
-def _run_cache(bridge, tokens: list[int], names: set[str], device: str) -> dict[str, torch.Tensor]:
-    with torch.no_grad():
-        _, cache = bridge.run_with_cache(torch.tensor([tokens], device=device),
-                                         names_filter=lambda n: n in names)
-    return {n: reference_to_canonical(n, cache[n]) for n in names if n in cache}
+SPILL_GROUP_BYTES = 256 << 20  # captures one reference forward may hold before they go to disk
+_LAYER = re.compile(r"^blocks\.(\d+)\.")
+
+
+def _layer_groups(names: set[str]) -> tuple[list[set[str]], set[str]]:
+    """``names`` by decoder layer (in layer order), and the names outside every layer."""
+    by_layer: dict[int, set[str]] = {}
+    other: set[str] = set()
+    for n in names:
+        m = _LAYER.match(n)
+        (by_layer.setdefault(int(m.group(1)), set()) if m else other).add(n)
+    return [by_layer[i] for i in sorted(by_layer)], other
+
+
+def _run_cache(bridge, tokens: list[int], names: set[str], device: str, store: SpilledTensors) -> None:
+    """Every hook in ``names`` for one prompt, into ``store`` (on disk), a few layers per forward:
+    a forward holds at most about ``SPILL_GROUP_BYTES`` of captures (the first forward, one layer and
+    the hooks outside the layers, measures a layer's size).  The forwards compute the same values
+    (a hook only records; tests/test_spill.py checks it bitwise), so this changes memory, not results."""
+    layers, other = _layer_groups(names)
+    ids = torch.tensor([tokens], device=device)
+    i, per_layer = 0, None
+    while i < len(layers) or (i == 0 and other):
+        take = 1 if per_layer is None else max(1, int(SPILL_GROUP_BYTES // max(per_layer, 1)))
+        group = set().union(*layers[i:i + take]) if layers else set()
+        extra = other if i == 0 else set()
+        wanted = group | extra
+        with torch.no_grad():
+            _, cache = bridge.run_with_cache(ids, names_filter=lambda n: n in wanted)
+        caps = {n: reference_to_canonical(n, cache[n]) for n in wanted if n in cache}
+        del cache
+        if layers:
+            per_layer = sum(v.nbytes for n, v in caps.items() if n in group) / max(len(layers[i:i + take]), 1)
+        store.add(caps)
+        del caps
+        i += take if layers else 1
+
+
+def _captures(bridge, prompts, names, device, spill: Path, tag: str) -> dict[int, SpilledTensors]:
+    """``names`` for every prompt, spilled under ``spill`` (one mapping per prompt)."""
+    out = {}
+    for p, toks in enumerate(prompts):
+        out[p] = SpilledTensors(spill, f"{tag}-{p}")
+        _run_cache(bridge, toks, names, device, out[p])
+    return out
 
 
 def _bridge_and_compat(checkpoint, dtype, prompts, names, legacy, device, round_through=None,
-                       phases: Phases | None = None):
+                       phases: Phases | None = None, spill: Path | None = None, tag: str = "bridge"):
     """Canonical-name captures, then compatibility-mode (no processing) captures, from one boot:
     the mode only adds legacy hook names, it changes no weight.  ``phases``: where the boot, the
-    forwards and compatibility mode are timed (None: not split, the caller times the whole)."""
+    forwards and compatibility mode are timed (None: not split, the caller times the whole);
+    ``spill``: the folder the captures go to (harness.spill)."""
     clock = phases or Phases()
+    spill = spill or Path(tempfile.mkdtemp(prefix="vp-refs-"))
     with clock("bridge_boot"):
         bridge = _boot_bridge(checkpoint, dtype, device, round_through)
     with clock("bridge_forward"):
-        canonical = {p: _run_cache(bridge, toks, names, device) for p, toks in enumerate(prompts)}
-    if not legacy:
-        return canonical, {}
-    with clock("compat"):
-        bridge.enable_compatibility_mode(no_processing=True)
-        return canonical, {p: _run_cache(bridge, toks, legacy, device) for p, toks in enumerate(prompts)}
+        canonical = _captures(bridge, prompts, names, device, spill, tag)
+    compat = {}
+    if legacy:
+        with clock("compat"):
+            bridge.enable_compatibility_mode(no_processing=True)
+            compat = _captures(bridge, prompts, legacy, device, spill, f"{tag}-compat")
+    del bridge  # its hooks hold reference cycles: collect now, or its weights stay until the next GC
+    gc.collect()
+    return canonical, compat
 
 
-def _processed_captures(checkpoint, dtype, prompts, names, device, meta=None):
+def _processed_captures(checkpoint, dtype, prompts, names, device, meta=None, spill: Path | None = None):
     """Compatibility mode with HookedTransformer's default weight processing (harness.references.processing):
     its own boot, since processing rewrites the weights."""
     bridge = _boot_bridge(checkpoint, dtype, device)
     bridge.enable_compatibility_mode()
     if meta is not None:
         meta["normalization_type"] = getattr(bridge.cfg, "normalization_type", None)
-    return {p: _run_cache(bridge, toks, names, device) for p, toks in enumerate(prompts)}
+    out = _captures(bridge, prompts, names, device, spill or Path(tempfile.mkdtemp(prefix="vp-refs-")), "processed")
+    del bridge
+    gc.collect()
+    return out
 
 
 def decoder_layers(model: torch.nn.Module, n_layers: int) -> torch.nn.ModuleList:
@@ -219,9 +277,22 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
                        compat_names: list[str], device: str = "cpu", timing_repeats: int = 5,
                        processed_names: list[str] = (),
                        calibrate: bool = True, phases: Phases | None = None,
-                       pos_axis: Callable[[str], int] = default_pos_axis) -> ReferenceCapture:
+                       pos_axis: Callable[[str], int] = default_pos_axis,
+                       spill_root: Path | None = None) -> ReferenceCapture:
     """``pos_axis``: the token axis of a hook's canonical value (harness.pipeline.plan.Plan.pos_axis),
-    for setting chaotic tokens aside in the floors."""
+    for setting chaotic tokens aside in the floors.  The captures go to disk as they are made
+    (harness.spill), in a folder under ``spill_root`` (default: the system's temporary folder) that is
+    removed before returning: the returned mappings read from files they hold open."""
+    spill = Path(tempfile.mkdtemp(prefix="vp-refs-", dir=spill_root))
+    try:
+        return _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device, timing_repeats,
+                                   processed_names, calibrate, phases, pos_axis, spill)
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+
+
+def _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device, timing_repeats, processed_names,
+                        calibrate, phases, pos_axis, spill: Path) -> ReferenceCapture:
     tdtype = TORCH_DTYPES[dtype]
     truth_dtype = TORCH_DTYPES[calibration_for(dtype).truth_dtype]
     clock = phases or Phases()
@@ -230,7 +301,7 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
     if calibrate:  # every layer's residual output: where the floor run finds chaotic tokens
         want |= {f"blocks.{i}.hook_out" for i in range(_n_layers(checkpoint))}
 
-    bridge, compat = _bridge_and_compat(checkpoint, tdtype, prompts, want, legacy, device, phases=clock)
+    bridge, compat = _bridge_and_compat(checkpoint, tdtype, prompts, want, legacy, device, phases=clock, spill=spill)
     # bridge_s (boot and every forward, compatibility mode included): older reports' key, kept
     meta["bridge_s"] = sum(clock.own().get(k, 0.0) for k in ("bridge_boot", "bridge_forward", "compat"))
     meta["bridge_boot_s"] = clock.own().get("bridge_boot")
@@ -238,7 +309,8 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
     try:
         if processed_names:
             with clock("processed"):
-                processed = _processed_captures(checkpoint, tdtype, prompts, set(processed_names), device, meta=meta)
+                processed = _processed_captures(checkpoint, tdtype, prompts, set(processed_names), device, meta=meta,
+                                                spill=spill)
     except Exception as exc:  # noqa: BLE001 -- processing unsupported for this architecture: rows say so
         processed, meta["processed_error"] = {}, f"{type(exc).__name__}: {exc}"
     floors: dict[str, dict[str, float]] = {}
@@ -248,7 +320,8 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
         truth_clock = clock.child("truth_bridge")
         with clock("truth_bridge"):
             truth, truth_compat = _bridge_and_compat(checkpoint, truth_dtype, prompts, want, legacy, device,
-                                                     round_through=tdtype, phases=truth_clock)
+                                                     round_through=tdtype, phases=truth_clock, spill=spill,
+                                                     tag="truth")
             with truth_clock("floors"):
                 chaos = find_chaotic(bridge, truth, calibration_for(dtype).ceiling)
                 floors["bridge"], stats["median"]["bridge"], stats["scale"]["bridge"] = _floors(
@@ -264,6 +337,10 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
         hf, logprobs = {}, {}
         for p, toks in enumerate(prompts):
             hf[p], logprobs[p] = _hf_run(hf_model, toks, device, n_layers)
+    with clock("hf_timing"):
+        _time_hf(hf_model, prompts[0], device, timing_repeats, meta)
+    del hf_model  # before the truth-dtype model loads: one reference model resident at a time
+    gc.collect()
     if calibrate:
         with clock("truth_hf"):
             truth_model = _load_hf(checkpoint, truth_dtype, device, round_through=tdtype)
@@ -272,11 +349,10 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
                 truth_hf[p], lp = _hf_run(truth_model, toks, device, n_layers)
                 truth_hf[p]["logprobs"] = lp
             del truth_model
+            gc.collect()
             floors["hf"], stats["median"]["hf"], stats["scale"]["hf"] = _floors(
                 {p: {**hf[p], "logprobs": logprobs[p]} for p in hf}, truth_hf, chaos, pos_axis)
 
-    with clock("hf_timing"):
-        _time_hf(hf_model, prompts[0], device, timing_repeats, meta)
     meta["phases"] = clock.own()
     return ReferenceCapture(bridge, compat, logprobs, hf, floors, meta, compat_processed=processed, floor_stats=stats,
                             chaos=chaos)

@@ -1,0 +1,85 @@
+"""Peak memory per phase, sampled: this process and its vLLM engine processes together.
+
+Contract: ``with MemorySampler(phases) as mem: ...`` samples, every ``interval_s`` in a daemon
+thread, the RSS of this process and of every descendant (the vLLM engine, its workers) with
+psutil; :meth:`MemorySampler.summary` returns, in MiB::
+
+    {"rss_peak_mib": <this process + descendants, at the same instant>,
+     "rss_self_peak_mib": <this process>, "rss_engines_peak_mib": <descendants>,
+     "by_phase": {phase: <this process + descendants>}, "interval_s": ..., "samples": n}
+
+A sample belongs to the innermost phase open in ``phases`` at that instant
+(:attr:`harness.phases.Phases.open`); a sample outside every phase is filed under ``"-"``.
+
+Traps:
+
+* A spike shorter than the interval can be missed.  :func:`harness.phases.peak_memory`'s
+  ``ru_maxrss`` (a lifetime peak, never missed) bounds this process from above.
+* Unlike ``ru_maxrss`` these are this run's own peaks: in pytest or a ``--jobs 1`` CLI run an
+  earlier model's peak does not leak into a later model's report.
+* Pages a child shares with its parent count in both: the tree sum is an upper bound of what
+  the machine holds (vLLM's engine is spawned, not forked, so little is shared).
+"""
+from __future__ import annotations
+
+import threading
+
+from harness.phases import Phases
+
+MIB = 2 ** 20
+
+
+def _tree_rss() -> tuple[int, int]:
+    """(this process's RSS, the sum of its live descendants' RSS), in bytes."""
+    import psutil
+
+    me = psutil.Process()
+    children = 0
+    for child in me.children(recursive=True):
+        try:
+            children += child.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass  # exited between listing and reading: it holds nothing now
+    return me.memory_info().rss, children
+
+
+class MemorySampler:
+    def __init__(self, phases: Phases | None = None, interval_s: float = 0.05):
+        self.phases, self.interval_s = phases, interval_s
+        self.peak = self.peak_self = self.peak_children = 0
+        self.by_phase: dict[str, int] = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample(self) -> None:
+        """One reading, attributed to the innermost open phase."""
+        own, children = _tree_rss()
+        phase = self.phases.open[-1] if self.phases is not None and self.phases.open else "-"
+        total = own + children
+        self.peak, self.peak_self = max(self.peak, total), max(self.peak_self, own)
+        self.peak_children = max(self.peak_children, children)
+        self.by_phase[phase] = max(self.by_phase.get(phase, 0), total)
+        self.samples += 1
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def __enter__(self) -> MemorySampler:
+        self.sample()
+        self._thread = threading.Thread(target=self._loop, name="memory-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.sample()
+
+    def summary(self) -> dict:
+        return {"rss_peak_mib": self.peak / MIB, "rss_self_peak_mib": self.peak_self / MIB,
+                "rss_engines_peak_mib": self.peak_children / MIB,
+                "by_phase": {k: v / MIB for k, v in self.by_phase.items()},
+                "interval_s": self.interval_s, "samples": self.samples}
