@@ -237,3 +237,20 @@ def test_derived_scores_with_masks_on_both_sides_pass_and_are_not_taken_for_nan(
     rows, _ = evaluate(plan, subject, refs, PROMPTS, GATE32, "toy")
     row = next(r for r in rows if r.hook == "blocks.0.attn.hook_attn_scores")
     assert row.status == "pass", row.message
+
+
+def test_log_prob_rows_vllm_returned_for_no_request_are_left_out_and_named():
+    """vLLM 0.20.2's V2 runner returns no sampled-token log-probs: that row is NaN on vLLM's side.
+    Declared missing by the subject, it is left out of both logit rows, and both rows say so; not
+    declared, it stays a non-finite error (never a silent pass)."""
+    plan, values = _plan(), _values()
+    subject, refs = _captures(plan.specs, values)
+    subject.logprobs[0] = subject.logprobs[0].clone()
+    subject.logprobs[0][T - 1] = float("nan")
+    rows, _ = evaluate(plan, subject, refs, PROMPTS, GATE32, "toy")
+    assert {r.hook: r.status for r in rows if r.hook in ("logprobs", "argmax")} == {"logprobs": "error", "argmax": "error"}
+    subject.meta["logprob_rows_missing"] = {0: [T - 1]}
+    rows, _ = evaluate(plan, subject, refs, PROMPTS, GATE32, "toy")
+    logit = [r for r in rows if r.hook in ("logprobs", "argmax")]
+    assert [r.status for r in logit] == ["pass", "pass"]
+    assert all(f"not compared: prompt 0 pos [{T - 1}]" in r.message for r in logit)

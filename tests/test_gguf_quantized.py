@@ -120,3 +120,161 @@ def test_cpu_line_refuses_gguf():
         pytest.skip("a CUDA vLLM: GGUF is expected to run there (docs/gpu/run_gguf.sh)")
     assert "gguf" not in QUANTIZATION_METHODS
     assert reason is not None and "QUANTIZATION_METHODS" in reason and "'gguf'" in reason
+
+
+# -- the verdict of a row: worst row, median row, log-prob positions, non-finite values ----------
+def test_decide_worst_then_median():
+    from harness.quantized.gguf_parity import decide, overall
+
+    # worst row gated and within: pass, decided by the worst row
+    d = decide(1e-3, 2e-4, 1e-4, 5e-5, "float32", quant=True)
+    assert d["status"] == "pass" and d["decided_by"] == "worst row"
+    # worst row beyond a gated tolerance: fail, whatever the median says
+    assert decide(3e-3, 2e-4, 1e-6, 1e-6, "float32", quant=True)["status"] == "fail"
+    # worst-row tolerance 0.5 > ceiling 0.25; median 0.01 <= max(10 x 0.002, 1e-4) = 0.02 <= ceiling
+    d = decide(0.2, 0.05, 0.01, 0.002, "float32", quant=True)
+    assert d["status"] == "pass (median)" and d["decided_by"] == "median row"
+    assert d["tolerance"] == 0.5 and abs(d["tolerance_median"] - 0.02) < 1e-12
+    # median above its own (gated) tolerance: not a pass
+    d = decide(0.2, 0.05, 0.03, 0.002, "float32", quant=True)
+    assert d["status"] == "inconclusive" and "median row is above" in d["decided_by"]
+    # median tolerance above the ceiling too: inconclusive
+    d = decide(0.2, 0.05, 0.01, 0.03, "float32", quant=True)
+    assert d["status"] == "inconclusive" and "both above the ceiling" in d["decided_by"]
+    # no median measured: the worst row alone
+    assert decide(0.2, 0.05, None, None, "float32", quant=True)["status"] == "inconclusive"
+    # the simulated reference's gate: tolerance(dtype, floor) = max(10 x floor, 1e-4) in fp32
+    assert decide(0.2, 0.05, 5e-5, 1e-7, "float32", quant=False)["status"] == "pass (median)"
+    # non-finite anywhere fails
+    for args in ((math.nan, 0.05, 0.01, 0.002), (0.2, 0.05, math.nan, 0.002), (0.2, 0.05, 0.01, math.nan)):
+        assert decide(*args, "float32", quant=True)["status"] == "fail"
+    assert overall([{"status": "pass"}, {"status": "pass (median)"}]) == "pass"
+    assert overall([{"status": "pass (median)"}, {"status": "inconclusive"}]) == "inconclusive"
+
+
+def test_floors_median_statistic():
+    from harness.quantized.simulated import floors
+
+    truth = {0: {"h": torch.ones(5, 4)}}
+    run = {0: {"h": torch.ones(5, 4)}}
+    run[0]["h"][0] *= 2.0  # one chaotic row: worst 1.0, median 0
+    assert floors(run, truth)["h"] == pytest.approx(1.0)
+    assert floors(run, truth, statistic="rel_median")["h"] == 0.0
+    with pytest.raises(ValueError):
+        floors(run, truth, statistic="max_abs")
+
+
+def _lp(t: int, v: int = 6, seed: int = 0) -> torch.Tensor:
+    return torch.log_softmax(torch.randn(t, v, generator=torch.Generator().manual_seed(seed), dtype=torch.float64), -1)
+
+
+def test_logprob_positions():
+    from harness.quantized.gguf_parity import logprob_positions
+
+    s = _lp(4)
+    s[:, :2] = math.nan  # top-k: entries not returned
+    assert logprob_positions(s, 0) == ([0, 1, 2, 3], [], None)
+    s[3] = math.nan  # the sampled last row not returned: said, not compared
+    assert logprob_positions(s, 0, said_missing=[3]) == ([0, 1, 2], [3], None)
+    assert logprob_positions(s, 0) == ([0, 1, 2], [3], None)  # no subject meta: same
+    # a missing prompt row is an error naming the position
+    s2 = s.clone()
+    s2[1] = math.nan
+    _, absent, err = logprob_positions(s2, 2, said_missing=[1, 3])
+    assert absent == [1, 3] and "prompt 2" in err and "no prompt log-prob at position(s) [1]" in err
+    # a row vLLM says it returned but which holds no finite value: an error
+    _, _, err = logprob_positions(s, 0, said_missing=[])
+    assert "position(s) [3] with no finite log-prob" in err
+    # an infinity: an error
+    s3 = _lp(3)
+    s3[0, 0] = -math.inf
+    assert "infinite" in logprob_positions(s3, 1)[2]
+
+
+def _refs(subject_like: dict, hooks: list[str]) -> dict:
+    zero = {h: 0.0 for h in [*hooks, "logprobs"]}
+    return {"plain": subject_like, "simulated": subject_like, "quant_floor": dict(zero), "dtype_floor": dict(zero),
+            "quant_floor_median": dict(zero), "dtype_floor_median": dict(zero)}
+
+
+def test_compare_rows_logprobs_compare_returned_positions_only():
+    from harness.quantized.gguf_parity import compare_rows
+
+    ref = {p: {"embed.hook_out": torch.ones(3, 4), "logprobs": _lp(3, seed=p)} for p in range(2)}
+    sub = {p: {"embed.hook_out": torch.ones(3, 4), "logprobs": ref[p]["logprobs"].clone()} for p in range(2)}
+    for p in range(2):
+        sub[p]["logprobs"][-1] = math.nan  # vLLM returned no sampled row
+        sub[p]["logprobs"][:, 0] = math.nan  # nor entry 0 anywhere (top-k)
+    full = {"prompt": 3, "sampled": 1, "sampled_entries": [20]}
+    meta = {"logprob_rows_returned": {"0": full, "1": full}, "logprob_rows_missing": {"0": [2], "1": [2]}}
+    rows = {(r["hook"], r["reference"]): r for r in compare_rows(sub, _refs(ref, ["embed.hook_out"]), ["embed.hook_out"],
+                                                                  "float32", 2, meta)}
+    lp = rows[("logprobs", "dequantized")]
+    assert lp["status"] == "pass" and lp["rel_err"] == 0.0 and lp["rel_median"] == 0.0
+    assert lp["not_compared_positions"] == {0: [2], 1: [2]}
+    assert "prompt 0 pos [2]" in lp["why"] and "prompt 1 pos [2]" in lp["why"]
+    # a prompt position missing is still an error
+    sub[1]["logprobs"][0] = math.nan
+    meta["logprob_rows_missing"]["1"] = [0, 2]
+    lp = {(r["hook"], r["reference"]): r for r in compare_rows(sub, _refs(ref, ["embed.hook_out"]),
+                                                                ["embed.hook_out"], "float32", 2, meta)}
+    lp = lp[("logprobs", "simulated")]
+    assert lp["status"] == "fail" and "prompt 1" in lp["why"] and "position(s) [0]" in lp["why"]
+
+
+def test_compare_rows_nonfinite_located_and_first_in_forward_order():
+    from harness.quantized.gguf_parity import compare_rows, first_nonfinite, forward_key
+
+    hooks = ["embed.hook_out", "blocks.0.hook_in", "blocks.1.hook_in", "blocks.0.attn.hook_out",
+             "blocks.1.attn.hook_out", "blocks.0.hook_out", "blocks.1.hook_out"]
+    assert sorted(hooks, key=forward_key) == ["embed.hook_out", "blocks.0.hook_in", "blocks.0.attn.hook_out",
+                                              "blocks.0.hook_out", "blocks.1.hook_in", "blocks.1.attn.hook_out",
+                                              "blocks.1.hook_out"]
+    ref = {p: {h: torch.ones(4, 3) for h in hooks} | {"logprobs": _lp(4, seed=p)} for p in range(3)}
+    sub = {p: {h: v.clone() for h, v in ref[p].items()} for p in range(3)}
+    ref[2]["blocks.0.hook_out"][1, 0] = 5e4  # large but finite just before (in both)
+    sub[2]["blocks.0.hook_out"][1, 0] = 5e4
+    for h in ("blocks.1.hook_in", "blocks.1.attn.hook_out", "blocks.1.hook_out"):
+        sub[2][h][2:, :] = math.nan
+    sub[2]["blocks.1.hook_in"][1, 1] = math.inf  # first at position 1, one value there
+    rows = compare_rows(sub, _refs(ref, hooks), hooks, "float32", 3)
+    bad = [r for r in rows if r["status"] == "fail"]
+    assert {r["hook"] for r in bad} == {"blocks.1.hook_in", "blocks.1.attn.hook_out", "blocks.1.hook_out"}
+    r = next(r for r in bad if r["hook"] == "blocks.1.hook_in")
+    assert r["nonfinite"] == [{"prompt": 2, "first_position": 1, "positions": [1, 2, 3], "n_positions": 3,
+                               "count": 7, "of": 12, "count_at_first_position": 1, "nan": 6, "inf": 1}]
+    assert "prompt 2, first at token position 1" in r["why"]
+    first = first_nonfinite(sub, hooks, ["a", "b", "c"])
+    assert len(first) == 1 and first[0]["hook"] == "blocks.1.hook_in" and first[0]["prompt_name"] == "c"
+    assert first[0]["first_position"] == 1 and first[0]["count"] == 7
+    assert first[0]["before"] == {"hook": "blocks.0.hook_out", "max_abs_at_position": 5e4, "finite": True}
+
+
+def test_report_names_the_deciding_statistic(tmp_path):
+    from harness.quantized.gguf_parity import write_report
+
+    rows = [{"hook": "blocks.3.hook_in", "reference": "dequantized", "rel_err": 0.2, "floor": 0.05, "tolerance": 0.5,
+             "rel_median": 0.01, "floor_median": 0.002, "tolerance_median": 0.02, "status": "pass (median)",
+             "decided_by": "median row"}]
+    first = [{"prompt": 2, "prompt_name": "repeated", "hook": "blocks.15.attn.hook_out", "first_position": 7,
+              "positions": [7, 8], "n_positions": 2, "count": 9, "of": 100, "count_at_first_position": 5,
+              "nan": 9, "inf": 0, "before": {"hook": "blocks.15.hook_in", "max_abs_at_position": 300.0, "finite": True}}]
+    _, md = write_report({"dtype": "bfloat16", "status": "fail", "rows": rows, "first_nonfinite": first}, tmp_path)
+    text = md.read_text()
+    assert "| pass (median) | median row |" in text
+    assert "prompt 2 (repeated): `blocks.15.attn.hook_out`, token position 7" in text
+
+
+def test_said_missing_rows_from_either_subject_meta():
+    from harness.quantized.gguf_parity import said_missing_rows
+
+    assert said_missing_rows(None, 0, 5) is None and said_missing_rows({}, 0, 5) is None
+    full = {"prompt": 5, "sampled": 1, "sampled_entries": [20]}
+    assert said_missing_rows({"logprob_rows_returned": {"0": full}}, 0, 5) == []
+    # the sampler returned nothing, or an empty row: row T-1
+    for got in ({"prompt": 5, "sampled": None, "sampled_entries": []}, {"prompt": 5, "sampled": 1, "sampled_entries": [0]}):
+        assert said_missing_rows({"logprob_rows_returned": {"0": got}}, 0, 5) == [4]
+    # no prompt log-probs at all: every prompt row
+    assert said_missing_rows({"logprob_rows_returned": {"0": {**full, "prompt": None}}}, 0, 5) == [0, 1, 2, 3]
+    # the newer subject's explicit list
+    assert said_missing_rows({"logprob_rows_returned": {"0": full}, "logprob_rows_missing": {"0": [1]}}, 0, 5) == [1]

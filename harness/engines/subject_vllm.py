@@ -304,7 +304,11 @@ def main(request_path: str) -> int:
         # key is already "{read key}#{call}" (capture_keys.call_key)
         _save_captures({f"{p}:{key}": t for key, t in _load_dump(dumps, tp_stats).items()}, out_dir, str(p))
         calls[p] = dump["calls"]
-        logprobs[str(p)] = _logprob_matrix(_logprob_rows(out), vocab, len(tokens))
+        rows = _logprob_rows(out)
+        logprobs[str(p)] = _logprob_matrix(rows, vocab, len(tokens))
+        unreturned = [t for t in range(len(tokens)) if t >= len(rows) or rows[t] is None]
+        if unreturned:  # the V2 runner of vLLM 0.20.2 returns no sampled-token log-probs: said, not compared
+            meta.setdefault("logprob_rows_missing", {})[p] = unreturned
         # what vLLM returned, for a runner that returns rows differently (V2 on 0.20: the last row empty)
         meta.setdefault("logprob_rows_returned", {})[p] = {
             "prompt": None if out.prompt_logprobs is None else len(out.prompt_logprobs),

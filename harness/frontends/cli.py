@@ -129,7 +129,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         targets = _shard(targets, args.shard)
     jobs = [(target, v) for v in runs for target in targets]
     status = 0
-    if args.resume:
+    if args.resume and settings.selection is None:  # a selective run is never "current" (one -selection name)
         jobs = [job for job in jobs if not _current(job, args.report_dir)]
 
     def report(job: tuple, out: dict) -> None:

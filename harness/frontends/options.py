@@ -22,6 +22,7 @@ from typing import Any
 from harness.frontends.shard import parse_shard
 from harness.models.text_prompts import parse_prompts_option
 from harness.engines.serving import SCHEMES
+from harness.pipeline.selection import parse_kinds, parse_layers
 from harness.pipeline.variant import DEVICES, PRECISIONS, RUNNERS, SUBJECTS
 
 
@@ -104,6 +105,12 @@ OPTIONS: tuple[Option, ...] = (
                         "checkpoint's own chat template), tokenized with the checkpoint's own tokenizer and cut "
                         "to max_model_len - 8; checkpoints with a real tokenizer only "
                         "(harness/models/text_prompts.py)", type=parse_prompts_option),
+    Option("--layers", "capture and compare only these decoder layers, e.g. 0,15,29 or 0-3 (hooks outside the "
+                       "layers stay, log-probs always): a selective run, report ...-selection "
+                       "(harness/pipeline/selection.py)", type=parse_layers),
+    Option("--hook-kinds", "capture and compare only these hook kinds, e.g. hook_out,attn.hook_z,embed.hook_out "
+                           "(a kind is the hook name without blocks.N.; log-probs always): a selective run",
+           type=parse_kinds),
     Option("--engine-timeout", "seconds each vLLM engine process may run before its whole process group is killed "
                                "and that model is an error (default 900); a run setting, not a variant",
            default=900.0, type=parse_seconds),

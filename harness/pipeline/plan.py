@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from overlays.base import Derived, HookSpec, NonFiring, SwapAxes, config_get
 from harness.comparison.routing import GATE
 from harness.comparison.shapes import heads_first
+from harness.pipeline.selection import HookSelection
 from harness.references.processing import processed_hook
 from harness.vocab.hook_names import compat_alias, hf_hook
 from harness.vocab.hooks import expand_layers, hook_kind, layer_of
@@ -165,10 +166,13 @@ def select_hooks(specs: dict[str, HookSpec], derived: dict[str, Derived], hooks:
     return {h: s for h, s in specs.items() if h in needed}, kept_derived
 
 
-def build_plan(target, variant, hooks: set[str] | frozenset[str] | None = None) -> Plan:
-    """The plan of ``target`` under ``variant``; ``hooks``: a selective run's hooks (plus derived inputs)."""
+def build_plan(target, variant, hooks: set[str] | frozenset[str] | HookSelection | None = None) -> Plan:
+    """The plan of ``target`` under ``variant``; ``hooks``: a selective run's hooks (plus derived inputs),
+    as names or as a :class:`~harness.pipeline.selection.HookSelection` (``--layers``, ``--hook-kinds``)."""
     cfg = target.hf_config
     specs, derived, nonfiring = offered(target, variant)
+    if isinstance(hooks, HookSelection):  # --layers / --hook-kinds: this model's hook names
+        hooks = hooks.resolve([*specs, *derived], int(getattr(cfg, "num_hidden_layers", 0) or 0), target.name)
     if hooks is not None:
         specs, derived = select_hooks(specs, derived, set(hooks))
     compat = [a for a in [*(compat_name(h, s) for h, s in specs.items()), *(compat_alias(h) for h in derived)] if a]

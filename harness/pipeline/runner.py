@@ -184,6 +184,8 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
     planted engine fault (tests/), never a variant axis (those are :class:`Variant`'s);
     ``settings``: how the run is carried out (harness.pipeline.settings)."""
     engine_timeout_s = settings.engine_timeout_s
+    if hooks is None:
+        hooks = settings.selection  # --layers / --hook-kinds (None: every offered hook)
     t0 = time.perf_counter()
     reset_gpu_peak()
     phases = Phases()

@@ -8,7 +8,11 @@ is in a report's fingerprint or name:
 * ``engine_timeout_s`` (``--engine-timeout``): seconds each vLLM process may run before its process
   group is killed and the model is an error;
 * ``references_dir`` (``--references-dir``): where reference captures and floors are stored and
-  reused (harness.references.stored); None computes them every time.
+  reused (harness.references.stored); None computes them every time;
+* ``selection`` (``--layers``, ``--hook-kinds``): capture and compare only those hooks
+  (harness.pipeline.selection).  It changes how much is compared, not how: the run is a selective
+  run, whose report is ``...-selection`` (never a full report's name, left out of the matrix, never
+  skipped by ``--resume``), so it needs no place in the fingerprint either.
 
 Trap: settings are picklable (``--jobs`` sends them to worker processes).
 """
@@ -17,11 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.pipeline.selection import HookSelection
+
 
 @dataclass(frozen=True)
 class RunSettings:
     engine_timeout_s: float = 900
     references_dir: Path | None = None
+    selection: HookSelection | None = None
 
     @classmethod
     def from_options(cls, source) -> "RunSettings":
@@ -29,4 +36,6 @@ class RunSettings:
         from harness.frontends.options import read
 
         refs = read(source, "--references-dir")
-        return cls(float(read(source, "--engine-timeout")), Path(refs) if refs else None)
+        layers, kinds = read(source, "--layers"), read(source, "--hook-kinds")
+        selection = HookSelection(layers, kinds) if layers is not None or kinds is not None else None
+        return cls(float(read(source, "--engine-timeout")), Path(refs) if refs else None, selection)

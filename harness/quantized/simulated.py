@@ -9,7 +9,8 @@ replace the output of every module with a block weight by :func:`~harness.quanti
 (its input quantized to Q8_1, the kernel's integer dot product), and the embedding output by
 the Q8_0 table rounded to fp16 (vLLM's ``ggml_dequantize`` computes ``d * q`` in ``half2``,
 ``dequantize.cuh``).  :func:`floors(run, truth)` is the worst row relative error per hook over
-prompts (harness.comparison.compare.compare_tensors), the harness's floor statistic;
+prompts (harness.comparison.compare.compare_tensors), the harness's floor statistic
+(``statistic="rel_median"``: the median row's, the main harness's second floor);
 :func:`top_k_mask` restricts log-prob rows to the entries a top-k engine returns.
 
 What the floors mean (harness.quantized.gguf_parity gates with them):
@@ -126,10 +127,14 @@ def top_k_mask(logprobs: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, torch.Tensor]],
-           logprob_k: int | None = None) -> dict[str, float]:
-    """Worst row relative error per hook over prompts of ``run`` against ``truth``; NaN where
+           logprob_k: int | None = None, statistic: str = "rel_err") -> dict[str, float]:
+    """Per hook, the largest over prompts of ``statistic`` (``rel_err``: the worst row's relative
+    error; ``rel_median``: the median row's, harness.comparison.compare.Metrics) of ``run``
+    against ``truth`` -- the main harness's floors (harness.references.reference); NaN where
     either side is non-finite (a NaN floor fails the rows it gates).  ``logprob_k``: log-prob
     rows compared on ``truth``'s top-k entries only (what vLLM returns)."""
+    if statistic not in ("rel_err", "rel_median"):
+        raise ValueError(f"statistic {statistic!r}: rel_err or rel_median")
     out: dict[str, float] = {}
     for p, hooks in run.items():
         for name, value in hooks.items():
@@ -141,7 +146,7 @@ def floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, t
                 continue
             if name == "logprobs" and logprob_k:
                 ref = top_k_mask(ref, logprob_k)
-            err = compare_tensors(value, ref).rel_err
+            err = getattr(compare_tensors(value, ref), statistic)
             if out.get(name, 0.0) == out.get(name, 0.0):  # a NaN floor stays NaN
                 out[name] = max(out.get(name, 0.0), err)
     return out

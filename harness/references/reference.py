@@ -147,6 +147,19 @@ def _run_cache(bridge, tokens: list[int], names: set[str], device: str, store: S
         i += take if layers else 1
 
 
+def _free() -> None:
+    """Collect a released model now (the bridge's hooks hold reference cycles) and hand the freed heap
+    back to the OS (glibc keeps freed blocks below its mmap threshold, up to 32 MB each once raised,
+    in this process's RSS: measured on SmolLM2-135M, the next model's load then stacks on top)."""
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
+        pass
+
+
 def _captures(bridge, prompts, names, device, spill: Path, tag: str) -> dict[int, SpilledTensors]:
     """``names`` for every prompt, spilled under ``spill`` (one mapping per prompt)."""
     out = {}
@@ -174,7 +187,7 @@ def _bridge_and_compat(checkpoint, dtype, prompts, names, legacy, device, round_
             bridge.enable_compatibility_mode(no_processing=True)
             compat = _captures(bridge, prompts, legacy, device, spill, f"{tag}-compat")
     del bridge  # its hooks hold reference cycles: collect now, or its weights stay until the next GC
-    gc.collect()
+    _free()
     return canonical, compat
 
 
@@ -187,7 +200,7 @@ def _processed_captures(checkpoint, dtype, prompts, names, device, meta=None, sp
         meta["normalization_type"] = getattr(bridge.cfg, "normalization_type", None)
     out = _captures(bridge, prompts, names, device, spill or Path(tempfile.mkdtemp(prefix="vp-refs-")), "processed")
     del bridge
-    gc.collect()
+    _free()
     return out
 
 
@@ -232,7 +245,10 @@ def _load_hf(checkpoint: Path, dtype: torch.dtype, device: str, round_through: t
     # eager: HF's reference attention.  Its default (sdpa) silently drops Gemma-2's
     # attention-logit soft-capping (measured: 0.38 max logit difference on the
     # synthetic gemma2); TransformerBridge and vLLM both apply it.
-    model = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=dtype, attn_implementation="eager")
+    # on a GPU, loaded straight there: loading on the host first made the 8B-shaped model's fp64 truth
+    # run peak at 80 GB of host memory (docs/gpu/evidence/llama3-8b-shaped-fp32)
+    where = {"device_map": device} if device.startswith("cuda") else {}
+    model = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=dtype, attn_implementation="eager", **where)
     return round_weights(_float64_safe(model, dtype), round_through).to(device).eval()
 
 
@@ -340,7 +356,7 @@ def _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device,
     with clock("hf_timing"):
         _time_hf(hf_model, prompts[0], device, timing_repeats, meta)
     del hf_model  # before the truth-dtype model loads: one reference model resident at a time
-    gc.collect()
+    _free()
     if calibrate:
         with clock("truth_hf"):
             truth_model = _load_hf(checkpoint, truth_dtype, device, round_through=tdtype)
@@ -349,7 +365,7 @@ def _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device,
                 truth_hf[p], lp = _hf_run(truth_model, toks, device, n_layers)
                 truth_hf[p]["logprobs"] = lp
             del truth_model
-            gc.collect()
+            _free()
             floors["hf"], stats["median"]["hf"], stats["scale"]["hf"] = _floors(
                 {p: {**hf[p], "logprobs": logprobs[p]} for p in hf}, truth_hf, chaos, pos_axis)
 
