@@ -111,3 +111,13 @@ def test_memory_sampler_files_samples_under_the_open_phase():
     assert phases.open == []
     assert summary["by_phase"]["outer.inner"] >= 64 and summary["rss_peak_mib"] >= summary["by_phase"]["outer.inner"]
     assert summary["rss_self_peak_mib"] <= summary["rss_peak_mib"] and summary["samples"] >= 3
+
+
+def test_sampled_memory_adds_a_column_and_a_line():
+    memory = {"by_phase": {"subject": 3300.0, "references": 1900.0}, "rss_peak_mib": 3300.0,
+              "rss_self_peak_mib": 2600.0, "rss_engines_peak_mib": 2850.0, "interval_s": 0.05}
+    lines = phases_markdown(PHASES, 40.0, None, memory)
+    assert "peak RSS, MiB" in lines[0]
+    assert any(line.startswith("| subject |") and "| 3300 |" in line for line in lines)
+    assert any("this process 2600 MiB, the vLLM engine processes 2850 MiB, both together 3300 MiB" in line
+               for line in lines)

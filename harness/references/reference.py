@@ -109,7 +109,8 @@ def _boot_bridge(checkpoint: Path, dtype: torch.dtype, device: str, round_throug
     return bridge
 
 
-SPILL_GROUP_BYTES = 256 << 20  # captures one reference forward may hold before they go to disk
+SPILL_GROUP_BYTES = 512 << 20  # captures one reference forward may hold before they go to disk (SmolLM2 fp32:
+# 512 MB keeps the truth run under the weight-processing peak with 3 forwards of the long prompt, not 5)
 _LAYER = re.compile(r"^blocks\.(\d+)\.")
 
 
@@ -123,25 +124,45 @@ def _layer_groups(names: set[str]) -> tuple[list[set[str]], set[str]]:
     return [by_layer[i] for i in sorted(by_layer)], other
 
 
-def _run_cache(bridge, tokens: list[int], names: set[str], device: str, store: SpilledTensors) -> None:
+class _LayerSize:
+    """Bytes one decoder layer's captures take for a prompt of T tokens: ``linear * T + quadratic * T**2``
+    (attention scores and patterns hold T x T per head), learnt from the first forward that held a
+    whole layer; None until then."""
+
+    def __init__(self) -> None:
+        self.linear = self.quadratic = None
+
+    def learn(self, caps: dict[str, torch.Tensor], group: set[str], n_layers: int, t: int) -> None:
+        lin = sum(v.nbytes for n, v in caps.items() if n in group and list(v.shape).count(t) < 2)
+        quad = sum(v.nbytes for n, v in caps.items() if n in group and list(v.shape).count(t) >= 2)
+        self.linear, self.quadratic = lin / n_layers / t, quad / n_layers / t ** 2
+
+    def of(self, t: int) -> float | None:
+        return None if self.linear is None else self.linear * t + self.quadratic * t ** 2
+
+
+def _run_cache(bridge, tokens: list[int], names: set[str], device: str, store: SpilledTensors,
+               size: _LayerSize | None = None) -> None:
     """Every hook in ``names`` for one prompt, into ``store`` (on disk), a few layers per forward:
-    a forward holds at most about ``SPILL_GROUP_BYTES`` of captures (the first forward, one layer and
-    the hooks outside the layers, measures a layer's size).  The forwards compute the same values
+    a forward holds at most about ``SPILL_GROUP_BYTES`` of captures.  A layer's size comes from
+    ``size`` (learnt on an earlier prompt of the same pass); without one the first forward takes one
+    layer (and the hooks outside the layers) and measures it.  The forwards compute the same values
     (a hook only records; tests/test_spill.py checks it bitwise), so this changes memory, not results."""
     layers, other = _layer_groups(names)
+    size = size or _LayerSize()
     ids = torch.tensor([tokens], device=device)
-    i, per_layer = 0, None
+    t, i = len(tokens), 0
     while i < len(layers) or (i == 0 and other):
+        per_layer = size.of(t)
         take = 1 if per_layer is None else max(1, int(SPILL_GROUP_BYTES // max(per_layer, 1)))
         group = set().union(*layers[i:i + take]) if layers else set()
-        extra = other if i == 0 else set()
-        wanted = group | extra
+        wanted = group | (other if i == 0 else set())
         with torch.no_grad():
             _, cache = bridge.run_with_cache(ids, names_filter=lambda n: n in wanted)
         caps = {n: reference_to_canonical(n, cache[n]) for n in wanted if n in cache}
         del cache
-        if layers:
-            per_layer = sum(v.nbytes for n, v in caps.items() if n in group) / max(len(layers[i:i + take]), 1)
+        if layers and per_layer is None:
+            size.learn(caps, group, len(layers[i:i + take]), t)
         store.add(caps)
         del caps
         i += take if layers else 1
@@ -162,10 +183,10 @@ def _free() -> None:
 
 def _captures(bridge, prompts, names, device, spill: Path, tag: str) -> dict[int, SpilledTensors]:
     """``names`` for every prompt, spilled under ``spill`` (one mapping per prompt)."""
-    out = {}
+    out, size = {}, _LayerSize()  # one layer's size, learnt on the first prompt, sizes the others' groups
     for p, toks in enumerate(prompts):
         out[p] = SpilledTensors(spill, f"{tag}-{p}")
-        _run_cache(bridge, toks, names, device, out[p])
+        _run_cache(bridge, toks, names, device, out[p], size)
     return out
 
 

@@ -264,7 +264,7 @@ def to_markdown(result: dict) -> str:
     t = result.get("timings") or {}
     if t:
         out += ["", "## Timings", ""]
-        out += phases_markdown(t.get("phases") or {}, result.get("wall_s"), t.get("peak_memory"))
+        out += phases_markdown(t.get("phases") or {}, result.get("wall_s"), t.get("peak_memory"), t.get("memory"))
     if t.get("vllm") or t.get("hf"):
         out += ["", "| engine | forward latency (median) | boot |", "|---|---|---|"]
         for eng, label in (("vllm", "vLLM (model forward, capture off)"), ("hf", "HF transformers (forward)")):
@@ -372,20 +372,32 @@ PHASE_NOTES = {
 }
 
 
-def phases_markdown(phases: dict, wall_s: float | None, peak: dict | None = None) -> list[str]:
+def phases_markdown(phases: dict, wall_s: float | None, peak: dict | None = None,
+                    memory: dict | None = None) -> list[str]:
     """The phases as a table (a sub-phase indented under its parent, each with its share of the
-    run's wall time), then peak memory.  Pure."""
+    run's wall time and, where the run sampled memory, the peak RSS of this process and the engine
+    processes together while it was the innermost phase: harness.memory), then peak memory.  Pure."""
     if not phases:
         return []
-    out = ["| phase | seconds | share of the run | what, and where it is measured |", "|---|---|---|---|"]
+    by_phase = (memory or {}).get("by_phase") or {}
+    mem_col = bool(by_phase)
+    out = ["| phase | seconds | share of the run |" + (" peak RSS, MiB |" if mem_col else "")
+           + " what, and where it is measured |", "|---|---|---|" + ("---|" if mem_col else "") + "---|"]
     for name, seconds in phases.items():
         depth = name.count(".")
         label = ("&nbsp;&nbsp;" * depth + "└ " if depth else "") + name.rsplit(".", 1)[-1]
         share = "after the run" if name == "report" else (
             f"{100 * seconds / wall_s:.0f} %" if _finite(wall_s) and wall_s else "—")
-        out.append(f"| {label} | {seconds:.2f} | {share} | {PHASE_NOTES.get(name, '')} |")
+        mem = f" {_fmt(by_phase.get(name), '.0f')} |" if mem_col else ""
+        out.append(f"| {label} | {seconds:.2f} | {share} |{mem} {PHASE_NOTES.get(name, '')} |")
     if _finite(wall_s):
-        out.append(f"| **run (wall)** | {wall_s:.2f} | 100 % | run_model, end to end (the report excluded) |")
+        mem = f" {_fmt(memory.get('rss_peak_mib'), '.0f')} |" if mem_col else ""
+        out.append(f"| **run (wall)** | {wall_s:.2f} | 100 % |{mem} run_model, end to end (the report excluded) |")
+    if memory and memory.get("rss_peak_mib") is not None:
+        out += ["", f"Sampled peak memory of this run (every {memory.get('interval_s', 0.05)} s, harness.memory): "
+                    f"this process {_fmt(memory.get('rss_self_peak_mib'), '.0f')} MiB, the vLLM engine processes "
+                    f"{_fmt(memory.get('rss_engines_peak_mib'), '.0f')} MiB, both together "
+                    f"{_fmt(memory.get('rss_peak_mib'), '.0f')} MiB (a phase's column: the innermost phase open)."]
     if peak:
         out += ["", _peak_line(peak)]
     return out
