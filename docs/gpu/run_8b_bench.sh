@@ -71,14 +71,7 @@ fi
 if [ "${PARITY:-0}" = 1 ] && [ "$(left)" -gt "${PARITY_S:-150}" ]; then
   echo "== parity: harness run --model-path $CKPT --dtype bfloat16 [$(left) s left]"
   # the harness's subject needs its vllm.general_plugins entry point (as run_h200.sh writes it)
-  $PY - "$SITE" <<'PY'
-import sys, tomllib, pathlib
-site = pathlib.Path(sys.argv[1]); proj = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
-d = site / f"vllm_parity-{proj['version']}.dist-info"; d.mkdir(parents=True, exist_ok=True)
-(d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm-parity\nVersion: {proj['version']}\n")
-g = "vllm.general_plugins"
-(d / "entry_points.txt").write_text(f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in proj["entry-points"][g].items()))
-PY
+  PY=${PY:-python3} bash docs/gpu/register_plugin.sh "$SITE"
   timeout -k 10 $(( $(left) - 20 )) $PY -m harness run --device cuda --model-path "$CKPT" --dtype bfloat16 \
     --report-dir "$RES/reports" >"$RES/parity.log" 2>&1; echo "parity rc=$?"
   grep -E "^(==|   (pass|fail|error|skipped))" "$RES/parity.log" | tail -20

@@ -27,6 +27,8 @@ left() { echo $(( TOTAL_S - ($(date +%s) - T0) )); }
 { date; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; free -g | head -2; df -h /tmp | tail -1; } \
   2>&1 | tee "$RES/host.txt"
 
+PY=$PY bash docs/gpu/register_plugin.sh "$SITE"  # the capture hooks' entry point (nothing is pip-installed here)
+
 if [ ! -e "$CKPT/shaped_checkpoint.json" ]; then
   echo "== checkpoint: building $CKPT [$(left) s left]"
   timeout -k 10 240 $PY -m benchmarks.shaped_checkpoint --shape llama3-8b --dtype bfloat16 --out "$CKPT" \

@@ -36,14 +36,7 @@ mkdir -p "$RES"
 left() { echo $(( TOTAL_S - ($(date +%s) - T0) )); }
 
 # the capture hooks' vllm.general_plugins entry point (nothing of the project is pip-installed here)
-$PY - "$SITE" <<'PY'
-import sys, tomllib, pathlib
-site = pathlib.Path(sys.argv[1]); proj = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
-d = site / f"vllm_parity-{proj['version']}.dist-info"; d.mkdir(parents=True, exist_ok=True)
-(d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm-parity\nVersion: {proj['version']}\n")
-g = "vllm.general_plugins"
-(d / "entry_points.txt").write_text(f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in proj["entry-points"][g].items()))
-PY
+PY=${PY:-python3} bash docs/gpu/register_plugin.sh "$SITE"
 
 { date; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   $PY -c "import torch, vllm, gguf, importlib.metadata as md; print('torch', torch.__version__, 'vllm', vllm.__version__, \

@@ -34,16 +34,7 @@ case "$phase" in
   launch|collect) log=/dev/null ;;
   *) echo "unknown phase $phase (launch, collect, plan)"; exit 2 ;;
 esac
-python3 - "$SITE" <<'PY'
-import sys, tomllib, pathlib
-site = pathlib.Path(sys.argv[1]); proj = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
-d = site / f"vllm_parity-{proj['version']}.dist-info"; d.mkdir(parents=True, exist_ok=True)
-(d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm-parity\nVersion: {proj['version']}\n")
-g = "vllm.general_plugins"  # only this group: conftest.py already registers the pytest plugin
-(d / "entry_points.txt").write_text(f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in proj["entry-points"][g].items()))
-import importlib.metadata as md
-assert any(ep.name == "vllm_parity" for ep in md.entry_points(group=g)), "entry point not visible"
-PY
+PY=${PY:-python3} bash docs/gpu/register_plugin.sh "$SITE"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 [ "$log" = /dev/null ] || { date; nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv; nproc; \

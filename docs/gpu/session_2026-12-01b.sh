@@ -7,14 +7,7 @@ tar --exclude=./.gpuwhl -cf - . | (cd /tmp/vp && tar -xf -)
 cd /tmp/vp && rm -rf reports
 export PYTHONPATH=/tmp/site:/tmp/vp HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 # the capture hooks' vllm.general_plugins entry point, before either job boots vLLM (run_gguf.sh writes it too)
-python3 - /tmp/site <<'PY'
-import sys, tomllib, pathlib
-site = pathlib.Path(sys.argv[1]); proj = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
-d = site / f"vllm_parity-{proj['version']}.dist-info"; d.mkdir(parents=True, exist_ok=True)
-(d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm-parity\nVersion: {proj['version']}\n")
-g = "vllm.general_plugins"
-(d / "entry_points.txt").write_text(f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in proj["entry-points"][g].items()))
-PY
+PY=${PY:-python3} bash docs/gpu/register_plugin.sh /tmp/site
 setsid nohup bash -c 'RES=/tmp/res3/gguf TOTAL_S=230 bash docs/gpu/run_gguf.sh > /tmp/res3/gguf.out 2>&1; echo "gguf done $(date +%s)" >> /tmp/res3/steps' >/dev/null 2>&1 </dev/null &
 setsid nohup bash -c 'timeout 220 python3 -m harness run --model qwen3,gemma --device cuda --runner v2 --report-dir /tmp/res3/v2 > /tmp/res3/v2.out 2>&1; echo "v2 done $(date +%s)" >> /tmp/res3/steps' >/dev/null 2>&1 </dev/null &
 echo "started $(date +%s)" >> /tmp/res3/steps
