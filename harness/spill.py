@@ -4,7 +4,8 @@ Contract: :class:`SpilledTensors` is a read-only ``Mapping[str, torch.Tensor]`` 
 ``items``, ``len``) over safetensors shards in one folder.  :meth:`SpilledTensors.add` writes one
 shard (a dict of tensors) and indexes its keys; ``spilled[key]`` reads that one tensor back from
 disk into a fresh tensor, every time (nothing is cached, so what is held is what the caller holds).
-:meth:`SpilledTensors.adopt` indexes a shard another process wrote (the vLLM subject's).
+:meth:`SpilledTensors.adopt` indexes a shard another process wrote (the vLLM subject's) and takes
+it over.
 
 Why: a run's captures (every hook, every prompt, five engines) are several times the model's
 size (SmolLM2-135M fp32: about 2.2 GB against 0.54 GB of weights); held whole they set the
@@ -17,9 +18,11 @@ Traps:
   the measured peak would not fall).  The shard format is safetensors' (an 8-byte header
   length, a JSON header of dtype, shape and byte offsets, the data), so any safetensors reader
   reads the shards too.
-* Each shard's file stays open; the folder may be deleted right after the captures are made
-  (harness.pipeline.runner does): open files stay readable on Linux and macOS, and the disk
-  space is freed when the last reader is garbage-collected.
+* No file stays open between reads (a pytest session keeps every run's captures: open handles
+  would pile up against ``ulimit -n``).  The shards are the mapping's: they are deleted when it is
+  garbage-collected (``weakref.finalize``, at the latest when Python exits), and ``owns`` names a
+  folder deleted with it (the vLLM subject's work folder).  So nothing may delete a folder a live
+  mapping reads from.
 * safetensors refuses tensors that share memory (the bridge caches one tensor under two hook
   names) and non-contiguous views: :meth:`add` writes each distinct storage once and a later
   key that shares one is cloned.
@@ -29,7 +32,9 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import struct
+import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -50,10 +55,29 @@ def _header(handle) -> tuple[dict, int]:
     return header, 8 + n
 
 
+def _remove(paths: list[Path], folders: list[Path], parent: Path) -> None:
+    """A mapping's finalizer: its shards, the folders it owns, and its write folder once empty."""
+    for path in paths:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    try:
+        parent.rmdir()  # only when empty: other mappings may write to the same folder
+    except OSError:
+        pass
+
+
 class SpilledTensors(Mapping):
-    def __init__(self, folder: str | os.PathLike, name: str = "captures"):
+    def __init__(self, folder: str | os.PathLike, name: str = "captures", owns: str | os.PathLike | None = None):
+        """``folder``: where :meth:`add` writes; ``owns``: a folder deleted with this mapping."""
         self.folder, self.name = Path(folder), name
-        self._index: dict[str, tuple[object, dict, int]] = {}  # key -> (open file, entry, data start)
+        self._index: dict[str, tuple[Path, dict, int]] = {}  # key -> (shard, entry, data start)
+        self._paths: list[Path] = []
+        self._folders: list[Path] = [Path(owns)] if owns is not None else []
+        self._finalizer = weakref.finalize(self, _remove, self._paths, self._folders, self.folder)
 
     def add(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Write ``tensors`` as one new shard and index them (a key written again is replaced)."""
@@ -74,20 +98,23 @@ class SpilledTensors(Mapping):
         self.adopt(path)
 
     def adopt(self, path: str | os.PathLike) -> None:
-        """Index a safetensors shard written elsewhere; its file stays open for reading."""
-        handle = open(path, "rb")  # noqa: SIM115 -- held for the mapping's life (see the module's traps)
-        header, start = _header(handle)
+        """Index a safetensors shard (written here or by another process); it is this mapping's now."""
+        path = Path(path)
+        with open(path, "rb") as handle:
+            header, start = _header(handle)
+        self._paths.append(path)
         for key, entry in header.items():
-            self._index[key] = (handle, entry, start)
+            self._index[key] = (path, entry, start)
 
     def __getitem__(self, key: str) -> torch.Tensor:
-        handle, entry, start = self._index[key]
+        path, entry, start = self._index[key]
         begin, end = entry["data_offsets"]
-        handle.seek(start + begin)
-        data = bytearray(handle.read(end - begin))
         dtype = _DTYPES[entry["dtype"]]
-        if not data:
+        if end == begin:
             return torch.empty(entry["shape"], dtype=dtype)
+        with open(path, "rb") as handle:
+            handle.seek(start + begin)
+            data = bytearray(handle.read(end - begin))
         return torch.frombuffer(data, dtype=dtype).reshape(entry["shape"])
 
     def __iter__(self) -> Iterator[str]:
@@ -102,3 +129,8 @@ class SpilledTensors(Mapping):
     def nbytes(self) -> int:
         """What the tensors take on disk (and would take in memory, all loaded)."""
         return sum(e["data_offsets"][1] - e["data_offsets"][0] for _, e, _ in self._index.values())
+
+    def release(self) -> None:
+        """Delete the shards (and the owned folder) now; the mapping is empty afterwards."""
+        self._index.clear()
+        self._finalizer()

@@ -200,7 +200,7 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
     }
     launch_subject("harness.engines.subject_vllm", request, work_dir, "subject", env, timeout_s)
     logprobs = {int(k): v for k, v in load_file(str(out_dir / "logprobs.safetensors")).items()}
-    raw = SpilledTensors(out_dir)  # read one tensor at a time; the files stay open (harness.spill)
+    raw = SpilledTensors(out_dir, owns=work_dir)  # read one tensor at a time; owns the work folder (harness.spill)
     for shard in sorted(out_dir.glob("captures-*.safetensors")):
         raw.adopt(shard)
     return SubjectCapture(

@@ -21,8 +21,9 @@ engine processes together, per phase (harness.memory).  All are there for a fail
 up to where it stopped.
 
 Traps: each run gets a fresh work folder (two sessions, or a CLI run beside pytest,
-must never share a subject's output files); it is removed once the captures are in
-memory and kept, with the engine's log, when the engine fails (the error names it).
+must never share a subject's output files); the subject's captures are read from it, so it is
+removed with them (harness.spill), and kept, with the engine's log, when the engine fails (the
+error names it).
 Planted bugs for fault injection live in the overlay a test hands in
 (tests/test_fault_injection.py), never in this module.
 """
@@ -230,8 +231,9 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
             runs_root = work_root or CACHE_ROOT / "runs"
             runs_root.mkdir(parents=True, exist_ok=True)
             work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-{variant.work_prefix}"))
+            # the captures stay on disk in ``work`` until the run is collected (harness.spill: the subject's
+            # mapping owns the folder); a failed engine's folder is kept with its log (the error names it)
             run.subject = capture_subject(target, variant, plan, prompts, work, engine_env, settings.engine_timeout_s)
-            shutil.rmtree(work, ignore_errors=True)  # captures are in memory now
         _subject_phases(phases, run.subject.meta)
         serving = run.subject.meta.get("serving")
         if serving:  # decode: the references run teacher-forced on prompt + generated tokens

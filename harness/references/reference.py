@@ -37,7 +37,6 @@ from __future__ import annotations
 import gc
 import math
 import re
-import shutil
 import statistics
 import tempfile
 import time
@@ -318,14 +317,11 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
                        spill_root: Path | None = None) -> ReferenceCapture:
     """``pos_axis``: the token axis of a hook's canonical value (harness.pipeline.plan.Plan.pos_axis),
     for setting chaotic tokens aside in the floors.  The captures go to disk as they are made
-    (harness.spill), in a folder under ``spill_root`` (default: the system's temporary folder) that is
-    removed before returning: the returned mappings read from files they hold open."""
+    (harness.spill), in a folder under ``spill_root`` (default: the system's temporary folder); each
+    mapping deletes its shards when it is garbage-collected, and the last one the folder."""
     spill = Path(tempfile.mkdtemp(prefix="vp-refs-", dir=spill_root))
-    try:
-        return _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device, timing_repeats,
-                                   processed_names, calibrate, phases, pos_axis, spill)
-    finally:
-        shutil.rmtree(spill, ignore_errors=True)
+    return _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device, timing_repeats,
+                               processed_names, calibrate, phases, pos_axis, spill)
 
 
 def _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device, timing_repeats, processed_names,
