@@ -17,6 +17,8 @@ Traps:
   ``ru_maxrss`` (a lifetime peak, never missed) bounds this process from above.
 * Unlike ``ru_maxrss`` these are this run's own peaks: in pytest or a ``--jobs 1`` CLI run an
   earlier model's peak does not leak into a later model's report.
+* A sample costs about 1.4 ms (psutil walks /proc for the descendants; measured on the 2-core CI
+  machine): at 20 per second, under 3 % of one core.
 * Pages a child shares with its parent count in both: the tree sum is an upper bound of what
   the machine holds (vLLM's engine is spawned, not forked, so little is shared).
 """
