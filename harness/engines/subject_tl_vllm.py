@@ -121,8 +121,12 @@ def capture_tl_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], s
                "hooks": {h: s.raw_key for h, s in specs.items()}, "max_model_len": max_model_len,
                "out_dir": str(out_dir), "ragged": ragged, "enforce_eager": enforce_eager}
     launch_subject("harness.engines.subject_tl_vllm", request, work_dir, "subject_tl_vllm", env, timeout_s)
+    from harness.spill import SpilledTensors
+
+    raw = SpilledTensors(out_dir, owns=work_dir)  # read one tensor at a time; the work folder goes with it
+    raw.adopt(out_dir / "raw.safetensors")
     return SubjectCapture(
-        raw=load_file(str(out_dir / "raw.safetensors")), params={},
+        raw=raw, params={},
         logprobs={int(k): v for k, v in load_file(str(out_dir / "logprobs.safetensors")).items()},
         meta=json.loads((out_dir / "meta.json").read_text()),
     )

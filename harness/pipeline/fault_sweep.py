@@ -19,7 +19,6 @@ is then the first among them.
 """
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -128,8 +127,7 @@ def run_fault(base: Baseline, fault: EngineFault | None, work_root: Path | None 
     root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=root, prefix=f"{base.target.name}-fault-"))
     subject = capture_subject(base.target, base.variant, base.plan, base.prompts, work,
-                               fault.env() if fault is not None else None)
-    shutil.rmtree(work, ignore_errors=True)
+                               fault.env() if fault is not None else None)  # its captures own ``work``
     rows, _flips = evaluate(base.plan, subject, base.refs, base.prompts, base.gate, base.target.name)
     return FaultRun(fault, rows, base.order, boot_s=subject.meta.get("boot_s"),
                     wall_s=time.perf_counter() - t0, meta={"vllm_version": subject.meta.get("vllm_version")})
