@@ -32,8 +32,11 @@ def test_names_match_the_report_files():
     assert Variant(subject="tl-vllm").report_stem == "report-tl-vllm"
     assert Variant("float32", "cuda", "ieee", True, 2).report_stem == "report-cuda-float32-ieee-tp2-compiled"
     assert Variant("float32", "cuda", "ieee", True, 2).name == "cuda-float32-ieee-tp2-compiled"
+    ray = Variant("bfloat16", "cuda", tp=2, executor="ray")
+    assert ray.name == "cuda-bfloat16-tp2-ray" and ray.report_stem == "report-cuda-bfloat16-tp2-ray"
+    assert ray.work_prefix != Variant("bfloat16", "cuda", tp=2).work_prefix
     for v in (Variant(), Variant("bfloat16", "cuda", compiled=True), Variant("float32", "cuda", "tf32", tp=2),
-              Variant(subject="tl-vllm")):
+              Variant(subject="tl-vllm"), ray):
         result = {"dtype": v.dtype, "device": v.device, "compiled": v.compiled, "subject": v.subject,
                   "device_info": v.run_info}
         assert Variant.from_result(result) == v
@@ -46,6 +49,9 @@ def test_names_match_the_report_files():
     ({"subject": "tl-vllm", "tp": 2}, ["tl-vllm", "--tp 2"]),
     ({"runner": "v0"}, ["--runner", "v1", "v2", "auto"]),
     ({"device": "tpu"}, ["--device", "cuda"]),
+    ({"executor": "slurm"}, ["--executor", "mp", "ray"]),
+    ({"executor": "ray", "device": "cpu"}, ["--executor ray on cpu", "does not support ray", "--executor mp"]),
+    ({"executor": "ray", "subject": "tl-vllm"}, ["--executor ray", "--subject vllm"]),
 ])
 def test_bad_variants_name_the_option_and_the_choices(kw, words):
     with pytest.raises(VariantError) as exc:
@@ -84,3 +90,10 @@ def test_capture_keys_round_trip():
         key = capture_key(prompt, rk, 2)
         assert key == f"{prompt}:{rk}#2" and strip_call(key) == f"{prompt}:{rk}"
     assert call_key(rk, 3) == f"{rk}#3"
+
+
+def test_the_executor_reaches_vllms_arguments():
+    from harness.engines.vllm_compat import llm_kwargs
+
+    assert "distributed_executor_backend" not in llm_kwargs(device="cuda", tp=2)  # vLLM's default (mp)
+    assert llm_kwargs(device="cuda", tp=2, executor="ray")["distributed_executor_backend"] == "ray"

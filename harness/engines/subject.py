@@ -180,8 +180,9 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
                  env: dict[str, str] | None = None, ragged: bool = True,
                  enforce_eager: bool = True, device: str = "cpu", tp: int = 1, serving: str = "single",
                  row_dims: dict[str, int] | None = None,
-                 llm_overrides: dict | None = None) -> SubjectCapture:
-    """``device`` picks the engine's arguments (harness.engines.vllm_compat); ``tp``: tensor-parallel ranks;
+                 llm_overrides: dict | None = None, executor: str = "mp") -> SubjectCapture:
+    """``device`` picks the engine's arguments (harness.engines.vllm_compat); ``tp``: tensor-parallel ranks,
+    started by vLLM's ``executor`` (``mp`` or ``ray``: harness.pipeline.variant);
     ``serving``: how the engine is driven (harness.engines.serving), its captures stitched back by
     position in the engine's process (``row_dims``: read key -> token dim, for ``[1, T, ...]`` reads);
     ``timeout_s``: the engine process's limit (``--engine-timeout``), past which it is killed."""
@@ -194,7 +195,7 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
         "reads": sorted({(m, r) for m, r in reads}), "params": sorted(set(params)),
         "vocab_size": vocab_size, "max_model_len": max_model_len, "out_dir": str(out_dir),
         "full_logprobs": full_logprobs, "ragged": ragged,
-        "enforce_eager": enforce_eager, "device": device, "tp": tp,
+        "enforce_eager": enforce_eager, "device": device, "tp": tp, "executor": executor,
         "serving": serving, "row_dims": row_dims or {},
         "llm_overrides": llm_overrides or {},  # merged into LLM(...) last (a GGUF file's tokenizer, quantization)
     }

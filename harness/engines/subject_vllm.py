@@ -265,7 +265,8 @@ def main(request_path: str) -> int:
         worker_extension_cls="harness.engines.vllm_worker.CaptureExtension",
         max_model_len=req["max_model_len"],
         skip_tokenizer_init=False,
-        **{**llm_kwargs(device=device, tp=tp, compiled=not req.get("enforce_eager", True), kv_bytes=_kv_bytes(req)),
+        **{**llm_kwargs(device=device, tp=tp, compiled=not req.get("enforce_eager", True), kv_bytes=_kv_bytes(req),
+                      executor=req.get("executor", "mp")),
            **engine_kwargs(SCHEMES[req.get("serving", "single")], device, [len(t) for t in req["prompts"]]),
            **req.get("llm_overrides", {})},
     )

@@ -378,9 +378,11 @@ def subject_env_defaults(device: str, tp: int = 1) -> dict[str, str]:
     return env
 
 
-def llm_kwargs(*, device: str, tp: int = 1, compiled: bool = False, kv_bytes: int = KV_CACHE_BYTES) -> dict[str, Any]:
+def llm_kwargs(*, device: str, tp: int = 1, compiled: bool = False, kv_bytes: int = KV_CACHE_BYTES,
+               executor: str = "mp") -> dict[str, Any]:
     """``LLM(...)`` arguments beyond model/dtype/length that differ by device or line; ``kv_bytes``:
-    the KV cache (:func:`kv_cache_bytes`), on every device."""
+    the KV cache (:func:`kv_cache_bytes`), on every device; ``executor``: vLLM's
+    ``distributed_executor_backend`` (``mp``: left to vLLM's default, which is ``mp`` on one host)."""
     kw: dict[str, Any] = {
         "max_logprobs": -1,  # full-vocabulary log-probs (-1: no cap, 0.20+)
         "enable_prefix_caching": False,  # a cached prefix would skip the hooks for those tokens
@@ -388,6 +390,10 @@ def llm_kwargs(*, device: str, tp: int = 1, compiled: bool = False, kv_bytes: in
         "seed": 0,
         "kv_cache_memory_bytes": int(kv_bytes),  # fixed: skips memory profiling, holds what the prompts need
     }
+    if executor != "mp":
+        # vLLM's own Ray executor (a running cluster: RAY_ADDRESS, or a local one it starts); the
+        # capture plugin loads in every Ray worker through its entry point, as in mp workers
+        kw["distributed_executor_backend"] = executor
     if device == "cuda":
         # several engines share one GPU (--jobs)
         kw["gpu_memory_utilization"] = 0.05

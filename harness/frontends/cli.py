@@ -118,7 +118,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.jobs < 1:
             raise VariantError(f"--jobs {args.jobs}: must be 1 or more")
         runs = variants(split_list(args.dtype), args.device, split_list(args.precision), modes, args.tp,
-                        args.subject, split_list(args.runner), split_list(args.serving))
+                        args.subject, split_list(args.runner), split_list(args.serving), args.executor)
         for v in runs:
             calibration_for(v.gate_key)
         targets = with_prompts(targets_from_options(args.model, args.model_path), args.prompts)

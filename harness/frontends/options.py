@@ -23,7 +23,7 @@ from harness.frontends.shard import parse_shard
 from harness.models.text_prompts import parse_prompts_option
 from harness.engines.serving import SCHEMES
 from harness.pipeline.selection import parse_kinds, parse_layers
-from harness.pipeline.variant import DEVICES, PRECISIONS, RUNNERS, SUBJECTS
+from harness.pipeline.variant import DEVICES, EXECUTORS, PRECISIONS, RUNNERS, SUBJECTS
 
 
 def parse_seconds(text: str) -> float:
@@ -77,6 +77,9 @@ OPTIONS: tuple[Option, ...] = (
                           "(Triton's default; own calibration, harness/references/tolerances.py); CLI: "
                           "comma-separated, one report each", default="ieee", choices=PRECISIONS, many=True),
     Option("--tp", "vLLM tensor_parallel_size (default 1)", default=1, type=int),
+    Option("--executor", "vLLM's distributed_executor_backend: mp (its default, ranks on this host) or ray (its "
+                         "Ray executor: ranks across the nodes of a Ray cluster; GPU only, needs ray installed)",
+           default="mp", choices=EXECUTORS),
     Option("--subject", "what is compared with the references: vllm (this harness's overlays, default) or tl-vllm "
                         "(TransformerLens's own vLLM backend; reports report-tl-vllm.*)",
            default="vllm", choices=SUBJECTS),

