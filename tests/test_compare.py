@@ -65,3 +65,37 @@ def test_masked_infinities_must_match_and_add_no_scale():
     assert compare_tensors(ref.clone(), ref).max_abs == 0
     m = compare_tensors(torch.tensor([[1.0, -5.0], [2.0, 3.0]]), ref)
     assert math.isinf(m.rel_err) and m.worst_index == (0, 1)
+
+
+def test_finite_fast_path_gives_the_masked_paths_values_bitwise():
+    from harness.comparison.compare import _masked, _unravel
+
+    g = torch.Generator().manual_seed(0)
+    for shape in [(7, 33), (3, 5, 11), (13,), ()]:
+        r = torch.randn(shape, generator=g, dtype=torch.float64)
+        for s in (r + 1e-3 * torch.randn(shape, generator=g, dtype=torch.float64),
+                  torch.where(torch.rand(shape, generator=g) < 0.2, torch.tensor(float("nan"), dtype=torch.float64),
+                              r)):
+            fast, general = _masked(s, r), _masked(s, r, general=True)
+            for a, b in zip(fast[:5], general[:5]):
+                assert torch.equal(a.reshape(-1).nan_to_num(), b.reshape(-1).nan_to_num())
+                assert torch.equal(torch.isinf(a.reshape(-1)), torch.isinf(b.reshape(-1)))
+            assert fast[5] == general[5] is True
+    for flat, shape in [(0, (2, 3)), (5, (2, 3)), (29, (2, 3, 5)), (4, (7,))]:
+        assert _unravel(flat, shape) == tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape))
+
+
+def test_all_finite_is_exact_or_falls_back():
+    from harness.comparison.compare import all_finite
+
+    x = torch.ones(4, 5)
+    assert all_finite(x)
+    for bad in (math.nan, math.inf, -math.inf):
+        y = x.clone()
+        y[2, 3] = bad
+        assert not all_finite(y)
+    # finite entries whose sum overflows: "not all finite" sends the caller to its exact path
+    big = torch.full((4,), 3e38)
+    assert not all_finite(big)
+    assert compare_tensors(big, big).rel_err == 0.0
+    assert all_finite(torch.arange(5))  # integers hold no NaN

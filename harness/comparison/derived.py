@@ -92,9 +92,19 @@ def is_masked(x: torch.Tensor) -> torch.Tensor:
     return torch.isneginf(x) | (x <= max(torch.finfo(x.dtype).min, torch.finfo(torch.bfloat16).min))
 
 
+def _may_hold_mask(x: torch.Tensor) -> bool:
+    """False only where :func:`is_masked` holds nowhere in ``x`` (its minimum is above the bound; a
+    NaN minimum says True, and the exact mask decides)."""
+    if not x.is_floating_point() or x.numel() == 0:
+        return False
+    return not bool(x.min() > max(torch.finfo(x.dtype).min, torch.finfo(torch.bfloat16).min))
+
+
 def ignore_common_mask(subject: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     """The reference with NaN where both sides are masked (see the module's traps)."""
     if subject.shape != reference.shape:
         return reference  # the comparison reports the shape mismatch
+    if not _may_hold_mask(reference) or not _may_hold_mask(subject):  # one reduction each, no mask tensors
+        return reference
     both = is_masked(subject) & is_masked(reference)
     return reference.masked_fill(both, float("nan")) if bool(both.any()) else reference

@@ -44,7 +44,7 @@ from harness.engines.subject import SubjectKilled, capture_vllm
 from harness.models.text_prompts import prompt_set
 from harness.models.targets import Target
 from harness.paths import CACHE_ROOT
-from harness.memory import MemorySampler
+from harness.memory import MemorySampler, return_frees_promptly
 from harness.phases import Phases, peak_memory, reset_gpu_peak
 from harness.pipeline.fingerprint import fingerprint
 from harness.pipeline.plan import Plan, build_plan
@@ -85,6 +85,7 @@ def capture_subject(target: Target, variant: Variant, plan: Plan, prompts: list[
         vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
         full_logprobs=target.vocab_size <= 8192, env=env, enforce_eager=not variant.compiled,
         device=variant.device, tp=variant.tp, timeout_s=engine_timeout_s, serving=variant.serving,
+        executor=variant.executor,
         row_dims={s.raw_key: 1 for s in plan.specs.values() if s.convert and isinstance(s.convert[0], DropBatch)},
     )
 
@@ -185,6 +186,7 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
     planted engine fault (tests/), never a variant axis (those are :class:`Variant`'s);
     ``settings``: how the run is carried out (harness.pipeline.settings)."""
     engine_timeout_s = settings.engine_timeout_s
+    return_frees_promptly()  # freed reference models and captures leave RSS (harness.memory)
     if hooks is None:
         hooks = settings.selection  # --layers / --hook-kinds (None: every offered hook)
     t0 = time.perf_counter()

@@ -47,7 +47,7 @@ from typing import Callable
 import torch
 
 from harness.comparison.chaos import ChaoticToken, find_chaotic
-from harness.comparison.compare import compare_tensors
+from harness.comparison.compare import all_finite, compare_tensors
 from harness.comparison.set_aside import mask_from, set_aside
 from harness.comparison.derived import ignore_common_mask
 from harness.comparison.shapes import heads_first, reference_to_canonical
@@ -274,7 +274,9 @@ def _load_hf(checkpoint: Path, dtype: torch.dtype, device: str, round_through: t
 
 def _nonfinite(t: torch.Tensor) -> bool:
     """NaN or +inf anywhere (-inf is a legitimate attention mask)."""
-    return t.is_floating_point() and bool((torch.isnan(t) | (t == math.inf)).any())
+    if not t.is_floating_point() or all_finite(t):  # one reduction for the common case
+        return False
+    return bool((torch.isnan(t) | (t == math.inf)).any())
 
 
 def _floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, torch.Tensor]],
