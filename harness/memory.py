@@ -25,7 +25,7 @@ Traps:
   32 MB) each time a larger block is freed: a reference model's activations then stay in RSS after
   the model is gone, and the next model stacks on top.  :func:`return_frees_promptly` pins the
   threshold (the runner calls it): measured on SmolLM2-135M fp32's reference side, RSS between
-  phases fell from 1.78 GB to 1.0 GB.
+  phases fell from 1.78 GB to 0.87-1.34 GB (four runs).
 """
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def return_frees_promptly() -> bool:
     """Pin glibc's mmap threshold at :data:`MMAP_THRESHOLD_BYTES` for this process (setting it turns off
     glibc's dynamic raising), so a freed tensor of 1 MiB or more goes back to the OS at once.  Idempotent;
     False where the C library is not glibc (nothing changes there).  Costs a page fault per fresh page
-    of a large block instead of reusing heap: not measurable beside the forwards it serves."""
+    of a large block instead of reusing heap; not measured apart (the run got faster with it and the
+    comparison changes together, README "Memory and time at real size")."""
     try:
         import ctypes
 
