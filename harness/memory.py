@@ -38,18 +38,36 @@ MMAP_THRESHOLD_BYTES = 1 << 20  # blocks this large or larger are mmapped: freei
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
 
 
+def _glibc():
+    """The C library when it is glibc (``mallopt``, ``malloc_trim``), else None (macOS, musl)."""
+    try:
+        import ctypes
+
+        lib = ctypes.CDLL("libc.so.6")
+        return lib if hasattr(lib, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+def trim_heap() -> None:
+    """Collect garbage now (a released model's hooks hold reference cycles) and hand the heap's free
+    pages back to the OS (``malloc_trim``); no-op beyond the collection where the C library is not glibc."""
+    import gc
+
+    gc.collect()
+    lib = _glibc()
+    if lib is not None:
+        lib.malloc_trim(0)
+
+
 def return_frees_promptly() -> bool:
     """Pin glibc's mmap threshold at :data:`MMAP_THRESHOLD_BYTES` for this process (setting it turns off
     glibc's dynamic raising), so a freed tensor of 1 MiB or more goes back to the OS at once.  Idempotent;
     False where the C library is not glibc (nothing changes there).  Costs a page fault per fresh page
     of a large block instead of reusing heap; not measured apart (the run got faster with it and the
     comparison changes together, README "Memory and time at real size")."""
-    try:
-        import ctypes
-
-        return bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
-    except (OSError, AttributeError):  # not glibc (macOS, musl)
-        return False
+    lib = _glibc()
+    return lib is not None and bool(lib.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 
 
 def _tree_rss() -> tuple[int, int]:

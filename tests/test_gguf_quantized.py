@@ -86,12 +86,12 @@ def test_ggml_linear_q4_1_uses_the_raw_block_sum():
 def test_gates():
     from harness.quantized.gguf_parity import gate, overall
 
-    assert gate(1e-3, 2e-4, "float32", quant=True) == (2e-3, "pass")
-    assert gate(5e-5, 0.0, "float32", quant=False) == (1e-4, "pass")
-    assert gate(3e-4, 1e-7, "float32", quant=False)[1] == "fail"
-    assert gate(0.2, 0.05, "float32", quant=True)[1] == "inconclusive"  # 0.5 > ceiling 0.25
-    assert gate(math.nan, 1e-3, "float32", quant=True)[1] == "fail"
-    assert gate(1e-5, math.nan, "float32", quant=False)[1] == "fail"
+    assert gate(1e-3, 2e-4, "float32") == (2e-3, "pass")
+    assert gate(5e-5, 0.0, "float32") == (1e-4, "pass")
+    assert gate(3e-4, 1e-7, "float32")[1] == "fail"
+    assert gate(0.2, 0.05, "float32")[1] == "inconclusive"  # 0.5 > ceiling 0.25
+    assert gate(math.nan, 1e-3, "float32")[1] == "fail"
+    assert gate(1e-5, math.nan, "float32")[1] == "fail"
     assert overall([{"status": "not compared"}]) == "reference-only"
     assert overall([{"status": "pass"}, {"status": "inconclusive"}]) == "inconclusive"
     assert overall([{"status": "pass"}, {"status": "fail"}]) == "fail"
@@ -127,27 +127,27 @@ def test_decide_worst_then_median():
     from harness.quantized.gguf_parity import decide, overall
 
     # worst row gated and within: pass, decided by the worst row
-    d = decide(1e-3, 2e-4, 1e-4, 5e-5, "float32", quant=True)
+    d = decide(1e-3, 2e-4, 1e-4, 5e-5, "float32")
     assert d["status"] == "pass" and d["decided_by"] == "worst row"
     # worst row beyond a gated tolerance: fail, whatever the median says
-    assert decide(3e-3, 2e-4, 1e-6, 1e-6, "float32", quant=True)["status"] == "fail"
+    assert decide(3e-3, 2e-4, 1e-6, 1e-6, "float32")["status"] == "fail"
     # worst-row tolerance 0.5 > ceiling 0.25; median 0.01 <= max(10 x 0.002, 1e-4) = 0.02 <= ceiling
-    d = decide(0.2, 0.05, 0.01, 0.002, "float32", quant=True)
+    d = decide(0.2, 0.05, 0.01, 0.002, "float32")
     assert d["status"] == "pass (median)" and d["decided_by"] == "median row"
     assert d["tolerance"] == 0.5 and abs(d["tolerance_median"] - 0.02) < 1e-12
     # median above its own (conclusive) tolerance: a failure, as the main harness's gate has it
-    d = decide(0.2, 0.05, 0.03, 0.002, "float32", quant=True)
+    d = decide(0.2, 0.05, 0.03, 0.002, "float32")
     assert d["status"] == "fail" and d["decided_by"].startswith("median row (beyond")
     # median tolerance above the ceiling too: inconclusive
-    d = decide(0.2, 0.05, 0.01, 0.03, "float32", quant=True)
+    d = decide(0.2, 0.05, 0.01, 0.03, "float32")
     assert d["status"] == "inconclusive" and "both above the ceiling" in d["decided_by"]
     # no median measured: the worst row alone
-    assert decide(0.2, 0.05, None, None, "float32", quant=True)["status"] == "inconclusive"
+    assert decide(0.2, 0.05, None, None, "float32")["status"] == "inconclusive"
     # the simulated reference's gate: tolerance(dtype, floor) = max(10 x floor, 1e-4) in fp32
-    assert decide(0.2, 0.05, 5e-5, 1e-7, "float32", quant=False)["status"] == "pass (median)"
+    assert decide(0.2, 0.05, 5e-5, 1e-7, "float32")["status"] == "pass (median)"
     # non-finite anywhere fails
     for args in ((math.nan, 0.05, 0.01, 0.002), (0.2, 0.05, math.nan, 0.002), (0.2, 0.05, 0.01, math.nan)):
-        assert decide(*args, "float32", quant=True)["status"] == "fail"
+        assert decide(*args, "float32")["status"] == "fail"
     assert overall([{"status": "pass"}, {"status": "pass (median)"}]) == "pass"
     assert overall([{"status": "pass (median)"}, {"status": "inconclusive"}]) == "inconclusive"
 

@@ -24,7 +24,6 @@ Traps:
 """
 from __future__ import annotations
 
-import re
 
 import torch
 
@@ -42,15 +41,7 @@ from harness.comparison.shapes import subject_to_canonical
 from harness.pipeline.plan import Case, Plan
 from harness.pipeline.results import HookResult
 from harness.references.processing import to_hooked_coordinates
-from harness.vocab.hooks import hook_kind
-
-
-_LAYER = re.compile(r"^blocks\.(\d+)\.")
-
-
-def _layer_of(hook: str) -> int | None:
-    m = _LAYER.match(hook)
-    return int(m.group(1)) if m else None
+from harness.vocab.hooks import hook_kind, layer_of
 
 
 class _LayerCache(dict):
@@ -59,8 +50,8 @@ class _LayerCache(dict):
     values, not every hook's.  A value evicted and asked for again is converted again."""
 
     def put(self, hook: str, value):
-        layer = _layer_of(hook)
-        for old in [h for h in self if _layer_of(h) != layer]:
+        layer = layer_of(hook)
+        for old in [h for h in self if layer_of(h) != layer]:
             del self[old]
         self[hook] = value
         return value

@@ -24,9 +24,7 @@ from argparse import ArgumentTypeError
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from harness.vocab.hooks import hook_kind
-
-_LAYER = re.compile(r"^blocks\.(\d+)\.")
+from harness.vocab.hooks import hook_kind, layer_of
 
 
 class SelectionError(ValueError):
@@ -77,8 +75,8 @@ class HookSelection:
                                      f"{', '.join(sorted({hook_kind(h) for h in offered}))}")
         out = set()
         for hook in offered:
-            m = _LAYER.match(hook)
-            if self.layers is not None and m and int(m.group(1)) not in self.layers:
+            layer = layer_of(hook)
+            if self.layers is not None and layer is not None and layer not in self.layers:
                 continue
             if self.kinds is not None and hook_kind(hook) not in self.kinds:
                 continue

@@ -158,7 +158,8 @@ class Variant:
         out = f"{self.device}-{self.dtype}"
         if self.device == "cuda" and self.dtype == "float32":
             out += f"-{self.precision}"
-        return out + (f"-tp{self.tp}" if self.tp > 1 else "") + (f"-{self.executor}" if self.executor != "mp" else "")
+        out += f"-tp{self.tp}" if self.tp > 1 else ""
+        return out + (f"-{self.executor}" if self.executor != "mp" else "")
 
     @property
     def name(self) -> str:
@@ -181,7 +182,9 @@ class Variant:
         mode = "compiled" if self.compiled else "eager"
         prec = f"/{self.precision}" if self.device == "cuda" and self.dtype == "float32" else ""
         return (f"subject {self.subject}, {self.device}, {self.dtype}{prec}, {mode}"
-                + (f", tp {self.tp}" if self.tp > 1 else "") + (f", executor {self.executor}" if self.executor != "mp" else "") + (", runner v2" if self.runner == "v2" else "")
+                + (f", tp {self.tp}" if self.tp > 1 else "")
+                + (f", executor {self.executor}" if self.executor != "mp" else "")
+                + (", runner v2" if self.runner == "v2" else "")
                 + ("" if self.serving == "single" else f", serving {self.serving}"))
 
     def to_dict(self) -> dict:

@@ -8,8 +8,8 @@ driver (harness.engines.subject.capture_vllm, ``llm_overrides``), captures :data
 the prompt log-probs, and compares every (hook, prompt set) with two references
 (harness.quantized.simulated):
 
-* ``dequantized`` -- HF on the dequantized weights, gated at ``max(multiple x quant floor,
-  minimum)`` with the run dtype's calibration (harness.references.tolerances); the quant floor
+* ``dequantized`` -- HF on the dequantized weights, gated at ``tolerance(dtype, quant floor)``
+  (harness.references.tolerances: ``max(multiple x floor, minimum)``); the quant floor
   is how far ggml's arithmetic alone (Q8_1 activations, fp16 scale products, the fp16
   embedding rows) moves the hook;
 * ``simulated`` -- HF with ggml's arithmetic simulated, gated by the ordinary dtype floor of
@@ -93,41 +93,33 @@ def gguf_refusal() -> str | None:
 PASSING = ("pass", "pass (median)")
 
 
-def _tolerance(floor: float, dtype: str, quant: bool) -> float:
+def gate(err: float, floor: float, dtype: str) -> tuple[float, str]:
+    """(tolerance, status) of the worst-row test alone: ``tolerance(dtype, floor)`` on the row's own
+    floor (the quant floor for the dequantized reference, the simulated run's dtype floor for the
+    simulated one: the same rule, different floors).  Non-finite error or floor fails."""
     from harness.references.tolerances import calibration_for, tolerance
-
-    cal = calibration_for(dtype)
-    return max(cal.multiple * floor, cal.minimum) if quant else tolerance(dtype, floor)
-
-
-def gate(err: float, floor: float, dtype: str, quant: bool) -> tuple[float, str]:
-    """(tolerance, status) of the worst-row test alone: ``quant`` -> the dequantized reference's
-    gate (``max(multiple x quant floor, minimum)``), else the simulated reference's
-    (``tolerance(dtype, floor)``).  Non-finite error or floor fails."""
-    from harness.references.tolerances import calibration_for
 
     cal = calibration_for(dtype)
     if not (math.isfinite(err) and math.isfinite(floor)):
         return math.nan, "fail"
-    tol = _tolerance(floor, dtype, quant)
+    tol = tolerance(dtype, floor)
     if err > tol:
         return tol, "fail"
     return tol, ("inconclusive" if tol > cal.ceiling else "pass")
 
 
-def decide(err: float, floor: float, median: float | None, floor_median: float | None, dtype: str,
-           quant: bool) -> dict:
+def decide(err: float, floor: float, median: float | None, floor_median: float | None, dtype: str) -> dict:
     """One row's verdict from both statistics (module doc, "Decision"): ``{"tolerance",
     "tolerance_median", "status", "decided_by"}``.  ``median``/``floor_median`` None: not measured
     (the worst row alone decides)."""
-    from harness.references.tolerances import calibration_for
+    from harness.references.tolerances import calibration_for, tolerance
 
     cal = calibration_for(dtype)
-    tol, status = gate(err, floor, dtype, quant)
+    tol, status = gate(err, floor, dtype)
     have_median = median is not None and floor_median is not None
     if have_median and not (math.isfinite(median) and math.isfinite(floor_median)):
         return {"tolerance": tol, "tolerance_median": math.nan, "status": "fail", "decided_by": "non-finite"}
-    tol_m = _tolerance(floor_median, dtype, quant) if have_median else math.nan
+    tol_m = tolerance(dtype, floor_median) if have_median else math.nan
     out = {"tolerance": tol, "tolerance_median": tol_m, "status": status,
            "decided_by": "worst row" if math.isfinite(tol) else "non-finite"}
     if status != "inconclusive":
@@ -356,7 +348,7 @@ def compare_rows(subject: dict, refs: dict, hooks: list[str], dtype: str, n_prom
 
     rows = []
     for hook in [*hooks, "logprobs"]:
-        for ref_name, floor_key, quant in (("dequantized", "quant_floor", True), ("simulated", "dtype_floor", False)):
+        for ref_name, floor_key in (("dequantized", "quant_floor"), ("simulated", "dtype_floor")):
             worst, median, where, problems, skipped, nonfinite = 0.0, 0.0, None, [], {}, []
             for p in range(n_prompts):
                 s, r = subject.get(p, {}).get(hook), refs[ref_name.replace("dequantized", "plain")][p].get(hook)
@@ -395,7 +387,7 @@ def compare_rows(subject: dict, refs: dict, hooks: list[str], dtype: str, n_prom
                 worst = median = math.nan
             floor = refs[floor_key].get(hook, math.nan)
             floor_median = refs.get(floor_key + "_median", {}).get(hook) if floor_key + "_median" in refs else None
-            verdict = decide(worst, floor, median if floor_median is not None else None, floor_median, dtype, quant)
+            verdict = decide(worst, floor, median if floor_median is not None else None, floor_median, dtype)
             notes = list(problems)
             if skipped:
                 notes.append("not compared (vLLM returned no row; the sampled last position): "

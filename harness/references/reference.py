@@ -34,9 +34,7 @@ HF hooks are architecture-agnostic: the decoder layers are the model's
 """
 from __future__ import annotations
 
-import gc
 import math
-import re
 import statistics
 import tempfile
 import time
@@ -53,7 +51,9 @@ from harness.comparison.derived import ignore_common_mask
 from harness.comparison.shapes import heads_first, reference_to_canonical
 from harness.engines.timing import profile_call
 from harness.phases import Phases
+from harness.memory import trim_heap
 from harness.spill import SpilledTensors
+from harness.vocab.hooks import layer_of
 from harness.references.tolerances import TORCH_DTYPES, calibration_for
 
 
@@ -110,7 +110,6 @@ def _boot_bridge(checkpoint: Path, dtype: torch.dtype, device: str, round_throug
 
 SPILL_GROUP_BYTES = 512 << 20  # captures one reference forward may hold before they go to disk (SmolLM2 fp32:
 # 512 MB keeps the truth run under the weight-processing peak with 3 forwards of the long prompt, not 5)
-_LAYER = re.compile(r"^blocks\.(\d+)\.")
 
 
 def _layer_groups(names: set[str]) -> tuple[list[set[str]], set[str]]:
@@ -118,8 +117,8 @@ def _layer_groups(names: set[str]) -> tuple[list[set[str]], set[str]]:
     by_layer: dict[int, set[str]] = {}
     other: set[str] = set()
     for n in names:
-        m = _LAYER.match(n)
-        (by_layer.setdefault(int(m.group(1)), set()) if m else other).add(n)
+        layer = layer_of(n)
+        (other if layer is None else by_layer.setdefault(layer, set())).add(n)
     return [by_layer[i] for i in sorted(by_layer)], other
 
 
@@ -168,16 +167,8 @@ def _run_cache(bridge, tokens: list[int], names: set[str], device: str, store: S
 
 
 def _free() -> None:
-    """Collect a released model now (the bridge's hooks hold reference cycles) and hand the freed heap
-    back to the OS (glibc keeps freed blocks below its mmap threshold, up to 32 MB each once raised,
-    in this process's RSS: measured on SmolLM2-135M, the next model's load then stacks on top)."""
-    gc.collect()
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
-        pass
+    """A released model's memory back to the OS now, before the next model loads (harness.memory)."""
+    trim_heap()
 
 
 def _captures(bridge, prompts, names, device, spill: Path, tag: str) -> dict[int, SpilledTensors]:
