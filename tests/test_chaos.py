@@ -80,3 +80,16 @@ def test_references_that_disagree_set_tokens_aside_for_processed_rows_only():
     assert [(c.layer, c.token, c.source) for c in found] == [(0, 4, "references")]
     assert "references disagree" in found[0].why
     assert find_chaotic(other, truth, 0.25, source="references") == []  # the ceiling alone misses it
+
+
+def test_a_prompt_with_nothing_to_compare_is_never_a_pass():
+    ref = torch.randn(6, 8, generator=torch.Generator().manual_seed(2))
+    assert _row(ref.clone(), ref, []).status == "pass"
+    nan = torch.full_like(ref, math.nan)  # every reference entry ignored
+    assert _row(ref.clone(), nan, []).status == "inconclusive"
+    empty = ref[:0]  # no row returned
+    assert _row(empty, empty, []).status == "inconclusive"
+    band = Band(0.02, 0.005, 0.02, 0.005, 0.02, 0.0)
+    both = compared_row("m", Case("bridge", "blocks.2.attn.hook_z", "blocks.2.attn.hook_z"), band,
+                        [(ref.clone() * 2, ref), (empty, empty)])
+    assert both.status == "fail" and "no entry to compare" in both.message  # the other prompt still decides

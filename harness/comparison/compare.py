@@ -77,6 +77,8 @@ def _masked(s: torch.Tensor, r: torch.Tensor, general: bool = False):
 
 def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     """``torch.unravel_index`` for one index, in Python (a tensor round trip per call cost 0.1 ms)."""
+    if 0 in shape:  # an empty tensor has no entry: every index 0
+        return tuple(0 for _ in shape)
     out = []
     for n in reversed(shape):
         flat, i = divmod(flat, n)

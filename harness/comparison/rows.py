@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from harness.comparison.compare import ShapeMismatch, compare_tensors, failure_message, verdict
+from harness.comparison.compare import ShapeMismatch, all_finite, compare_tensors, failure_message, verdict
 from harness.comparison.gate import Band
 from harness.comparison.nonfinite import describe, first_nonfinite
 from harness.comparison.set_aside import Event, mask_from, note, set_aside
@@ -70,6 +70,15 @@ def _num(x) -> str:
     return "not measured" if x is None else f"{x:.2e}"
 
 
+def _compares_anything(reference: torch.Tensor) -> bool:
+    """Whether ``compare_tensors`` would compare at least one entry: a NaN reference entry is ignored
+    (harness.comparison.compare), so an empty or all-NaN reference compares nothing, and its
+    error of 0 must not read as a pass."""
+    if reference.numel() == 0:
+        return False
+    return all_finite(reference) or not bool(torch.isnan(reference).all())
+
+
 def compared_row(model: str, case: Case, band: Band, pairs: Pairs | None,
                  problem: str = "", events: list[Event] = (), pos_axis: int = 0) -> HookResult:
     """One compared row.  ``events``: routing flips and chaotic tokens; the tokens the explained
@@ -86,9 +95,13 @@ def compared_row(model: str, case: Case, band: Band, pairs: Pairs | None,
             (pair[0], mask_from(pair[1], aside[p].token, pos_axis)) if p in aside else pair
             for p, pair in enumerate(pairs)]
     said = note(aside)
+    empty = [p for p, k in enumerate(kept) if k is not None and not _compares_anything(k[1])]
+    if empty:  # no row left (a runner returned none), or every reference entry ignored (NaN): nothing to compare
+        kept = [None if p in empty else k for p, k in enumerate(kept)]
+        said += f" [prompt(s) {empty}: no entry to compare, left out]"
     if all(k is None for k in kept):
         row.status = "inconclusive"
-        row.message = f"{case.hook} vs {case.reference}: every prompt set aside{said}"
+        row.message = f"{case.hook} vs {case.reference}: every prompt set aside or empty{said}"
         return row
     try:
         label = f"{model} {case.hook} vs {case.reference}:{case.reference_hook}"
