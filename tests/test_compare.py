@@ -99,3 +99,13 @@ def test_all_finite_is_exact_or_falls_back():
     assert not all_finite(big)
     assert compare_tensors(big, big).rel_err == 0.0
     assert all_finite(torch.arange(5))  # integers hold no NaN
+
+
+def test_top_k_mask_keeps_each_row_s_k_largest_entries():
+    from harness.comparison.compare import top_k_mask
+
+    lp = torch.log_softmax(torch.tensor([[0.0, 3.0, 1.0, 2.0], [5.0, 4.0, 3.0, 2.0]], dtype=torch.float64), -1)
+    masked = top_k_mask(lp, 2)
+    assert torch.isnan(masked).sum() == 4
+    assert not torch.isnan(masked[0, 1]) and not torch.isnan(masked[0, 3])
+    assert not torch.isnan(masked[1, 0]) and not torch.isnan(masked[1, 1])

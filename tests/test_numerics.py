@@ -73,3 +73,36 @@ def test_a_declared_vllm_dtype_refusal_is_rechecked(tmp_path):
     assert run.result.error is None, run.result.error
     assert run.result.skipped and "re-checked: vLLM still refuses" in run.result.skipped, run.result.skipped
     assert "float16" in run.result.skipped.split("re-checked", 1)[1]
+
+
+@pytest.mark.parametrize("family", REAL)
+def test_real_checkpoint_bf16_passes_on_the_emulated_avx2_path(family, tmp_path):
+    """The gate must hold on every valid kernel path, not only the machine's own: an AVX-512 machine
+    runs the AVX2 path too (harness.kernel_path: ATen, oneDNN and MKL capped at AVX2, vLLM's
+    ``_C_AVX2`` library and AVX2 attention), engine and references both, in a child process started
+    with that environment.  On an AVX2-only machine the native run above is that path."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from harness.kernel_path import cpu_kernel_path, emulated_env
+
+    if not cpu_kernel_path()["cpu_avx512"]:
+        pytest.skip("this CPU has no AVX-512: its native kernel path is AVX2, which "
+                    "test_real_checkpoint_bf16_gates_nearly_every_hook_with_no_false_alarm runs")
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", "--model", family, "--dtype", "bfloat16",
+                           "--report-dir", str(tmp_path)], env={**os.environ, **emulated_env("avx2")},
+                          capture_output=True, text=True, timeout=1800)
+    reports = list((tmp_path / family).glob("report*.json"))
+    assert reports, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(reports[0].read_text())
+    assert result.get("error") is None, result["error"]
+    assert result["kernel_path"] == "avx2-emulated", result["kernel_path"]
+    assert result["device_info"]["reference_kernel_path"]["aten_capability"] == "AVX2"
+    failures = [r["message"] for r in result["rows"] if r["status"] in ("fail", "error") and not r["known_issue"]]
+    assert not failures, failures[:5]
+    from harness.reporting.report import summarize
+
+    s = summarize(result)
+    assert s["hooks_gated"] >= 0.95 * s["hooks_compared"], f"gated {s['hooks_gated']} of {s['hooks_compared']}"

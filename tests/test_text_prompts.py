@@ -13,6 +13,7 @@ from harness.models.text_prompts import (
     DEFAULT_TEXT_PROMPTS,
     PromptsError,
     TextPrompt,
+    degenerate,
     parse_prompts_text,
     prompt_set,
     read_prompts_file,
@@ -29,11 +30,16 @@ class WordTokenizer:
     """One token per whitespace-separated word (id = 10 + its index in a growing vocabulary);
     ``add_bos``: the tokenizer puts id 1 first itself; a chat template of its own start tokens."""
 
-    def __init__(self, add_bos: bool = False, chat: bool = True) -> None:
+    def __init__(self, add_bos: bool = False, chat: bool = True, vocab: tuple[str, ...] | None = None) -> None:
         self.add_bos, self.vocab = add_bos, {}
         self.chat_template = "{{ messages }}" if chat else None
+        # ``vocab``: a fixed vocabulary, every other word the unknown token (id 3)
+        self.fixed = None if vocab is None else {w: 10 + i for i, w in enumerate(vocab)}
+        self.unk_token_id = None if vocab is None else 3
 
     def _ids(self, text: str) -> list[int]:
+        if self.fixed is not None:
+            return [self.fixed.get(w.lower(), 3) for w in text.split()]
         return [self.vocab.setdefault(w, 10 + len(self.vocab)) for w in text.split()]
 
     def __call__(self, text: str, add_special_tokens: bool = True) -> dict:
@@ -44,8 +50,8 @@ class WordTokenizer:
         return {"input_ids": [5, 6] + self._ids(messages[0]["content"]) + [7, 5, 8]}
 
     def decode(self, ids: list[int]) -> str:
-        names = {1: "<s>", 5: "<|start|>", 6: "user\n", 7: "<|end|>", 8: "assistant\n"}
-        words = {i: w for w, i in self.vocab.items()}
+        names = {1: "<s>", 3: "<unk>", 5: "<|start|>", 6: "user\n", 7: "<|end|>", 8: "assistant\n"}
+        words = {i: w for w, i in (self.fixed or self.vocab).items()}
         return "".join(names.get(i) or f" {words[i]}" for i in ids)
 
 
@@ -124,20 +130,49 @@ def test_chat_without_a_template_is_an_error_naming_the_line():
         tokenize_prompts(WordTokenizer(chat=False), (p,), 1, 256, "t")
 
 
-def test_truncated_to_the_budget_with_a_note_and_lengths_made_distinct():
+def test_truncated_to_the_budget_with_a_note_and_equal_lengths_and_duplicates_kept_whole():
     words = " ".join(f"w{i}" for i in range(300))
-    prompts = (TextPrompt("a", "one two three"), TextPrompt("b", "four five six"), TextPrompt("long", words),
-               TextPrompt("fill", words + " more", fill=True))
+    prompts = (TextPrompt("a", "one two three"), TextPrompt("b", "four five six"), TextPrompt("dup", "one two three"),
+               TextPrompt("long", words), TextPrompt("fill", words + " more", fill=True))
     ps = tokenize_prompts(WordTokenizer(), prompts, 1, 64, "t")
-    assert [len(v) for v in ps.values()] == [4, 3, 56, 55]  # 64 - 8; equal lengths lose their last token
+    assert [len(v) for v in ps.values()] == [4, 4, 4, 56, 56]  # 64 - 8; nothing else is ever cut
+    assert ps["dup"] == ps["a"]
     notes = " | ".join(ps.info["notes"])
     assert "long: 301 tokens cut to 56 (max_model_len 64 - 8)" in notes and "fill: 302" not in notes
-    assert "b: last 1 token(s) dropped" in notes and "fill: last 1 token(s) dropped" in notes
+    assert "dropped" not in notes
 
 
-def test_two_one_token_prompts_cannot_be_made_distinct():
-    with pytest.raises(PromptsError, match="prompt lengths must be distinct"):
-        tokenize_prompts(WordTokenizer(), (TextPrompt("a", "x"), TextPrompt("b", "y")), None, 256, "t")
+def test_degenerate_tokenizations_are_named():
+    assert degenerate({"a": [1, 7, 8], "b": [1, 9, 9, 4]}, unk_token_id=3) == ""
+    assert "fewer than 3 tokens" in degenerate({"code": [1, 3], "prose": [1, 5, 6]}, 3)
+    assert "unknown token (id 3)" in degenerate({"a": [1, 3, 3, 3], "b": [1, 3, 3, 5]}, 3)
+    assert "same ids" in degenerate({"a": [1, 5, 6], "b": [1, 5, 6]}, None)
+
+
+def test_a_prompts_file_that_tokenizes_to_unknown_tokens_is_refused_naming_the_file(tmp_path, monkeypatch):
+    from harness.models import text_prompts as tp
+
+    path = tmp_path / "p.txt"
+    path.write_text("zzz qqq\nxxx yyy\n")
+    target = SimpleNamespace(source="path", checkpoint=tmp_path, name="toy", bos_token_id=1, max_model_len=64,
+                             vocab_size=100, prompts=None)
+    monkeypatch.setattr(tp, "tokenizer_problem", lambda t: "")
+    monkeypatch.setattr(tp, "tokenizer_for", lambda t: WordTokenizer(vocab=("the",)))
+    with pytest.raises(PromptsError, match=rf"--prompts {path}: .*unknown token.*drop --prompts"):
+        tp.prompt_set(target, read_prompts_file(str(path)))
+
+
+def test_default_prompts_that_tokenize_to_unknown_tokens_fall_back_to_token_ids_with_a_note(monkeypatch):
+    from harness.models import text_prompts as tp
+
+    target = SimpleNamespace(source="path", checkpoint="toy", name="toy", bos_token_id=1, max_model_len=64,
+                             vocab_size=100, prompts=None)
+    monkeypatch.setattr(tp, "tokenizer_problem", lambda t: "")
+    monkeypatch.setattr(tp, "tokenizer_for", lambda t: WordTokenizer(vocab=("the", "of")))
+    ps = tp.prompt_set(target)
+    assert ps.info["source"].startswith(tp.TOKEN_ID_SOURCE) and "degenerate" in ps.info["source"]
+    assert any("token-id prompts" in n for n in ps.info["notes"])
+    assert set(ps) == {"short", "medium", "repeated", "long"}
 
 
 def test_token_context_brackets_the_token():

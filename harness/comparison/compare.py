@@ -187,3 +187,12 @@ def logit_metrics(pairs: list[tuple[torch.Tensor, torch.Tensor]], k: int = 5) ->
         "kl_max": max(kls) if kls else None, "kl_mean": sum(kls) / len(kls) if kls else None,
         "top1_agree": top1, "positions": positions, f"top{k}_overlap": overlap / positions if positions else None,
     }
+
+
+def top_k_mask(logprobs: torch.Tensor, k: int) -> torch.Tensor:
+    """``logprobs`` with every entry outside each row's top ``k`` set to NaN (ignored by compare): the
+    entries a top-k engine returns (vLLM's log-probs of a large vocabulary)."""
+    idx = logprobs.topk(min(k, logprobs.shape[-1]), dim=-1).indices
+    keep = torch.zeros_like(logprobs, dtype=torch.bool).scatter_(-1, idx, True)
+    return torch.where(keep, logprobs, torch.full_like(logprobs, math.nan))
+

@@ -247,9 +247,11 @@ class _Evaluation:
             return bridge
         if case.reference in ("compat", "compat-processed"):
             # |vLLM - compat| is bounded by the sum of both distances from the truth: the larger of the
-            # bridge's floor (the proxy for vLLM's own rounding) and compatibility mode's own, which
-            # computes some hooks its own way (OLMo-2's bf16 attention scores)
-            own = floors.get("compat", {}).get(case.reference_hook)
+            # bridge's floor (the proxy for vLLM's own rounding) and the reference's own -- compatibility
+            # mode computes some hooks its own way (OLMo-2's bf16 attention scores), and processed
+            # compatibility mode holds weights folded, then rounded (harness.references.reference)
+            engine = "processed" if case.reference == "compat-processed" and "processed" in floors else "compat"
+            own = floors.get(engine, {}).get(case.reference_hook)
             return bridge if own is None else (own if bridge is None else larger(bridge, own))
         if case.reference == "hf":
             return floors.get("hf", {}).get(case.reference_hook)

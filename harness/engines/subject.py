@@ -54,24 +54,37 @@ class SubjectCapture:
         """Rows of ``prompt`` in the ragged-batch run: vLLM flattened all prompts
         into its forward(s); each forward's layout (request ids, query start
         offsets) says whose rows are whose.  Requests are matched to prompts by
-        their total token count, which the prompt set keeps distinct.
+        request id (``meta["ragged_request_ids"]``: the id vLLM gave each prompt's
+        request, in prompt order), never by length, so prompts of equal length and
+        duplicate prompts are compared as given; a request whose rows do not add
+        up to its prompt's length gives None (the row then says it is missing).
         ``row_dim``: the token dim of the raw read -- 1 where vLLM's Transformers
         backend runs HF modules on ``[1, T, ...]`` (a read whose conversions
         start with ``DropBatch``)."""
         batches = self.meta.get("ragged_batches")
-        if not batches or any(b.get("query_start_loc") is None for b in batches):
+        ids = self.meta.get("ragged_request_ids")
+        if not batches or not ids or prompt >= len(ids) or any(b.get("query_start_loc") is None for b in batches):
             return None
-        per_req: dict[str, list[torch.Tensor]] = {}
+        parts: list[torch.Tensor] = []
         for call, layout in enumerate(batches):
             value = self.raw.get(capture_key(RAGGED, raw_key, call))
             if value is None:
                 return None
             qsl = layout["query_start_loc"]
             for r, req in enumerate(layout["req_ids"]):
-                per_req.setdefault(req, []).append(value.narrow(row_dim, qsl[r], qsl[r + 1] - qsl[r]))
-        by_len = {sum(t.shape[row_dim] for t in parts): torch.cat(parts, dim=row_dim)
-                  for parts in per_req.values()}
-        return by_len.get(prompt_lengths[prompt])
+                if same_request(req, ids[prompt]):
+                    parts.append(value.narrow(row_dim, qsl[r], qsl[r + 1] - qsl[r]))
+        if not parts:
+            return None
+        rows = torch.cat(parts, dim=row_dim)
+        return rows if rows.shape[row_dim] == prompt_lengths[prompt] else None
+
+
+def same_request(internal: str, external: str) -> bool:
+    """Whether the engine's request id ``internal`` is the request the caller knows as ``external``:
+    vLLM V1 appends a random suffix to the id ``LLM.generate`` returns (``f"{external}-{uuid:.8}"``,
+    vllm/v1/engine/input_processor.py); older lines use the id as it is."""
+    return internal == external or internal.startswith(f"{external}-")
 
 
 def launch_subject(module: str, request: dict, work_dir: Path, name: str, env: dict[str, str] | None,

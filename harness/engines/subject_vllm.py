@@ -282,11 +282,14 @@ def main(request_path: str) -> int:
     llm.collective_rpc("vp_set_enabled", args=(True,))  # the boot's own forwards were not recorded
     meta["enforce_eager"] = req.get("enforce_eager", True)
     meta["device_info"]["engine"] = llm.collective_rpc("vp_engine_info")[0]
+    meta["device_info"]["kernel_path"] = llm.collective_rpc("vp_kernel_path")[0]
     meta["missing_params"] = llm.collective_rpc(
         "vp_dump_params", args=(req["params"], str(out_dir / "params.safetensors")))[0]
 
     vocab = int(req["vocab_size"])
-    k = -1 if req.get("full_logprobs", True) else 20
+    from harness.logprob_request import LOGPROB_TOP_K
+
+    k = -1 if req.get("full_logprobs", True) else LOGPROB_TOP_K
     params = SamplingParams(**sampling_kwargs(k))
 
     logprobs, calls, tp_stats = {}, {}, {}
@@ -320,7 +323,9 @@ def main(request_path: str) -> int:
         # (or several, under chunked prefill); the layout says which rows are whose.
         llm.collective_rpc("vp_reset")
         batch = [{"prompt_token_ids": t} for t in req["prompts"]]
-        llm.generate(batch, SamplingParams(max_tokens=1, temperature=0.0, detokenize=False), use_tqdm=False)
+        outs = llm.generate(batch, SamplingParams(max_tokens=1, temperature=0.0, detokenize=False), use_tqdm=False)
+        # in prompt order: the layout's request ids say whose rows are whose (SubjectCapture.ragged_read)
+        meta["ragged_request_ids"] = [o.request_id for o in outs]
         dumps = llm.collective_rpc("vp_dump", args=(str(out_dir / "ragged.safetensors"),))
         _save_captures({f"{RAGGED}:{key}": t for key, t in _load_dump(dumps, tp_stats).items()}, out_dir, "ragged")
         meta["ragged_batches"] = dumps[0]["batches"]

@@ -312,6 +312,48 @@ def engine_info(worker: Any) -> dict:
     return info
 
 
+def _gemm_kind(fn: Any) -> str:
+    """Which kernel a CPU linear layer's ``cpu_linear`` calls (vllm/model_executor/layers/utils.py)."""
+    names = set(getattr(getattr(fn, "__code__", None), "co_names", ()) or ())
+    for kind in ("onednn_mm", "weight_packed_linear_cpu", "zentorch_linear_unary"):
+        if kind in names:
+            return kind
+    if {"functional", "linear"} <= names or fn is torch.nn.functional.linear:
+        return "aten_linear"  # vLLM's fallback (no oneDNN in this kernel library): ATen's own matmul
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def kernel_path(worker: Any) -> dict:
+    """The kernels this worker runs (harness.kernel_path): on CPU the loaded vLLM library, ATen's and
+    oneDNN's ISA, the attention ISA and what the linear layers dispatch to; on a GPU the attention
+    backend and the CUDA-graph mode."""
+    from collections import Counter
+
+    from harness.kernel_path import cpu_kernel_path
+
+    model = runner_model(worker)
+    attention: Counter = Counter()
+    gemms: Counter = Counter()
+    for mod in model.modules():
+        impl = getattr(mod, "impl", None)
+        if impl is not None and hasattr(mod, "attn_backend"):
+            attention[getattr(mod, "isa", None) or type(impl).__name__.removesuffix("Impl")] += 1
+        if callable(getattr(mod, "cpu_linear", None)):
+            gemms[_gemm_kind(mod.cpu_linear)] += 1
+    if torch.cuda.is_available():
+        info = engine_info(worker)
+        mode = info.get("cudagraph_mode", "")
+        graphs = "eager" if info.get("compilation_mode") in (None, "NONE") else (
+            mode.split(".")[-1].lower().replace("_and_", "+") or "compiled")
+        backend = "+".join(sorted(attention)) or None
+        return {"device": "cuda", "attention": backend, "graphs": graphs,
+                "compilation_mode": info.get("compilation_mode"), "cudagraph_mode": mode}
+    out = cpu_kernel_path()
+    out["attention"] = "+".join(sorted(attention)) or None
+    out["gemm"] = dict(gemms)
+    return out
+
+
 def add_splitting_op(op: str = CAPTURE_OP) -> bool:
     """Make ``op`` a graph-splitting op, like attention: piecewise CUDA graphs
     then never contain it, and it runs eagerly on every replay.  Returns

@@ -74,7 +74,8 @@ import torch
 
 from harness.vocab.capture_keys import call_key, read_key
 from harness.engines.tensor_parallel import in_parallel_region, tp_layout
-from harness.engines.vllm_compat import CAPTURE_OP, batch_layout, engine_info, runner_model, track_batch_requests
+from harness.engines.vllm_compat import (CAPTURE_OP, batch_layout, engine_info, kernel_path, runner_model,
+                                         track_batch_requests)
 
 _TERM = re.compile(r"^(out|in)(?:\[(\d+)\]|\.(\w+))?$")
 _ABSENT = sys.maxsize  # the position of a named input that is not a positional parameter
@@ -416,6 +417,10 @@ class CaptureExtension:
     def vp_engine_info(self) -> dict:
         """Compilation and CUDA-graph mode of this worker (harness.engines.vllm_compat.engine_info)."""
         return engine_info(self)
+
+    def vp_kernel_path(self) -> dict:
+        """The kernels this worker runs (harness.engines.vllm_compat.kernel_path)."""
+        return kernel_path(self)
 
     def vp_track_positions(self, on: bool) -> None:
         """Record each forward's positions and token ids in its batch layout (harness.engines.stitch

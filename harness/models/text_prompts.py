@@ -27,9 +27,14 @@ message (``add_generation_prompt=True``); the template writes its own start toke
 nothing is prepended.  A prompt longer than ``max_model_len - 8`` is cut to it (noted,
 unless the prompt is declared to fill the budget).
 
-Trap: prompt lengths must be pairwise distinct (the ragged-batch run matches vLLM's
-requests to prompts by length): a prompt whose length an earlier one already has
-loses its last token(s), and the note says so.
+Prompts are run as given: equal lengths and duplicates are fine (the ragged-batch run matches
+vLLM's requests to prompts by request id, harness.engines.subject.SubjectCapture.ragged_read).
+The one cut is the ``max_model_len`` budget above, and its note says so.
+
+Degenerate tokenizations (:func:`degenerate`): a tokenizer that is not a WordLevel toy can still
+make the default text prompts test little -- mostly unknown tokens, a prompt of one token, every
+prompt the same.  The default prompts then fall back to the token-id prompts, with a note in the
+report; a ``--prompts`` file that tokenizes so is refused, naming the file and the fix.
 
 Synthetic checkpoints and ``--prompts``: their tokenizer is a WordLevel toy
 (``<pad> <s> </s> <unk> t4 ... t511``) under which every word of a text is ``<unk>``,
@@ -243,12 +248,11 @@ def _chat_ids(tok: Any, p: TextPrompt, checkpoint: Any) -> list[int]:
 
 def tokenize_prompts(tok: Any, prompts: tuple[TextPrompt, ...] | list[TextPrompt], bos_token_id: int | None,
                      max_model_len: int, source: str, checkpoint: Any = "the checkpoint") -> PromptSet:
-    """Token ids for each prompt (BOS, chat template, truncation and distinct lengths as the module
+    """Token ids for each prompt (BOS, chat template and the ``max_model_len`` cut as the module
     docstring says), and the ``info`` the report shows."""
     budget = max(max_model_len - MARGIN, 1)
     named: dict[str, list[int]] = {}
     texts, chats, pieces, notes = [], [], [], []
-    lengths: dict[int, str] = {}
     for p in prompts:
         label = p.where or p.name
         if p.chat:
@@ -264,21 +268,30 @@ def tokenize_prompts(tok: Any, prompts: tuple[TextPrompt, ...] | list[TextPrompt
                 notes.append(f"{p.name}: {len(ids)} tokens cut to {budget} (max_model_len {max_model_len} "
                              f"- {MARGIN})")
             ids = ids[:budget]
-        trimmed = 0
-        while len(ids) in lengths and len(ids) > 1:
-            ids, trimmed = ids[:-1], trimmed + 1
-        if len(ids) in lengths:
-            raise PromptsError(f"{label}: {len(ids)} token, as long as {lengths[len(ids)]}; prompt lengths must "
-                               "be distinct (the ragged batch matches requests by length): lengthen one")
-        if trimmed:
-            notes.append(f"{p.name}: last {trimmed} token(s) dropped, so its length ({len(ids)}) differs from "
-                         "every other prompt's (the ragged batch matches requests to prompts by length)")
-        lengths[len(ids)] = p.name
         named[p.name] = ids
         texts.append(p.text)
         chats.append(p.chat)
         pieces.append([tok.decode([i]) for i in ids])
     return PromptSet(named, {"source": source, "texts": texts, "chat": chats, "pieces": pieces, "notes": notes})
+
+
+MIN_TOKENS = 3  # a prompt of BOS and one token tests nothing past the first position
+MAX_UNKNOWN = 0.5  # a set whose tokens are mostly the unknown token runs one embedding row
+
+
+def degenerate(named: Mapping[str, list[int]], unk_token_id: int | None) -> str:
+    """Why these tokenized prompts would test little ("" when they do not): mostly unknown tokens,
+    a prompt of fewer than :data:`MIN_TOKENS` tokens, or every prompt the same."""
+    every = [t for ids in named.values() for t in ids]
+    short = [n for n, ids in named.items() if len(ids) < MIN_TOKENS]
+    if short:
+        return f"{', '.join(short)} tokenize{'s' if len(short) == 1 else ''} to fewer than {MIN_TOKENS} tokens"
+    if unk_token_id is not None and every and sum(t == unk_token_id for t in every) > MAX_UNKNOWN * len(every):
+        return (f"{sum(t == unk_token_id for t in every)} of their {len(every)} tokens are the unknown token "
+                f"(id {unk_token_id})")
+    if len(named) > 1 and len({tuple(ids) for ids in named.values()}) == 1:
+        return "every prompt tokenizes to the same ids"
+    return ""
 
 
 def prompt_set(target: Any, prompts: PromptsFile | None = None) -> PromptSet:
@@ -289,16 +302,28 @@ def prompt_set(target: Any, prompts: PromptsFile | None = None) -> PromptSet:
         problem = tokenizer_problem(target)
         if problem:
             raise PromptsError(_synthetic_message(prompts, [(target.name, problem)]))
-        return tokenize_prompts(tokenizer_for(target), prompts.prompts, target.bos_token_id, target.max_model_len,
-                                f"--prompts {prompts.path} (sha256 {prompts.sha256[:12]}…)", target.checkpoint)
+        tok = tokenizer_for(target)
+        out = tokenize_prompts(tok, prompts.prompts, target.bos_token_id, target.max_model_len,
+                               f"--prompts {prompts.path} (sha256 {prompts.sha256[:12]}…)", target.checkpoint)
+        why = degenerate(out, getattr(tok, "unk_token_id", None))
+        if why:
+            raise PromptsError(f"--prompts {prompts.path}: under the tokenizer of {target.checkpoint} {why}, so "
+                               "the run would test little; write prompts this tokenizer knows (longer lines, "
+                               "words in its vocabulary), or drop --prompts to run the default prompts")
+        return out
     problem = tokenizer_problem(target)
     if not problem:
-        return tokenize_prompts(tokenizer_for(target), DEFAULT_TEXT_PROMPTS, target.bos_token_id,
-                                target.max_model_len, DEFAULT_SOURCE, target.checkpoint)
+        tok = tokenizer_for(target)
+        out = tokenize_prompts(tok, DEFAULT_TEXT_PROMPTS, target.bos_token_id, target.max_model_len, DEFAULT_SOURCE,
+                               target.checkpoint)
+        problem = degenerate(out, getattr(tok, "unk_token_id", None))
+        if not problem:
+            return out
+        problem = f"the default text prompts are degenerate under its tokenizer ({problem})"
     from harness.models.prompts import default_prompts
 
     return PromptSet(default_prompts(target.vocab_size, target.bos_token_id, target.max_model_len),
-                     {"source": f"{TOKEN_ID_SOURCE}: {problem}"})
+                     {"source": f"{TOKEN_ID_SOURCE}: {problem}", "notes": [f"token-id prompts: {problem}"]})
 
 
 def _synthetic_message(prompts: PromptsFile, bad: list[tuple[str, str]]) -> str:

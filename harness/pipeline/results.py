@@ -72,6 +72,9 @@ class ModelResult:
     device: str = "cpu"  # "cpu" or "cuda"
     subject: str = "vllm"  # harness.pipeline.variant.SUBJECTS
     device_info: dict = field(default_factory=dict)  # GPU name, driver, CUDA, precision mode
+    # which kernels computed the numbers (harness.kernel_path.label: "avx2", "avx512-bf16-amx",
+    # "cuda-FLASH_ATTN-piecewise"): a verdict is a verdict of (model, variant, kernel path)
+    kernel_path: str = ""
     compiled: bool = False  # vLLM with torch.compile (and CUDA graphs on GPU) instead of eager
     rows: list[HookResult] = field(default_factory=list)
     nonfiring: list[dict] = field(default_factory=list)

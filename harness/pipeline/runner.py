@@ -41,8 +41,10 @@ from overlays.base import DropBatch
 from harness.comparison.evaluate import evaluate
 from harness.comparison.gate import Gate
 from harness.engines.subject import SubjectKilled, capture_vllm
+from harness.logprob_request import logprob_k
 from harness.models.text_prompts import prompt_set
 from harness.models.targets import Target
+from harness.kernel_path import cpu_kernel_path, label as kernel_label
 from harness.paths import CACHE_ROOT
 from harness.memory import MemorySampler, return_frees_promptly
 from harness.phases import Phases, peak_memory, reset_gpu_peak
@@ -83,7 +85,7 @@ def capture_subject(target: Target, variant: Variant, plan: Plan, prompts: list[
         reads=[(s.module, s.read) for s in plan.specs.values()],
         params=[p for s in plan.specs.values() for p in s.params()],
         vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
-        full_logprobs=target.vocab_size <= 8192, env=env, enforce_eager=not variant.compiled,
+        full_logprobs=logprob_k(target.vocab_size) is None, env=env, enforce_eager=not variant.compiled,
         device=variant.device, tp=variant.tp, timeout_s=engine_timeout_s, serving=variant.serving,
         executor=variant.executor,
         row_dims={s.raw_key: 1 for s in plan.specs.values() if s.convert and isinstance(s.convert[0], DropBatch)},
@@ -106,10 +108,10 @@ def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts
     refs = capture_references(target.checkpoint, dtype=variant.dtype, prompts=prompts, hooks=hooks_all,
                               compat_names=list(plan.compat_names), device=variant.device,
                               processed_names=list(plan.processed_names), phases=phases,
-                              pos_axis=plan.pos_axis)
+                              pos_axis=plan.pos_axis, logprob_k=logprob_k(target.vocab_size))
     if variant.gate_key != variant.dtype:  # fp32 under TF32 matmuls: floors from the references' own TF32 run
         with phases("tf32_floors") if phases is not None else nullcontext():
-            tf32 = tf32_floors(target.checkpoint, prompts, hooks_all, variant.device)
+            tf32 = tf32_floors(target.checkpoint, prompts, hooks_all, variant.device, logprob_k(target.vocab_size))
         refs.floors, refs.floor_stats, refs.chaos = tf32.floors, tf32.floor_stats, tf32.chaos
     return refs
 
@@ -252,5 +254,9 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
         result.timings = _timings(sm, run.refs.meta)
         result.versions["vllm_in_subject"] = sm.get("vllm_version")
         result.device_info = {**sm.get("device_info", {}), **variant.run_info, "subject_env": variant.subject_env}
+        if variant.device == "cpu":  # the references' kernels: ATen's, in this process
+            result.device_info["reference_kernel_path"] = cpu_kernel_path()
+        result.kernel_path = kernel_label(result.device_info.get("kernel_path")
+                                          or result.device_info.get("reference_kernel_path"))
     except Exception as exc:  # noqa: BLE001 -- one model's crash must not lose the others
         result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"

@@ -11,7 +11,7 @@ the Q8_0 table rounded to fp16 (vLLM's ``ggml_dequantize`` computes ``d * q`` in
 ``dequantize.cuh``).  :func:`floors(run, truth)` is the worst row relative error per hook over
 prompts (harness.comparison.compare.compare_tensors), the harness's floor statistic
 (``statistic="rel_median"``: the median row's, the main harness's second floor);
-:func:`top_k_mask` restricts log-prob rows to the entries a top-k engine returns.
+:func:`~harness.comparison.compare.top_k_mask` restricts log-prob rows to the entries a top-k engine returns.
 
 What the floors mean (harness.quantized.gguf_parity gates with them):
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from harness.comparison.compare import compare_tensors
+from harness.comparison.compare import compare_tensors, top_k_mask
 from harness.quantized.q8_1 import BlockWeight, ggml_linear
 from harness.references.reference import decoder_layers
 from harness.references.tolerances import TORCH_DTYPES
@@ -117,13 +117,6 @@ def reference_run(checkpoint: Path, prompts: list[list[int]], hooks: set[str], d
         for h in handles:
             h.remove()
     return out
-
-
-def top_k_mask(logprobs: torch.Tensor, k: int) -> torch.Tensor:
-    """``logprobs`` with every entry outside each row's top ``k`` set to NaN (ignored by compare)."""
-    idx = logprobs.topk(min(k, logprobs.shape[-1]), dim=-1).indices
-    keep = torch.zeros_like(logprobs, dtype=torch.bool).scatter_(-1, idx, True)
-    return torch.where(keep, logprobs, torch.full_like(logprobs, math.nan))
 
 
 def floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, torch.Tensor]],

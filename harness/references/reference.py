@@ -11,7 +11,15 @@ Contract: :func:`capture_references` returns a :class:`ReferenceCapture`:
 * ``logprobs[prompt]`` -- fp64 ``[T, V]`` log-softmax of HF's logits;
 * ``floors[engine][hook]`` -- the noise floor of that engine for that hook:
   the worst relative error (over prompts) between the engine in the run dtype
-  and the same engine in the truth dtype (see :mod:`harness.references.tolerances`);
+  and the same engine in the truth dtype (see :mod:`harness.references.tolerances`).
+  Engines: ``bridge``, ``compat``, ``hf`` and ``processed`` -- processed compatibility mode against
+  the truth run's compatibility-mode values in hooked coordinates: its weights are folded and then
+  rounded to the run dtype, a rounding neither vLLM nor the unprocessed references share, so the
+  bridge's floor does not bound it (measured on SmolLM2-135M bf16, AVX2: its worst rows sat 2-4x the
+  bridge's floor from vLLM while the bridge's sat 1.2-1.5x; docs/numerics.md).  The ``logprobs``
+  floor is measured on the entries the compared row holds: each row's top ``logprob_k`` of the
+  truth where vLLM returns its top-k only (a full-vocabulary floor is dominated by the tail's
+  large log-probs and read 3x below the top-k's own noise);
 * ``chaos`` -- the chaotic tokens the floor run found (harness.comparison.chaos): the
   floors leave out the tokens they set aside, as the compared rows do;
 * ``meta`` -- boot times, forward latency, top operators; ``meta["phases"]``: seconds per
@@ -41,11 +49,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+from collections.abc import Mapping
 
 import torch
 
 from harness.comparison.chaos import ChaoticToken, find_chaotic
-from harness.comparison.compare import all_finite, compare_tensors
+from harness.comparison.compare import all_finite, compare_tensors, top_k_mask
 from harness.comparison.set_aside import mask_from, set_aside
 from harness.comparison.derived import ignore_common_mask
 from harness.comparison.shapes import heads_first, reference_to_canonical
@@ -54,6 +63,7 @@ from harness.phases import Phases
 from harness.memory import trim_heap
 from harness.spill import SpilledTensors
 from harness.vocab.hooks import layer_of
+from harness.references.processing import to_hooked_coordinates
 from harness.references.tolerances import TORCH_DTYPES, calibration_for
 
 
@@ -272,10 +282,11 @@ def _nonfinite(t: torch.Tensor) -> bool:
 
 def _floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, torch.Tensor]],
             chaos: list[ChaoticToken] = (), pos_axis: Callable[[str], int] = default_pos_axis,
-            ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+            logprob_k: int | None = None) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Per hook, over prompts: the worst row's relative error, the largest per-prompt median row
     error, and the largest (by size, signed) per-prompt median scale deviation of ``run`` from ``truth``;
-    without the tokens a chaotic token sets aside (the rows compared with vLLM leave them out too)."""
+    without the tokens a chaotic token sets aside (the rows compared with vLLM leave them out too).
+    ``logprob_k``: the ``logprobs`` rows on the truth's top-k entries only, as vLLM returns them."""
     worst: dict[str, float] = {}
     median: dict[str, float] = {}
     scale: dict[str, float] = {}
@@ -290,6 +301,8 @@ def _floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, 
                     continue
                 # masked attention scores hold each dtype's own most negative value: ignore them
                 ref = ignore_common_mask(value, truth[p][name])
+                if name == "logprobs" and logprob_k:  # after the non-finite check: the mask is NaN
+                    ref = top_k_mask(ref, logprob_k)
                 aside = set_aside(name, [c for c in chaos if c.prompt == p]).get(p)
                 if aside is not None:
                     if aside.token == 0:
@@ -307,18 +320,19 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
                        processed_names: list[str] = (),
                        calibrate: bool = True, phases: Phases | None = None,
                        pos_axis: Callable[[str], int] = default_pos_axis,
-                       spill_root: Path | None = None) -> ReferenceCapture:
-    """``pos_axis``: the token axis of a hook's canonical value (harness.pipeline.plan.Plan.pos_axis),
+                       spill_root: Path | None = None, logprob_k: int | None = None) -> ReferenceCapture:
+    """``logprob_k``: vLLM returns each row's top-k log-probs only (None: the whole vocabulary), and the
+    ``logprobs`` floor is measured on the truth's top-k entries, as the compared row is.  ``pos_axis``: the token axis of a hook's canonical value (harness.pipeline.plan.Plan.pos_axis),
     for setting chaotic tokens aside in the floors.  The captures go to disk as they are made
     (harness.spill), in a folder under ``spill_root`` (default: the system's temporary folder); each
     mapping deletes its shards when it is garbage-collected, and the last one the folder."""
     spill = Path(tempfile.mkdtemp(prefix="vp-refs-", dir=spill_root))
     return _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device, timing_repeats,
-                               processed_names, calibrate, phases, pos_axis, spill)
+                               processed_names, calibrate, phases, pos_axis, spill, logprob_k)
 
 
 def _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device, timing_repeats, processed_names,
-                        calibrate, phases, pos_axis, spill: Path) -> ReferenceCapture:
+                        calibrate, phases, pos_axis, spill: Path, logprob_k: int | None = None) -> ReferenceCapture:
     tdtype = TORCH_DTYPES[dtype]
     truth_dtype = TORCH_DTYPES[calibration_for(dtype).truth_dtype]
     clock = phases or Phases()
@@ -355,6 +369,10 @@ def _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device,
                 if legacy:  # compatibility mode computes some hooks its own way: its own noise floor
                     floors["compat"], stats["median"]["compat"], stats["scale"]["compat"] = _floors(
                         compat, truth_compat, chaos, pos_axis)
+                if processed:  # processed weights are rounded after folding: their own floor (module doc)
+                    floors["processed"], stats["median"]["processed"], stats["scale"]["processed"] = _floors(
+                        processed, _hooked(truth_compat, processed, meta.get("normalization_type")), chaos,
+                        pos_axis)
             del truth, truth_compat
 
     with clock("hf"):
@@ -377,11 +395,34 @@ def _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device,
             del truth_model
             _free()
             floors["hf"], stats["median"]["hf"], stats["scale"]["hf"] = _floors(
-                {p: {**hf[p], "logprobs": logprobs[p]} for p in hf}, truth_hf, chaos, pos_axis)
+                {p: {**hf[p], "logprobs": logprobs[p]} for p in hf}, truth_hf, chaos, pos_axis, logprob_k)
 
     meta["phases"] = clock.own()
     return ReferenceCapture(bridge, compat, logprobs, hf, floors, meta, compat_processed=processed, floor_stats=stats,
                             chaos=chaos)
+
+
+class _Hooked(Mapping):
+    """One prompt's truth compatibility-mode values in hooked coordinates, converted when read (one
+    tensor at a time, as the spilled captures are read)."""
+
+    def __init__(self, values: Mapping, normalization_type: str | None) -> None:
+        self.values, self.normalization_type = values, normalization_type
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return to_hooked_coordinates(self.values[name].double(), self.normalization_type)
+
+    def __iter__(self):
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def _hooked(truth_compat, processed, normalization_type) -> dict[int, Mapping]:
+    """The truth run's compatibility-mode values, in hooked coordinates, for each prompt of ``processed``:
+    what processed compatibility mode computes in exact arithmetic (harness.references.processing)."""
+    return {p: _Hooked(truth_compat.get(p, {}), normalization_type) for p in processed}
 
 
 def _n_layers(checkpoint: Path) -> int:
@@ -409,7 +450,8 @@ def _time_hf(hf_model, tokens: list[int], device: str, repeats: int, meta: dict)
         meta["top_ops"] = profile_call(lambda: hf_model(ids))
 
 
-def tf32_floors(checkpoint: Path, prompts: list[list[int]], hooks: list[str], device: str) -> "ReferenceCapture":
+def tf32_floors(checkpoint: Path, prompts: list[list[int]], hooks: list[str], device: str,
+                logprob_k: int | None = None) -> "ReferenceCapture":
     """The references' own distance from fp64 with their fp32 matmuls in TF32: the floors of the
     ``float32-tf32`` gate (harness.references.tolerances).  TF32 error grows with depth and through
     the softmax, so one constant cannot gate every hook; the compared references themselves stay IEEE."""
@@ -418,6 +460,6 @@ def tf32_floors(checkpoint: Path, prompts: list[list[int]], hooks: list[str], de
     matmul.allow_tf32 = True
     try:
         return capture_references(checkpoint, dtype="float32", prompts=prompts, hooks=hooks, compat_names=[],
-                                  device=device, timing_repeats=1)
+                                  device=device, timing_repeats=1, logprob_k=logprob_k)
     finally:
         matmul.allow_tf32 = before

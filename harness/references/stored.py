@@ -43,6 +43,8 @@ def _reference_code_hash() -> str:
 
 
 def manifest(target, variant, plan, prompts: list[list[int]], versions: dict) -> dict:
+    from harness.logprob_request import logprob_k
+    from harness.kernel_path import cpu_kernel_path, label as kernel_label
     from harness.pipeline.fingerprint import checkpoint_hash
 
     return {
@@ -52,6 +54,9 @@ def manifest(target, variant, plan, prompts: list[list[int]], versions: dict) ->
         "dtype": variant.dtype, "device": variant.device, "gate": variant.gate_key,
         "hooks": sorted([*plan.specs, *plan.derived]), "compat_names": sorted(plan.compat_names),
         "processed_names": sorted(plan.processed_names),
+        "logprob_k": logprob_k(target.vocab_size),
+        # ATen's kernels compute the references: another path, other bf16 roundings (harness.kernel_path)
+        "kernel_path": kernel_label(cpu_kernel_path()) if variant.device == "cpu" else variant.device,
         "reference_code": _reference_code_hash(),
         "versions": {k: versions.get(k) for k in ("torch", "transformers", "transformer-lens")},
     }

@@ -30,7 +30,10 @@ numbers per hook in every report): fp32 floors ~1e-7..2e-6 and vLLM fp32
 errors ~6e-7..3e-6 (worst 1.6e-5, derived attention scores of a MoE model),
 so the fp32 gate is the 1e-4 minimum everywhere; bf16 floors ~1e-2..4e-2 give
 tolerances ~0.05..0.15 with vLLM's bf16 errors at about a quarter of them.
-Planted mapping bugs (tests/test_fault_injection.py) sit >= 3.6e3x above the
+Each reference is calibrated by its own floor on the entries its rows compare: processed
+compatibility mode by its own (its folded weights are rounded again), the ``logprobs`` row on the
+top-k entries vLLM returns (harness.logprob_request); measured on an AVX2 CPU, where a borrowed
+floor false-alarmed (docs/numerics.md).  Planted mapping bugs (tests/test_fault_injection.py) sit >= 3.6e3x above the
 fp32 tolerance and >= 18x above the bf16 one.  Mixture-of-experts models in
 bf16 flip expert choices at near-tie tokens, which moves those tokens by O(1)
 in *both* engines: their worst rows are then above the ceiling, and the median

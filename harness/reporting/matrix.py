@@ -69,6 +69,7 @@ def build_matrix(report_dir: Folders, relative_to: Path | None = None) -> list[d
         rows.append({
             "model": r["model"], "architecture": r["architecture"], "overlay": r["overlay"],
             "variant": variant_of(r), "device": r.get("device", "cpu"), "dtype": r["dtype"],
+            "kernel_path": r.get("kernel_path") or "unknown",
             "vllm": v.get("vllm"), "transformers": v.get("transformers"),
             "transformer_lens": v.get("transformer-lens"),
             "hooks_passed": s["hooks_passed"], "hooks_offered": s["hooks_offered"], "hook_kinds": s["hook_kinds"],
@@ -84,7 +85,7 @@ def build_matrix(report_dir: Folders, relative_to: Path | None = None) -> list[d
 
 
 def to_markdown(rows: list[dict]) -> str:
-    head = ("| family | HF architecture | overlay | variant | vLLM | transformers | TL | hooks gated / compared "
+    head = ("| family | HF architecture | overlay | variant | kernel path | vLLM | transformers | TL | hooks gated / compared "
             "| hooks passed / offered | hook kinds (TL's vLLM overlay: 5) | non-firing "
             "| worst rel err (where; margin = err / tol) | verdict |")
     out = ["# Model-support matrix", "",
@@ -94,7 +95,7 @@ def to_markdown(rows: list[dict]) -> str:
            head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if "architecture" not in r:
-            out.append(f"| {r['model']} | — | — | — | — | — | — | — | — | — | — | {r.get('error')} | error |")
+            out.append(f"| {r['model']} | — | — | — | — | — | — | — | — | — | — | — | {r.get('error')} | error |")
             continue
         worst = "—" if r["worst_rel_err"] is None else (
             f"{r['worst_rel_err']:.1e} ({r['worst_where']}; margin {r['worst_margin']:.2f})"
@@ -110,7 +111,8 @@ def to_markdown(rows: list[dict]) -> str:
                         "or every prompt set aside at an expert-routing near-tie)")
         if r.get("known_issues"):
             verdict += f" ({r['known_issues']} rows explained by a known reference bug, see report)"
-        out.append(f"| {r['model']} | `{r['architecture']}` | {r['overlay']} | {r['variant']} | {r['vllm']} "
+        out.append(f"| {r['model']} | `{r['architecture']}` | {r['overlay']} | {r['variant']} "
+                   f"| {r.get('kernel_path', 'unknown')} | {r['vllm']} "
                    f"| {r['transformers']} | {r['transformer_lens']} | {r['hooks_gated']} / {r['hooks_compared']} "
                    f"| {r['hooks_passed']} / {r['hooks_offered']} "
                    f"| {r['hook_kinds']} | {r['nonfiring']} | {worst} | {verdict} |")

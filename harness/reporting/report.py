@@ -138,6 +138,31 @@ def _device_line(result: dict) -> str:
                if tp else ""))
 
 
+def _kernel_line(result: dict) -> str:
+    """Which kernels computed the numbers (harness.kernel_path): the label, then vLLM's and the
+    references' details."""
+    info = result.get("device_info") or {}
+    parts = [f"**{result.get('kernel_path') or 'unknown'}**"]
+    eng = info.get("kernel_path") or {}
+    if eng.get("device") == "cuda":
+        parts.append(f"vLLM: attention {eng.get('attention')}, compilation {eng.get('compilation_mode')}, "
+                     f"CUDA graphs {eng.get('cudagraph_mode')}")
+    elif eng:
+        parts.append(f"vLLM: `{eng.get('vllm_library')}`, attention {eng.get('attention')}, GEMMs "
+                     f"{', '.join(f'{k} x{v}' for k, v in (eng.get('gemm') or {}).items()) or '—'}, ATen "
+                     f"{eng.get('aten_capability')}, oneDNN {eng.get('onednn_isa')}")
+    ref = info.get("reference_kernel_path") or {}
+    if ref:
+        parts.append(f"references: ATen {ref.get('aten_capability')}, bf16 matmuls "
+                     f"{'oneDNN' if ref.get('aten_bf16_matmul_onednn') else 'ATen (fp32 accumulation)'}")
+    cpu = ref or eng
+    if cpu and "cpu_avx512" in cpu:
+        parts.append(f"CPU: AVX-512 {'yes' if cpu['cpu_avx512'] else 'no'}, AVX-512-BF16 "
+                     f"{'yes' if cpu['cpu_avx512_bf16'] else 'no'}, AMX {'yes' if cpu['cpu_amx'] else 'no'}"
+                     + (f"; emulating {cpu['emulated']}" if cpu.get("emulated") else ""))
+    return "; ".join(parts)
+
+
 def _provenance(p: dict) -> str:
     return "; ".join(f"{k}: {v}" for k, v in p.items() if not isinstance(v, (dict, list)))
 
@@ -163,6 +188,7 @@ def to_markdown(result: dict) -> str:
         "| field | value |", "|---|---|",
         f"| subject | {result.get('subject', 'vllm')} |",
         f"| device | {_device_line(result)} |",
+        f"| kernel path | {_kernel_line(result)} |",
         f"| architecture | `{result['architecture']}` |",
         f"| overlay | `{result['overlay']}` |",
         f"| checkpoint | {result['source']}: `{result['checkpoint']}` |",

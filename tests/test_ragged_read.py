@@ -1,0 +1,38 @@
+"""SubjectCapture.ragged_read: the ragged batch's rows go to prompts by request id, never by length
+(prompts of equal length, and duplicate prompts, are compared as given).  Pure: hand-built layouts."""
+from __future__ import annotations
+
+import torch
+
+from harness.engines.subject import SubjectCapture, same_request
+from harness.vocab.capture_keys import RAGGED, capture_key
+
+KEY = "model.layers.0|out"
+
+
+def _capture(batches, values, ids):
+    raw = {capture_key(RAGGED, KEY, call): v for call, v in enumerate(values)}
+    return SubjectCapture(raw=raw, params={}, logprobs={}, meta={"ragged_batches": batches,
+                                                               "ragged_request_ids": ids})
+
+
+def test_equal_length_and_duplicate_prompts_each_get_their_own_rows():
+    rows = torch.arange(9.0).reshape(9, 1)  # three prompts of 3 tokens, scheduled in another order
+    batch = {"req_ids": ["2-aaaa1111", "0-bbbb2222", "1-cccc3333"], "query_start_loc": [0, 3, 6, 9]}
+    cap = _capture([batch], [rows], ["0", "1", "2"])
+    assert cap.ragged_read(0, KEY, [3, 3, 3]).flatten().tolist() == [3.0, 4.0, 5.0]
+    assert cap.ragged_read(1, KEY, [3, 3, 3]).flatten().tolist() == [6.0, 7.0, 8.0]
+    assert cap.ragged_read(2, KEY, [3, 3, 3]).flatten().tolist() == [0.0, 1.0, 2.0]
+
+
+def test_a_request_split_over_forwards_is_stitched_and_a_short_one_is_missing():
+    first = {"req_ids": ["0-x", "1-y"], "query_start_loc": [0, 2, 4]}
+    second = {"req_ids": ["1-y"], "query_start_loc": [0, 1]}
+    cap = _capture([first, second], [torch.arange(4.0).reshape(4, 1), torch.tensor([[9.0]])], ["0", "1"])
+    assert cap.ragged_read(1, KEY, [2, 3]).flatten().tolist() == [2.0, 3.0, 9.0]
+    assert cap.ragged_read(0, KEY, [3, 3]) is None  # its rows do not add up to its prompt's length
+
+
+def test_vllm_s_suffixed_request_ids_match_the_returned_ones_only():
+    assert same_request("12-1a2b3c4d", "12") and same_request("12", "12")
+    assert not same_request("123-1a2b3c4d", "12") and not same_request("1-2", "12")
