@@ -20,7 +20,9 @@ Traps:
 * A sample costs about 1.4 ms (psutil walks /proc for the descendants; measured on the 2-core CI
   machine): at 20 per second, under 3 % of one core.
 * Pages a child shares with its parent count in both: the tree sum is an upper bound of what
-  the machine holds (vLLM's engine is spawned, not forked, so little is shared).
+  the machine holds.  A warm engine (harness.engines.warm) is forked from a server that imported
+  torch and vLLM: the server is left out of the sum, and the engine's RSS counts the imported pages
+  it shares with the server, as a cold engine's counts its own imports.
 * glibc keeps freed blocks below its mmap threshold in the heap, and raises that threshold (up to
   32 MB) each time a larger block is freed: a reference model's activations then stay in RSS after
   the model is gone, and the next model stacks on top.  :func:`return_frees_promptly` pins the
@@ -70,6 +72,9 @@ def return_frees_promptly() -> bool:
     return lib is not None and bool(lib.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 
 
+NOT_AN_ENGINE: set[int] = set()  # descendants left out of the engine tree (harness.engines.warm registers its server)
+
+
 def _tree_rss() -> tuple[int, int]:
     """(this process's RSS, the sum of its live descendants' RSS), in bytes."""
     import psutil
@@ -77,6 +82,8 @@ def _tree_rss() -> tuple[int, int]:
     me = psutil.Process()
     children = 0
     for child in me.children(recursive=True):
+        if child.pid in NOT_AN_ENGINE:  # the warm engine server: its imports are no engine's; its children are
+            continue
         try:
             children += child.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):

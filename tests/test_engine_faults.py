@@ -129,5 +129,6 @@ def test_planted_engine_fault_is_caught_where_planted(baselines, family, i, dtyp
     wrong = [r.message for h in upstream for r in run.vllm_rows(h) if r.status not in ("pass", "inconclusive")]
     assert not wrong, wrong
     print(f"{family} {fault.describe()}: caught at {hook}, rel {planted.rel_err:.3g} "
-          f"(scale {planted.scale_median:+.3g}, tolerance {planted.tolerance:.3g}, margin {planted.margin:.3g}); "
+          f"(worst row {planted.rel_err:.3g} against {planted.tolerance:.3g}, median {planted.rel_median:.3g} against "
+          f"{planted.tolerance_median:.3g}, scale {planted.scale_median:+.3g} against {planted.tolerance_scale:.3g}); "
           f"engine run {run.wall_s:.1f} s, references {base.reference_s:.1f} s")

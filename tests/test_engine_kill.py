@@ -19,7 +19,6 @@ import pytest
 
 pytestmark = pytest.mark.parity
 REPO = Path(__file__).resolve().parent.parent
-ENGINE = "harness.engines.subject_vllm"
 
 
 # --- processes, from /proc -----------------------------------------------------------
@@ -52,14 +51,20 @@ def _live(procs: dict[int, dict]) -> dict[int, dict]:
 
 
 def _engines(harness_pid: int, family: str) -> dict[int, str]:
-    """The live vLLM engine processes ``harness_pid`` started for ``family``: pid -> request path."""
+    """The live vLLM engine processes ``harness_pid`` started for ``family``: pid -> request path.  An
+    engine is found by its log (its stdout, ``<work>/subject.log``): a warm engine is forked from the
+    server (harness.engines.warm), so its command line is the server's, not ``-m harness.engines.subject_vllm``."""
     procs = _live(_procs())
     out = {}
     for pid, info in procs.items():
-        words = info["cmd"].split()
-        req = next((w for w in words if w.endswith("_request.json") and f"/{family}-" in w), None)
-        if ENGINE in words and req and _descends(pid, harness_pid, procs):
-            out[pid] = req
+        if not _descends(pid, harness_pid, procs):
+            continue
+        try:
+            log = os.readlink(f"/proc/{pid}/fd/1")
+        except OSError:
+            continue
+        if log.endswith("/subject.log") and f"/{family}-" in log and info["sid"] == pid:
+            out[pid] = str(Path(log).with_name("subject_request.json"))
     return out
 
 
@@ -100,6 +105,9 @@ def test_an_engine_killed_by_a_signal_is_that_models_error_and_the_run_goes_on(t
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
         (pid, request), = engines.items()
+        # a warm engine, forked from the server that imported vLLM once (harness.engines.warm): its crash
+        # must cost that model only, as a cold engine's does
+        assert "harness.engines.warm" in _procs()[pid]["cmd"], _procs()[pid]["cmd"]
         engine_log = Path(request).with_name("subject.log")
         booting = time.monotonic() + 15  # alive and booting: its log has begun (vLLM's first lines)
         while not (engine_log.exists() and engine_log.stat().st_size) and time.monotonic() < booting:

@@ -90,7 +90,9 @@ def same_request(internal: str, external: str) -> bool:
 def launch_subject(module: str, request: dict, work_dir: Path, name: str, env: dict[str, str] | None,
                    timeout_s: float) -> None:
     """Run ``python -m module REQUEST.json`` with this repo on the path, in its own session; its log
-    goes to ``work_dir/<name>.log``.  Raises :class:`SubjectError` with the log's tail if it fails,
+    goes to ``work_dir/<name>.log``.  A warm engine (forked from a server that imported vLLM once,
+    harness.engines.warm) where that applies, else a cold ``python -m`` start: the same process
+    group, the same kill and timeout handling, the same log.  Raises :class:`SubjectError` with the log's tail if it fails,
     :class:`SubjectKilled` if a signal ended it or it ran past ``timeout_s`` (its whole process
     group is then stopped: vLLM's worker processes too)."""
     req_path = work_dir / f"{name}_request.json"
@@ -100,10 +102,15 @@ def launch_subject(module: str, request: dict, work_dir: Path, name: str, env: d
     env = {**os.environ, **(env or {})}
     env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     killed = None
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", module, str(req_path)], stdout=log,
-                                stderr=subprocess.STDOUT, env=env, cwd=repo, start_new_session=True,
-                                preexec_fn=_die_with_parent)
+    from harness.engines.warm import warm_launch
+
+    # forked from the warm server where it applies (harness.engines.warm), else started cold
+    proc = warm_launch(module, [str(req_path)], env, log_path, repo) if request.get("device", "cpu") == "cpu" else None
+    with open(log_path, "a" if proc is not None else "w") as log:
+        if proc is None:
+            proc = subprocess.Popen([sys.executable, "-m", module, str(req_path)], stdout=log,
+                                    stderr=subprocess.STDOUT, env=env, cwd=repo, start_new_session=True,
+                                    preexec_fn=die_with_parent)
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -139,7 +146,7 @@ def _signal_group(pgid: int, signum: int) -> None:
         pass
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the engine, before exec: SIGKILL when the harness process dies (Linux ``PR_SET_PDEATHSIG``).
     The engine has its own session, so a signal to the harness's process group (a CI job cancelled,
     ``kill -TERM -PGID``) does not reach it; this makes sure it never outlives the harness.  A no-op
