@@ -67,3 +67,34 @@ def test_unknown_conversion_is_a_type_error():
 
     with pytest.raises(TypeError, match="unknown conversion"):
         apply_one(object(), torch.ones(1), {})
+
+
+@pytest.mark.parametrize("offset,weight,bias", [(1.0, -1.0, None), (0.0, 0.0, None), (0.0, 0.0, "n.bias")],
+                         ids=["gemma-1+w", "w", "layernorm-w-and-bias"])
+def test_a_divisor_of_zero_converts_to_zero_and_is_named_left_out(offset, weight, bias):
+    """A trained Gemma-3 holds norm weights of exactly -1: ``1 + w = 0``.  vLLM's ``x * 0`` holds no value
+    to un-fold: 0 there, and :func:`left_out` names the dimension (the row leaves it out)."""
+    from harness.comparison.conversions import left_out
+
+    params = {"n.weight": torch.tensor([0.5, weight, 2.0])}
+    b = torch.tensor([0.1, 0.2, 0.3])
+    if bias:
+        params[bias] = b
+    x_hat = torch.tensor([[1.0, 4.0, -2.0]])
+    scale = params["n.weight"] + offset
+    raw = x_hat * scale + (b if bias else 0.0)  # what vLLM computes; the middle entry: 0 (+ its bias)
+    spec = HookSpec("m", "out", (UnfoldNorm("n.weight", offset, bias=bias),))
+    out = convert(spec, raw, params)
+    assert torch.isfinite(out).all() and out[0, 1] == 0
+    assert torch.allclose(out[0, [0, 2]], x_hat[0, [0, 2]])
+    mask, why = left_out(spec, params)
+    assert mask.tolist() == [False, True, False] and "= 0" in why
+    assert left_out(HookSpec("m", "out", (UnfoldNorm("n.weight", offset, bias=bias),)),
+                    {**params, "n.weight": torch.tensor([0.5, 0.7, 2.0])}) is None
+
+
+def test_a_nonzero_read_where_the_divisor_is_zero_stays_non_finite():
+    """vLLM wrote something where the weight says 0: not hidden as left out, the division's inf stays."""
+    spec = HookSpec("m", "out", (UnfoldNorm("n.weight", 1.0),))
+    out = convert(spec, torch.tensor([[1.0, 0.5]]), {"n.weight": torch.tensor([0.0, -1.0])})
+    assert out[0, 0] == 1.0 and out[0, 1] == float("inf")

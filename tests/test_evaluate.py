@@ -19,7 +19,7 @@ from harness.engines.subject import SubjectCapture
 from harness.pipeline.plan import Plan, _cases
 from harness.references.reference import ReferenceCapture
 from harness.vocab.capture_keys import RAGGED, capture_key, read_key
-from overlays.base import Derived, Heads, HookSpec
+from overlays.base import Derived, Heads, HookSpec, UnfoldNorm
 
 T, D, H, DH = 5, 8, 2, 4
 PROMPTS = [[1, 5, 6, 7, 8]]
@@ -280,3 +280,44 @@ def test_processed_compatibility_mode_is_gated_by_its_own_floor_not_the_bridge_s
     assert after["compat-processed"].tolerance == pytest.approx(0.2)
     assert after["compat-processed"].status == "pass", after["compat-processed"].message
     assert after["bridge"].tolerance == pytest.approx(0.04) and after["bridge"].status == "fail"  # unchanged
+
+
+def _norm_plan():
+    specs = {"blocks.0.ln1.hook_normalized": HookSpec("model.layers.0.input_layernorm", "out",
+                                                      (UnfoldNorm("model.layers.0.input_layernorm.weight", 1.0),), D)}
+    return Plan(specs=specs, derived={}, nonfiring=(), n_layers=1,
+                cases=[c for c in _cases(specs, {}) if c.reference == "bridge" or c.hook in ("logprobs", "argmax")])
+
+
+def _norm_captures(raw_row_3: float | None = None):
+    g = torch.Generator().manual_seed(3)
+    x_hat = torch.randn(T, D, generator=g, dtype=torch.float64)
+    w = torch.randn(D, generator=g, dtype=torch.float64)
+    w[3] = -1.0  # 1 + w = 0, as in a trained Gemma-3
+    raw = x_hat * (1 + w)
+    if raw_row_3 is not None:
+        raw[:, 3] = raw_row_3
+    key = capture_key(0, read_key("model.layers.0.input_layernorm", "out"))
+    lp = {0: torch.log_softmax(torch.ones(T, 3), -1)}
+    subject = SubjectCapture(raw={key: raw}, params={"model.layers.0.input_layernorm.weight": w}, logprobs=lp, meta={})
+    refs = ReferenceCapture(bridge={0: {"blocks.0.ln1.hook_normalized": x_hat}}, compat={}, logprobs=lp,
+                            floors={"bridge": {}}, meta={})
+    return subject, refs
+
+
+def test_a_norm_weight_whose_divisor_is_zero_leaves_that_dim_out_and_says_so():
+    subject, refs = _norm_captures()
+    row = next(r for r in evaluate(_norm_plan(), subject, refs, PROMPTS, GATE32, "toy")[0] if r.kind != "logprobs"
+               and r.hook.endswith("hook_normalized"))
+    assert row.status == "pass", row.message
+    assert "1 of 8 dims left out" in row.message and "weight + 1 = 0" in row.message and "dims [3]" in row.message
+
+
+def test_a_non_finite_value_made_by_the_conversion_is_blamed_on_the_conversion_not_vllm():
+    subject, refs = _norm_captures(raw_row_3=0.25)  # vLLM's own read is finite, the division makes inf
+    row = next(r for r in evaluate(_norm_plan(), subject, refs, PROMPTS, GATE32, "toy")[0]
+               if r.hook.endswith("hook_normalized"))
+    assert row.status == "error"
+    assert "NaN in vLLM's" not in row.message and "inf in vLLM's" not in row.message
+    assert "vLLM's own read (model.layers.0.input_layernorm out) is finite" in row.message, row.message
+    assert "the harness's conversion" in row.message and "where vLLM's value is not 0" in row.message

@@ -5,6 +5,15 @@ for one hook from the raw tensor the worker recorded and the parameters it
 exported.  Unknown conversions raise ``TypeError``; a missing parameter raises
 ``KeyError`` naming it.  Arithmetic happens in fp32 at least (``÷ w`` in bf16
 would add its own rounding), then the result is compared as-is.
+
+A un-fold defined everywhere (:class:`~overlays.base.UnfoldNorm`): where the divisor ``w`` (or
+``1 + w``) is exactly 0, vLLM's output holds no value to recover (a trained Gemma-3 has norm
+weights of exactly -1: 143 elements in Gemma-3-270M).  There, a read of exactly 0 -- what ``x * 0``
+gives -- converts to 0 and :func:`left_out` names those dimensions, which the row leaves out of the
+comparison (harness.comparison.evaluate) and counts in its message; any other read there (vLLM
+wrote something where the weight says 0) stays the division's non-finite value, an error that the
+row attributes to the conversion, not to vLLM.  Dividing never amplifies the relative rounding of
+vLLM's product ``x * w``, so only an exact 0 needs the rule.
 """
 from __future__ import annotations
 
@@ -28,7 +37,11 @@ def apply_one(conv: Conversion, x: torch.Tensor, params: Mapping[str, torch.Tens
             if conv.bias not in params:
                 raise KeyError(f"conversion needs parameter {conv.bias!r}, which the subject did not export")
             y = y - params[conv.bias].to(torch.float64)
-        return (y / w).to(torch.promote_types(x.dtype, torch.float32))
+        out = y / w
+        dead = w == 0
+        if bool(dead.any()):  # x * 0 is 0: nothing to un-fold there (left_out names those dims)
+            out = torch.where(dead & (y == 0), torch.zeros_like(out), out)
+        return out.to(torch.promote_types(x.dtype, torch.float32))
     if isinstance(conv, Cols):
         return x[..., conv.start:conv.stop]
     if isinstance(conv, Heads):
@@ -47,6 +60,21 @@ def convert(spec: HookSpec, raw: torch.Tensor, params: Mapping[str, torch.Tensor
     for conv in spec.convert:
         x = apply_one(conv, x, params)
     return x
+
+
+def left_out(spec: HookSpec, params: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, str] | None:
+    """The last-dim entries a un-fold cannot recover (its divisor is exactly 0), and why; None where
+    there are none.  The mask spans the norm's width (the converted value's last dim)."""
+    mask, why = None, []
+    for conv in spec.convert:
+        if isinstance(conv, UnfoldNorm) and conv.param in params:
+            dead = (params[conv.param].to(torch.float64) + conv.offset) == 0
+            if bool(dead.any()):
+                mask = dead if mask is None or mask.shape != dead.shape else mask | dead
+                why.append(f"{conv.param}{' + %g' % conv.offset if conv.offset else ''} = 0")
+    if mask is None:
+        return None
+    return mask, "; ".join(why)
 
 
 def stitch_calls(calls: Sequence[torch.Tensor], n_tokens: int) -> torch.Tensor:

@@ -29,7 +29,7 @@ import torch
 
 from overlays.base import DropBatch, HookSpec
 from harness.comparison.chaos import RESIDUAL_OUT, ChaoticToken, find_chaotic
-from harness.comparison.conversions import convert, stitch_calls
+from harness.comparison.conversions import convert, left_out, stitch_calls
 from harness.comparison.derived import derive, ignore_common_mask
 from harness.comparison.gate import CROSS_REFERENCE, Band, Gate
 from harness.comparison.nonfinite import NEG_INF_KINDS, describe, first_nonfinite
@@ -219,11 +219,31 @@ class _Evaluation:
                 hit = first_nonfinite(pair[side], allow)
                 if hit:
                     name = case.hook if side == 0 else case.reference_hook
+                    made = self._made_by_conversion(case, p) if engine == "vLLM" else ""
+                    if made:
+                        return (f"{case.hook} vs {case.reference}: non-finite values, not compared: "
+                                f"{describe('the converted vLLM value', name, p, hit, axes_of(pair[side]))}; {made}")
                     first = self._first_bad_in(engine, self._store_of(engine))
                     return (f"{case.hook} vs {case.reference}: non-finite values, not compared: "
                             f"{describe(engine, name, p, hit, axes_of(pair[side]))}"
                             + (f"; first non-finite hook of {engine} in forward order: {first}" if first else ""))
         return ""
+
+    def _made_by_conversion(self, case: Case, p: int) -> str:
+        """Why a non-finite converted value is the harness's conversion's, not vLLM's ("" when vLLM's
+        own raw read is non-finite too, or the hook is derived): only vLLM's own values are "NaN in
+        vLLM's ..."."""
+        spec = self.plan.specs.get(case.hook)
+        if case.derived or spec is None or not spec.convert:
+            return ""
+        raw = self.subject.read(p, spec.raw_key)
+        if raw is None or first_nonfinite(raw, case.kind in NEG_INF_KINDS):
+            return ""
+        convs = "; ".join(c.describe() for c in spec.convert)
+        dead = left_out(spec, self.subject.params)
+        return (f"vLLM's own read ({spec.module} {spec.read}) is finite: the harness's conversion ({convs}) made it"
+                + (f" -- it divides by {dead[1]} at {int(dead[0].sum())} dims, where vLLM's value is not 0"
+                   if dead else ""))
 
     def _store_of(self, engine: str):
         if engine == "vLLM":
@@ -300,8 +320,9 @@ class _Evaluation:
                                 f"{hook}: missing in TransformerBridge or HF"), pos_axis=self._pos_axis(hook))
         if ref == "bridge-ragged":
             pairs, bad = self._checked(case, pairs_of(self.ragged(hook), self.refs.bridge, hook, n))
-            return compared_row(self.model, case, band, pairs, self.ragged_failed.get(hook, "") or bad,
-                                self.ragged_events, pos_axis=self._pos_axis(hook))
+            pairs, note = self._without_left_out(hook, pairs)
+            return self._noted(note, compared_row(self.model, case, band, pairs, self.ragged_failed.get(hook, "") or bad,
+                                self.ragged_events, pos_axis=self._pos_axis(hook)))
         subj = self.value(hook)
         problem = self.failed.get(hook, "")
         if ref == "compat-processed":
@@ -315,9 +336,32 @@ class _Evaluation:
             "hf": (self.refs.hf, f"{hook}: HF forward hooks did not capture it"),
         }[ref]
         pairs, bad = self._checked(case, None if problem else pairs_of(subj, store, name, n))
+        pairs, note = self._without_left_out(hook, pairs)
         events = self.processed_events if ref == "compat-processed" else self.events
-        return compared_row(self.model, case, band, pairs, problem or bad or ("" if pairs else missing),
-                            events, pos_axis=self._pos_axis(hook))
+        return self._noted(note, compared_row(self.model, case, band, pairs, problem or bad or ("" if pairs else missing),
+                                              events, pos_axis=self._pos_axis(hook)))
+
+    @staticmethod
+    def _noted(note: str, row: HookResult) -> HookResult:
+        if note and row.status != "error":
+            row.message = (row.message + " " if row.message else f"{row.hook} vs {row.reference}: ") + note
+        return row
+
+    def _without_left_out(self, hook: str, pairs: Pairs | None) -> tuple[Pairs | None, str]:
+        """``pairs`` with the reference's entries a un-fold cannot recover set to NaN (not compared:
+        harness.comparison.conversions.left_out), and the note that counts them; after the
+        non-finite check, since the mask is NaN."""
+        spec = self.plan.specs.get(hook)
+        dead = left_out(spec, self.subject.params) if pairs and spec is not None else None
+        if dead is None:
+            return pairs, ""
+        mask, why = dead
+        if any(r.shape[-1] != mask.shape[0] for _, r in pairs):
+            return pairs, ""
+        pairs = [(s, torch.where(mask, torch.full_like(r, float("nan")), r)) for s, r in pairs]
+        return pairs, (f"[{int(mask.sum())} of {mask.shape[0]} dims left out, not compared: {why} there, so "
+                       f"vLLM's output holds no value to un-fold (dims {mask.nonzero().flatten().tolist()[:12]}"
+                       f"{' ...' if int(mask.sum()) > 12 else ''})]")
 
     def logit_rows(self) -> list[HookResult]:
         lp_case, am_case = [c for c in self.plan.cases if c.hook in ("logprobs", "argmax")]
