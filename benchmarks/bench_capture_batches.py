@@ -1,5 +1,5 @@
 """Capture overhead by batch size: our capture and TransformerLens's ``boot_vllm`` against the bare
-forward of one checkpoint (issue #14's GPU target), in one run.
+forward of one checkpoint (against the GPU target), in one run.
 
 Run (from the repo root; ``--help`` for options)::
 
@@ -85,7 +85,7 @@ from benchmarks.bench_capture_overhead import (
 )
 
 MODES = {"ours": ("none", "residual", "tl-set", "all"), "tl": ("residual", "all")}
-TARGET_ALL = 10.0  # issue #14, GPU: every offered hook <= +10 % over the bare forward, each batch size
+TARGET_ALL = 10.0  # GPU target: every offered hook <= +10 % over the bare forward, each batch size
 EXT = "benchmarks.bench_capture_overhead.BenchExtension"
 
 
@@ -471,7 +471,7 @@ def _detail(rows_: list[dict]) -> list[str]:
 
 def _targets(res: dict) -> list[str]:
     by = {(r["mode"], r["batch"]): r for r in res["rows"]}
-    out = ["", f"Issue #14 GPU target: every offered hook (`ours/all`) <= +{TARGET_ALL:g} % over the bare forward "
+    out = ["", f"GPU target: every offered hook (`ours/all`) <= +{TARGET_ALL:g} % over the bare forward "
            "(forward p10), at each batch size:", ""]
     for b in res["batch_sizes"]:
         parts = []

@@ -82,7 +82,7 @@ OUT = Path(__file__).resolve().parent / "capture_overhead"
 RESIDUAL = ("embed.hook_out", "ln_final.hook_normalized")
 MODES = {"ours": ("none", "residual", "tl-set", "all"), "tl": ("residual", "all"),
          "before": ("none", "residual", "tl-set", "all")}  # ``before``: ours from --ours-from, when given
-TARGETS = {"residual": 3.0, "all": 15.0}  # issue #14: forward p10 overhead at 128 tokens, percent
+TARGETS = {"residual": 3.0, "all": 15.0}  # targets: forward p10 overhead at 128 tokens, percent
 
 
 def __getattr__(name: str):
@@ -540,7 +540,7 @@ def _table(rows_: list[dict]) -> list[str]:
 
 def _targets(rows_: list[dict]) -> list[str]:
     n = max(r["prompt_tokens"] for r in rows_)
-    out = ["", f"Issue #14 targets (forward p10 over `ours/none` at {n} tokens; the other statistics beside it):", ""]
+    out = ["", f"Targets (forward p10 over `ours/none` at {n} tokens; the other statistics beside it):", ""]
     bare = next(r for r in rows_ if r["mode"] == "ours/none" and r["prompt_tokens"] == n)
     for mode, limit in TARGETS.items():
         row = next((r for r in rows_ if r["mode"] == f"ours/{mode}" and r["prompt_tokens"] == n), None)

@@ -12,7 +12,7 @@ RSS sampled every 0.05 s, this process and the vLLM engine process separately an
 phase), and from the OS the process's lifetime ``ru_maxrss``.  Writes
 ``benchmarks/real_model.json`` (every run) and prints a markdown table; ``--render`` re-prints it.
 
-Targets (issue #12, SmolLM2-135M on the 2 CPU cores CI has): a full fp32 run in at most
+Targets (SmolLM2-135M on the 2 CPU cores CI has): a full fp32 run in at most
 :data:`TARGET_WALL_S` seconds and at most :data:`TARGET_RSS_MIB` MiB peak RSS.  The table says met
 or missed for the harness process, and shows the engine process and the two together beside it,
 since they are separate processes that overlap only while vLLM runs.

@@ -67,7 +67,7 @@ def return_frees_promptly() -> bool:
     glibc's dynamic raising), so a freed tensor of 1 MiB or more goes back to the OS at once.  Idempotent;
     False where the C library is not glibc (nothing changes there).  Costs a page fault per fresh page
     of a large block instead of reusing heap; not measured apart (the run got faster with it and the
-    comparison changes together, README "Memory and time at real size")."""
+    comparison changes together, docs/benchmarks.md, "Memory and time at real size")."""
     lib = _glibc()
     return lib is not None and bool(lib.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 

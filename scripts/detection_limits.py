@@ -54,7 +54,7 @@ from harness.engines.engine_faults import EngineFault  # noqa: E402
 
 LADDER = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
 PROBE = {"float32": 1e-2, "bfloat16": 1e-1, "float16": 1e-1}
-TARGETS = {"float32": 3e-4, "bfloat16": 3e-2}  # the targets
+TARGETS = {"float32": 3e-4, "bfloat16": 3e-2}  # the detection targets per dtype
 KINDS = ("attn_out", "mlp_down", "q_proj", "norm_weight", "embed", "norm_eps")
 DEFAULT_LAYER = {"smollm2": 20}  # else the middle layer
 

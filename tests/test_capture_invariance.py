@@ -1,4 +1,4 @@
-"""Capture changes nothing (issue #11, item 6): the same vLLM engine configuration gives the
+"""Capture changes nothing: the same vLLM engine configuration gives the
 same greedy tokens and bitwise-identical log-probs with every read of the family's plan hooked
 as with no capture hook at all.
 
@@ -83,8 +83,8 @@ CASES = [
     pytest.param("gemma", "float32", False, id="gemma-float32-eager"),
     pytest.param("mixtral", "float32", False, id="mixtral-float32-eager"),
     pytest.param("qwen3", "float32", True, id="qwen3-float32-compiled", marks=pytest.mark.slow),
-    # bf16 measured bitwise too (see the report of this test's author); the issue would allow the
-    # reference's own floor, but anything looser than bitwise would hide a one-ulp perturbation.
+    # bf16 measured bitwise too; the reference's own floor would be a looser bound, but anything
+    # looser than bitwise would hide a one-ulp perturbation.
     pytest.param("qwen3", "bfloat16", False, id="qwen3-bfloat16-eager"),
 ]
 

@@ -1,4 +1,4 @@
-"""The layering the README states, checked on the source (every import, lazy ones included)."""
+"""The layering docs/adding-an-architecture.md states, checked on the source (every import, lazy ones included)."""
 from __future__ import annotations
 
 import ast

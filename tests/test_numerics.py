@@ -36,7 +36,7 @@ def test_bf16_passes_with_calibrated_tolerances(parity_session, family):
 
 @pytest.mark.parametrize("family", REAL)
 def test_real_checkpoint_bf16_gates_nearly_every_hook_with_no_false_alarm(parity_session, family):
-    """Issue #10's target on real trained weights (SmolLM2-135M): >= 95 % of the offered hooks gated
+    """The target on real trained weights (SmolLM2-135M): >= 95 % of the offered hooks gated
     (pass or fail, not inconclusive) and nothing fails, since fp32 proves the mapping right.  A chaotic
     token of the reference's own bf16 run (harness.comparison.chaos) is set aside, not a failure."""
     run = parity_session.run(family, dtype="bfloat16", compiled=False)

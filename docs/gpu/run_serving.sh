@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #11 item 7 (and #14's 8B-shaped benchmark) on the CUDA host, after `.gpuwhl/host.sh install`:
+# The serving axes and the V2 runner on the GPU (and the 8B-shaped capture benchmark) on the CUDA host, after `.gpuwhl/host.sh install`:
 #   export PYTHONPATH=/tmp/site:$PWD
 #   WORK=/tmp/vp bash docs/gpu/run_h200.sh launch   # not this; this script is the background plan:
 #   setsid nohup bash docs/gpu/run_serving.sh >/tmp/serving.out 2>&1 &    (then run_h200.sh collect)

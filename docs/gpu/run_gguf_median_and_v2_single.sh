@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Second GPU session of 2026-12-01 (H200, vLLM 0.20.2): GGUF parity with median-row gating (both
-# dtypes) and the V2 runner's single-prompt runs now that its unreturned sampled-token log-prob rows
-# are named and left out.  Same setup as session_2026-12-01.sh.  Results under /tmp/res3.
+# Two GPU jobs side by side on one H200 (vLLM 0.20.2): the GGUF parity with median-row gating (both
+# dtypes, run_gguf.sh) and the V2 runner's single-prompt runs of qwen3 and gemma (their unreturned
+# sampled-token log-prob rows named and left out).  Same setup as run_8b_fp32_and_gguf.sh.
+# Results under /tmp/res3.
 mkdir -p /tmp/vp /tmp/res3
 tar --exclude=./.gpuwhl -cf - . | (cd /tmp/vp && tar -xf -)
 cd /tmp/vp && rm -rf reports
