@@ -143,7 +143,7 @@ def label(path: dict | None) -> str:
     lib = path.get("vllm_library")
     name = {"_C_AVX2": "avx2", "_C_AVX512": "avx512", "_C": "avx512-bf16"}.get(lib or "")
     if name is None:  # no vLLM kernels in this process (references only): ATen's capability
-        name = str(path.get("aten_capability") or "cpu").lower().replace("avx512", "avx512")
+        name = str(path.get("aten_capability") or "cpu").lower()
     if path.get("attention") == "amx" or (name == "avx512-bf16" and path.get("torch_probes", {}).get("amx_tile_supported")):
         name += "-amx"
     return name + ("-emulated" if path.get("emulated") else "")

@@ -106,21 +106,21 @@ def launch_subject(module: str, request: dict, work_dir: Path, name: str, env: d
 
     # forked from the warm server where it applies (harness.engines.warm), else started cold
     proc = warm_launch(module, [str(req_path)], env, log_path, repo) if request.get("device", "cpu") == "cpu" else None
-    with open(log_path, "a" if proc is not None else "w") as log:
-        if proc is None:
+    if proc is None:  # a cold start; a forked engine opens its log itself
+        with open(log_path, "w") as log:
             proc = subprocess.Popen([sys.executable, "-m", module, str(req_path)], stdout=log,
                                     stderr=subprocess.STDOUT, env=env, cwd=repo, start_new_session=True,
                                     preexec_fn=die_with_parent)
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            killed = f"vLLM engine timed out after {timeout_s:g} s (--engine-timeout)"
-            rc = _stop_group(proc)
-        except BaseException:  # an interrupt (KeyboardInterrupt): the engine goes with us
-            _stop_group(proc)
-            raise
-        finally:
-            _signal_group(proc.pid, signal.SIGKILL)  # what the engine started and left running
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        killed = f"vLLM engine timed out after {timeout_s:g} s (--engine-timeout)"
+        rc = _stop_group(proc)
+    except BaseException:  # an interrupt (KeyboardInterrupt): the engine goes with us
+        _stop_group(proc)
+        raise
+    finally:
+        _signal_group(proc.pid, signal.SIGKILL)  # what the engine started and left running
     if rc < 0 and killed is None:
         killed = f"vLLM engine process killed by {_signal_name(-rc)} (signal {-rc})"
     if rc != 0:

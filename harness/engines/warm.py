@@ -59,12 +59,6 @@ class WarmProcess:
         self.returncode = rc
         return rc
 
-    def poll(self) -> int | None:
-        rc = self.server.wait_exit(self.pid, 0)
-        if rc is not None:
-            self.returncode = rc
-        return rc
-
 
 class _Server:
     """The host's handle on its server: requests go in on its stdin, ``pid`` / ``exit`` / ``refused``
