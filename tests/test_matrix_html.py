@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from harness.reporting.matrix import write_matrix
-from harness.reporting.matrix_html import COLOURS, cell, hook_kind, kind_columns, margin, margin_colour, to_html  # noqa: F401
+from harness.comparison.gate import margin
+from harness.reporting.matrix_html import COLOURS, cell, hook_kind, kind_columns, margin_colour, to_html  # noqa: F401
 from harness.reporting.report import write_report
 
 TOL = 1e-4
@@ -28,7 +29,8 @@ def _row(model, ref, hook, rel, status="pass", tol=TOL, kind=None, message=""):
     layer = int(hook.split(".")[1]) if hook.startswith("blocks.") else None
     return {"model": model, "reference": ref, "hook": hook, "reference_hook": hook, "layer": layer,
             "kind": kind or hook_kind(hook), "status": status, "tolerance": tol, "rel_err": rel,
-            "max_abs": rel, "ref_scale": 1.0, "cos_min": 1.0, "worst": {}, "message": message}
+            "max_abs": rel, "ref_scale": 1.0, "cos_min": 1.0, "worst": {}, "message": message,
+            "margin": margin(rel, tol)}  # as the gate stores it (worst row only: no median measured here)
 
 
 def _result(model, rows, nonfiring=(), error=None, device="cpu", dtype="float32"):
@@ -144,13 +146,13 @@ def test_structure(report_dir: Path) -> None:
     assert hook_out["attrs"]["data-state"] == "pass"
     title = hook_out["attrs"]["title"]
     assert "2.000e-06" in title and "layer 1" in title and "vs compat" in title
-    assert "tolerance 1e-04" in title and "margin err/tol = 0.02" in title
+    assert "tolerance 1e-04" in title and "margin (the gate's) = 0.02" in title
     assert hook_out["text"] == "2e-6"
 
     fail = _kind_cell(t, "beta", "hook_out")
     assert fail["attrs"]["data-state"] == "fail" and COLOURS["fail"] in fail["attrs"]["style"]
     assert "5.000e-01 at layer 1" in fail["attrs"]["title"] and "missing residual" in fail["attrs"]["title"]
-    assert "margin err/tol = 5e+03" in fail["attrs"]["title"]
+    assert "margin (the gate's) = 5e+03" in fail["attrs"]["title"]
 
     nf = _kind_cell(t, "alpha", "attn.hook_pattern")
     assert nf["attrs"]["data-state"] == "nonfiring" and "fused attention kernel" in nf["attrs"]["title"]

@@ -5,7 +5,9 @@ calibration key and the target's architecture.  :meth:`Gate.tolerance` turns a
 reference's noise floor into a row's tolerance (harness.references.tolerances);
 :meth:`Gate.finalize` assigns the row's final status -- the compared verdict, the
 dtype's ceiling, a documented reference bug -- and nothing changes a status after it.
-:func:`margin` is the one definition of error / tolerance.
+:func:`margin` is the one definition of error / tolerance, and :meth:`Gate.finalize` stores each
+row's margin on the statistics that gate it (``HookResult.margin``); reports, the matrix and the
+CLI read that number and never recompute it.
 
 Traps:
 - Three statistics per row, each with its own floor and tolerance (:class:`Band`): a row fails
@@ -80,6 +82,18 @@ class Gate:
     def ceiling(self) -> float:
         return calibration_for(self.dtype).ceiling
 
+    def row_margin(self, row) -> float:
+        """The row's margin on the statistics that gate it: the worst row where its tolerance is at
+        or below the dtype's ceiling, the median row and the scale wherever they were measured; the
+        largest of them (NaN where none is finite)."""
+        tol = row.tolerance or 0.0
+        parts = [margin(row.rel_err, tol)] if tol <= self.ceiling else []
+        for err, tol_ in ((row.rel_median, row.tolerance_median), (row.scale_median, row.tolerance_scale)):
+            if err == err and math.isfinite(tol_):  # measured (an infinite error is one: it fails the row)
+                parts.append(margin(abs(err), tol_))
+        finite = [p for p in parts if p == p]
+        return max(finite) if finite else (parts[0] if parts else math.nan)
+
     def finalize(self, row, refs=None) -> None:
         """The row's final status.  A row that passed only because its calibrated tolerance sits
         above the dtype's ceiling is inconclusive (the reference's own noise here is too large to
@@ -102,6 +116,7 @@ class Gate:
             row.message = (f"gated by the median row ({row.rel_median:.2e} <= {row.tolerance_median:.2e}) and the "
                            f"scale ({row.scale_median:+.2e}, tolerance {row.tolerance_scale:.2e}); the worst row's "
                            f"tolerance {row.tolerance:.2e} is above the {self.dtype} ceiling {cal.ceiling:g}")
+        row.margin = self.row_margin(row)
         issue = known_issue(self.architecture, row.reference, row.hook)
         if issue is not None and row.status == "fail" and refs is not None and issue.holds(refs, row.reference,
                                                                                           row.reference_hook):

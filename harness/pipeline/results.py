@@ -13,7 +13,6 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from harness.comparison.gate import margin
 
 # pass: compared, within tolerance.  fail: compared, above it.  error: could not be
 # compared (no value, a conversion failed, shapes differ).  inconclusive: compared,
@@ -49,11 +48,9 @@ class HookResult:
     scale_median: float = math.nan
     floor_scale: float | None = None
     tolerance_scale: float = math.nan
-
-    @property
-    def margin(self) -> float:
-        """error / tolerance: < 1 passes; a planted bug sits orders of magnitude above 1."""
-        return margin(self.rel_err, self.tolerance)
+    # error / tolerance on the statistics that gate the row (< 1 passes; a planted bug sits orders of
+    # magnitude above 1): decided once, by harness.comparison.gate.Gate.finalize, and only read after
+    margin: float = math.nan
 
     @property
     def passed(self) -> bool:

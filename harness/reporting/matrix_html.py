@@ -10,8 +10,9 @@ writes ``support_matrix.html`` beside ``support_matrix.md``/``.json``.
 Columns are hook *kinds* (the layer-free template: ``hook_out``,
 ``attn.hook_q``, ``ln_final.hook_normalized``, ``logprobs``, ``argmax``).  A
 cell aggregates every report row of that kind, over all layers and all
-references; its colour is the verdict and the *margin* = worst rel_err /
-tolerance on a log scale (margin <= 1e-4 deep green, 1e-3 green, 1e-2 light
+references; its colour is the verdict and the largest *margin* its rows hold
+(the gate's, ``HookResult.margin``: error / tolerance on the statistics that
+gate the row, never recomputed here) on a log scale (margin <= 1e-4 deep green, 1e-3 green, 1e-2 light
 green, 1e-1 amber, >= 1 red-orange; any failing row: dark red; any errored
 row: black; a hook the overlay declares non-firing: grey; a kind the family
 simply lacks: blank).
@@ -20,8 +21,8 @@ Every cell's ``title`` tooltip carries the numbers behind the colour.
 Traps:
 - A tolerance of 0 (``argmax``: top-1 must agree everywhere) makes the margin
   0 when the error is 0 and infinite otherwise; never divide by it.
-- ``rel_err`` may be NaN or missing on an errored row; NaN compares false, so
-  the worst row is chosen with NaN as +inf.
+- ``margin`` may be NaN or missing on an errored row (or a report written before
+  the gate stored it); NaN compares false, so the worst row is chosen with NaN as +inf.
 - Non-firing entries name templates (``blocks.{i}.attn.hook_pattern``), rows
   name hooks; both reduce to the kind with :func:`harness.vocab.hooks.hook_kind`.
 - Reports are written concurrently by other runs: a report that cannot be
@@ -38,7 +39,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.comparison.gate import margin
 from harness.vocab.hooks import hook_kind
 
 # Forward order of the canonical kinds (docs/DESIGN.md section 4); kinds not listed
@@ -111,9 +111,9 @@ def cell(kind: str, rows: list[dict], nonfiring_reason: str | None) -> dict:
         msg = "\n".join(f"{r.get('reference')} {_where(r)}: {(r.get('message') or '').strip()[:300]}" for r in errors[:3])
         return {"state": "error", "colour": COLOURS["error"], "text": "err",
                 "title": f"{kind}: {len(errors)} of {len(rows)} rows errored\n{msg}"}
-    worst = max(rows, key=lambda r: margin(_num(r.get("rel_err")), float(r.get("tolerance") or 0)))
+    worst = max(rows, key=lambda r: _num(r.get("margin")))  # the gate's margin, stored in the row
     err, tol = _num(worst.get("rel_err")), float(worst.get("tolerance") or 0)
-    m = margin(err, tol)
+    m = _num(worst.get("margin"))
     failed = [r for r in rows if r.get("status") == "fail" and not r.get("known_issue")]
     not_compared = [r for r in rows if r.get("status") == "inconclusive" or r.get("known_issue")]
     # a kind with an inconclusive row is not a pass: yellow, with the count, never green
@@ -126,7 +126,7 @@ def cell(kind: str, rows: list[dict], nonfiring_reason: str | None) -> dict:
         + "; "
         f"{'layers ' + ','.join(map(str, layers)) if layers else 'no layer'}; vs {', '.join(refs)})",
         f"worst rel err {err:.3e} at {_where(worst)} vs {worst.get('reference')}",
-        f"tolerance {tol:.0e}; margin err/tol = {m:.3g}",
+        f"tolerance {tol:.0e}; margin (the gate's) = {m:.3g}",
     ]
     agree = (worst.get("worst") or {})
     if "agree_positions" in agree:

@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.comparison.gate import margin
 from harness.pipeline.variant import Variant
 
 SCHEMA_VERSION = 1
@@ -60,8 +59,7 @@ def summarize(result: dict) -> dict:
     failed = sum(r["status"] == "fail" and not r.get("known_issue") for r in rows)
     errors = sum(r["status"] == "error" for r in rows)
     # "worst" = closest to (or furthest past) its own tolerance: tolerances differ by hook
-    ceiling = _ceiling(result.get("dtype"))
-    worst = max(gated, key=lambda r: _margin(r, ceiling) if _finite(_margin(r, ceiling)) else math.inf, default=None)
+    worst = max(gated, key=lambda r: _margin(r) if _finite(_margin(r)) else math.inf, default=None)
     nonfiring = sum(len(n.get("hooks", [])) for n in result.get("nonfiring", []))
     subject_rows = [r for r in rows if "~" not in r["reference"]]  # vLLM vs a reference
     offered = list(dict.fromkeys(r["hook"] for r in subject_rows))
@@ -90,32 +88,18 @@ def summarize(result: dict) -> dict:
         "hook_kinds": len({r["kind"] for r in rows if r["reference"] != "hf"}),
         "nonfiring": nonfiring,
         "worst_rel_err": worst["rel_err"] if worst else None,
-        "worst_margin": _margin(worst, ceiling) if worst else None,
+        "worst_margin": _margin(worst) if worst else None,
         "worst_where": f"{worst['hook']} vs {worst['reference']}" if worst else None,
         "selection": result.get("selected_hooks") is not None,
         "verdict": verdict,
     }
 
 
-def _margin(row: dict, ceiling: float = math.inf) -> float:
-    """The row's margin on the statistics that gate it: the worst row where its tolerance is at or
-    below the dtype's ``ceiling``, the median row and the scale wherever they were measured."""
-    parts = [margin(row["rel_err"], row.get("tolerance") or 0.0)] if (row.get("tolerance") or 0.0) <= ceiling else []
-    for err, tol in (("rel_median", "tolerance_median"), ("scale_median", "tolerance_scale")):
-        e, t_ = row.get(err), row.get(tol)
-        if _finite(e) and _finite(t_):
-            parts.append(margin(abs(e), t_))
-    finite = [p for p in parts if p == p]
-    return max(finite) if finite else (parts[0] if parts else math.nan)
-
-
-def _ceiling(dtype: str | None) -> float:
-    from harness.references.tolerances import UnsupportedDtypeError, calibration_for
-
-    try:
-        return calibration_for(dtype or "float32").ceiling
-    except UnsupportedDtypeError:
-        return math.inf
+def _margin(row: dict) -> float:
+    """The margin the gate stored in the row (harness.comparison.gate.Gate.row_margin); NaN in a
+    report written before the gate stored it."""
+    m = row.get("margin")
+    return float(m) if isinstance(m, (int, float)) else math.nan
 
 
 def _finite(x: Any) -> bool:
@@ -243,7 +227,7 @@ def to_markdown(result: dict) -> str:
         name = r["hook"] if r["reference_hook"] == r["hook"] else f"{r['hook']} → `{r['reference_hook']}`"
         if r.get("derived"):
             name += " *(derived)*"
-        margin_ = _margin(r, _ceiling(result.get("dtype")))
+        margin_ = _margin(r)
         out.append(f"| {r['status']} | {r['reference']} | {name} | {_fmt(r['rel_err'])} | {_fmt(r.get('floor'))} "
                    f"| {_fmt(r['tolerance'], '.1e')} | {_fmt(margin_, '.3f')} "
                    f"| {_fmt(r.get('rel_median'))} ({_fmt(r.get('floor_median'))}, {_fmt(r.get('tolerance_median'), '.1e')}) "

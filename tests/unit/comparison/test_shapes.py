@@ -1,0 +1,53 @@
+"""harness.comparison.shapes: the canonical layout the comparison sees.
+
+Contracts checked: heads_first is True exactly for the [heads, query, key] kinds (pattern and
+attention scores, at any layer); reference_to_canonical drops a batch dim of 1 (only of 1),
+detaches and moves to the CPU; subject_to_canonical keeps the request's first n_tokens rows.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.comparison.shapes import HEADS_FIRST_KINDS, heads_first, reference_to_canonical, subject_to_canonical
+
+
+def test_heads_first_kinds():
+    assert HEADS_FIRST_KINDS == frozenset({"attn.hook_pattern", "attn.hook_attn_scores"})
+
+
+@pytest.mark.parametrize("hook, expected", [
+    ("blocks.0.attn.hook_pattern", True), ("blocks.17.attn.hook_attn_scores", True),
+    ("blocks.{i}.attn.hook_pattern", True),
+    ("blocks.0.attn.hook_q", False), ("blocks.0.attn.hook_z", False), ("blocks.0.hook_out", False),
+    ("unembed.hook_out", False),
+])
+def test_heads_first(hook, expected):
+    assert heads_first(hook) is expected
+
+
+def test_reference_drops_a_batch_of_one():
+    t = torch.randn(1, 5, 8, requires_grad=True)
+    out = reference_to_canonical("blocks.0.hook_out", t)
+    assert out.shape == (5, 8) and not out.requires_grad and out.device.type == "cpu"
+    assert torch.equal(out, t[0].detach())
+
+
+def test_reference_keeps_a_batch_above_one_and_a_leading_dim_of_other_size():
+    t = torch.randn(2, 5, 8)
+    assert reference_to_canonical("x", t).shape == (2, 5, 8)
+    pattern = torch.rand(1, 4, 6, 6)  # [batch, heads, q, k]
+    assert reference_to_canonical("blocks.0.attn.hook_pattern", pattern).shape == (4, 6, 6)
+
+
+def test_reference_one_token_prompt_of_a_1d_value():
+    # a [1] tensor (one token's scalar) loses its only dim: the documented rule is "a batch dim of 1"
+    assert reference_to_canonical("x", torch.tensor([3.0])).shape == ()
+    assert reference_to_canonical("x", torch.tensor(3.0)).shape == ()
+
+
+def test_subject_keeps_the_requests_rows():
+    t = torch.arange(40.0).reshape(10, 4)
+    out = subject_to_canonical(t, 7)
+    assert out.shape == (7, 4) and torch.equal(out, t[:7])
+    assert subject_to_canonical(t, 10).shape == (10, 4)

@@ -1,0 +1,150 @@
+"""harness.references.reference: the engine-free parts of the reference side.
+
+Contracts checked (no TransformerBridge boot, no HF model load): default_pos_axis (token axis 1 for
+[heads, query, key] values, else 0); round_weights rounds every parameter through a dtype in place
+(buffers untouched; None is a no-op); _layer_groups splits names by decoder layer in layer order;
+decoder_layers finds the ModuleList of num_hidden_layers or raises LookupError naming the model;
+_nonfinite is NaN / +inf but not -inf (a legitimate mask); _floors: worst row / median / signed
+scale over prompts, a NaN or +inf anywhere makes that hook's floor NaN and it stays NaN (never a
+silent 0), shapes that differ are skipped, chaotic tokens' set-aside tokens are left out;
+_Hooked converts truth values to hooked coordinates when read.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from harness.comparison.chaos import ChaoticToken
+from harness.references.reference import (ReferenceCapture, _floors, _Hooked, _hooked, _layer_groups, _nonfinite,
+                                          decoder_layers, default_pos_axis, round_weights)
+
+H = "blocks.0.hook_out"
+
+
+def test_default_pos_axis():
+    assert default_pos_axis("blocks.0.attn.hook_pattern") == 1
+    assert default_pos_axis("blocks.3.attn.hook_attn_scores") == 1
+    assert default_pos_axis("blocks.3.attn.hook_q") == 0
+    assert default_pos_axis("unembed.hook_out") == 0
+
+
+def test_round_weights_through_bf16_in_place_and_buffers_untouched():
+    lin = torch.nn.Linear(3, 2).double()
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor([[1 + 2 ** -12, 1.0, 1.0], [0.1, 0.2, 0.3]], dtype=torch.float64))
+    lin.register_buffer("freq", torch.tensor([1 + 2 ** -12], dtype=torch.float64))
+    out = round_weights(lin, torch.bfloat16)
+    assert out is lin and lin.weight.dtype == torch.float64
+    assert float(lin.weight.detach()[0, 0]) == 1.0  # 1 + 2^-12 is not representable in bf16
+    assert torch.equal(lin.weight, lin.weight.to(torch.bfloat16).double())
+    assert float(lin.freq[0]) == 1 + 2 ** -12
+
+
+def test_round_weights_none_is_a_no_op():
+    lin = torch.nn.Linear(2, 2).double()
+    before = lin.weight.detach().clone()
+    round_weights(lin, None)
+    assert torch.equal(lin.weight, before)
+
+
+def test_layer_groups():
+    groups, other = _layer_groups({"blocks.10.hook_out", "blocks.2.hook_in", "blocks.2.attn.hook_q",
+                                   "embed.hook_out", "ln_final.hook_normalized"})
+    assert groups == [{"blocks.2.hook_in", "blocks.2.attn.hook_q"}, {"blocks.10.hook_out"}]
+    assert other == {"embed.hook_out", "ln_final.hook_normalized"}
+
+
+def test_decoder_layers():
+    class Toy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.heads = torch.nn.ModuleList([torch.nn.Linear(1, 1)])
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(1, 1) for _ in range(3)])
+
+    toy = Toy()
+    assert decoder_layers(toy, 3) is toy.layers
+    with pytest.raises(LookupError, match="^no nn.ModuleList of 4 decoder layers in Toy$"):
+        decoder_layers(toy, 4)
+    with pytest.raises(LookupError):
+        decoder_layers(torch.nn.Sequential(torch.nn.ModuleList()), 0)  # n_layers 0 never matches
+
+
+def test_nonfinite_ignores_neg_inf():
+    assert not _nonfinite(torch.tensor([0.0, -math.inf]))
+    assert _nonfinite(torch.tensor([0.0, math.inf]))
+    assert _nonfinite(torch.tensor([0.0, math.nan]))
+    assert not _nonfinite(torch.tensor([1, 2]))
+
+
+def _pair(t=4, d=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    truth = torch.randn(t, d, generator=g, dtype=torch.float64) + 3.0
+    return truth
+
+
+def test_floors_worst_median_and_scale_over_prompts():
+    t0, t1 = _pair(seed=0), _pair(seed=1)
+    run = {0: {H: t0 * 1.001}, 1: {H: t1 * 0.99}}
+    worst, median, scale = _floors(run, {0: {H: t0}, 1: {H: t1}})
+    assert worst[H] == pytest.approx(0.01, rel=1e-9)
+    assert median[H] == pytest.approx(0.01, rel=1e-9)
+    assert scale[H] == pytest.approx(-0.01, rel=1e-9)  # the largest by size, signed
+
+
+def test_floors_nan_anywhere_is_nan_and_stays_nan():
+    t0, t1 = _pair(seed=0), _pair(seed=1)
+    bad = t0.clone()
+    bad[1, 1] = math.nan
+    worst, median, scale = _floors({0: {H: bad}, 1: {H: t1.clone()}}, {0: {H: t0}, 1: {H: t1}})
+    assert math.isnan(worst[H]) and math.isnan(median[H]) and math.isnan(scale[H])
+    inf_truth = t1.clone()
+    inf_truth[0, 0] = math.inf
+    worst, _, _ = _floors({0: {H: t0.clone()}, 1: {H: t1.clone()}}, {0: {H: t0}, 1: {H: inf_truth}})
+    assert math.isnan(worst[H])
+
+
+def test_floors_skip_missing_or_differently_shaped_captures():
+    t0 = _pair()
+    worst, _, _ = _floors({0: {H: t0, "other": t0}}, {0: {H: t0[:2]}})
+    assert worst == {}
+
+
+def test_floors_leave_out_a_chaotic_tokens_tokens():
+    truth = _pair(6)
+    run = truth.clone()
+    run[3:] += 10.0  # far off only at and after token 3
+    chaos = [ChaoticToken(prompt=0, layer=0, token=3, floor=0.5, ceiling=0.25)]
+    worst, _, _ = _floors({0: {H: run}}, {0: {H: truth}}, chaos=chaos)
+    assert worst[H] == 0.0
+    worst, _, _ = _floors({0: {H: run}}, {0: {H: truth}})
+    assert worst[H] > 1.0
+
+
+def test_floors_logprob_k_compares_the_truths_top_k_only():
+    truth = torch.log_softmax(torch.tensor([[4.0, 3, 2, 1, 0, -1]], dtype=torch.float64), -1)
+    run = truth.clone()
+    run[0, 5] += 1.0  # the tail entry differs only
+    worst, _, _ = _floors({0: {"logprobs": run}}, {0: {"logprobs": truth}}, logprob_k=3)
+    assert worst["logprobs"] == 0.0
+    worst, _, _ = _floors({0: {"logprobs": run}}, {0: {"logprobs": truth}})
+    assert worst["logprobs"] > 0.0
+
+
+def test_hooked_converts_when_read():
+    x = torch.tensor([[1.0, 2.0, 6.0]])
+    view = _Hooked({H: x}, "LN")
+    assert len(view) == 1 and list(view) == [H]
+    assert view[H].dtype == torch.float64
+    assert torch.equal(view[H], torch.tensor([[-2.0, -1.0, 3.0]], dtype=torch.float64))
+    assert torch.equal(_Hooked({H: x}, "RMS")[H], x.double())
+    views = _hooked({0: {H: x}}, {0: {}, 1: {}}, "LN")
+    assert set(views) == {0, 1} and len(views[1]) == 0
+
+
+def test_reference_capture_defaults_are_empty_and_not_shared():
+    a, b = ReferenceCapture({}, {}, {}), ReferenceCapture({}, {}, {})
+    assert (a.hf, a.floors, a.meta, a.floor_stats, a.compat_processed, a.chaos) == ({}, {}, {}, {}, {}, [])
+    a.floors["bridge"] = {}
+    assert b.floors == {}
