@@ -136,8 +136,10 @@ def _serve(llm, req: dict, scheme, k: int, vocab: int, out_dir: Path, tp_stats: 
     from harness.engines.stitch import stitch
     from harness.engines.vllm_compat import sampling_kwargs
 
+    runner = "v2" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1" else "v1"
+
     def params(prompt_logprobs: bool) -> SamplingParams:
-        kw = {**sampling_kwargs(k), "max_tokens": scheme.max_tokens, "ignore_eos": True}
+        kw = {**sampling_kwargs(k, vocab, runner), "max_tokens": scheme.max_tokens, "ignore_eos": True}
         if not prompt_logprobs:
             kw.pop("prompt_logprobs")
         return SamplingParams(**kw)
@@ -180,6 +182,8 @@ def _serve(llm, req: dict, scheme, k: int, vocab: int, out_dir: Path, tp_stats: 
     cached = {p: int(getattr(outputs[rid], "num_cached_tokens", 0) or 0) for p, rid in enumerate(mains)}
     meta["serving"] = {
         "scheme": scheme.name, "doc": scheme.doc, "forwards": len(dumps[0]["batches"]),
+        # of those, replays of one full CUDA graph (no hook ran; the graph-safe path drained them)
+        "full_graph_replays": dumps[0].get("full_graph_replays", 0),
         "sequences": [t["tokens"] for t in targets], "generated": generated,
         "coverage": [c.to_dict() for c in coverage], "num_cached_tokens": cached,
         # log-prob rows vLLM returned for no request (prefix-cache: the cached request's last prompt rows)
@@ -290,7 +294,8 @@ def main(request_path: str) -> int:
     from harness.logprob_request import LOGPROB_TOP_K
 
     k = -1 if req.get("full_logprobs", True) else LOGPROB_TOP_K
-    params = SamplingParams(**sampling_kwargs(k))
+    runner = "v2" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1" else "v1"
+    params = SamplingParams(**sampling_kwargs(k, vocab, runner))
 
     logprobs, calls, tp_stats = {}, {}, {}
     scheme = SCHEMES[req.get("serving", "single")]
@@ -311,7 +316,7 @@ def main(request_path: str) -> int:
         rows = _logprob_rows(out)
         logprobs[str(p)] = _logprob_matrix(rows, vocab, len(tokens))
         unreturned = [t for t in range(len(tokens)) if t >= len(rows) or rows[t] is None]
-        if unreturned:  # the V2 runner of vLLM 0.20.2 returns no sampled-token log-probs: said, not compared
+        if unreturned:  # rows vLLM did not return: said, not compared (V2 + logprobs=-1: vllm_compat.sampling_kwargs)
             meta.setdefault("logprob_rows_missing", {})[p] = unreturned
         # what vLLM returned, for a runner that returns rows differently (V2 on 0.20: the last row empty)
         meta.setdefault("logprob_rows_returned", {})[p] = {

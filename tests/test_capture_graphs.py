@@ -1,0 +1,224 @@
+"""Graph-safe capture (harness.engines.graph_capture): the graph itself writes every read into static
+buffers that the worker drains after each forward, so full CUDA graphs (vLLM's default
+``FULL_AND_PIECEWISE``) record decode steps too.
+
+On the toy model of tests/test_capture_path.py (in-place add-norm and rotary kernels, one rotary
+module shared by every layer), with its top module left uncompiled as vLLM's is:
+
+* CPU: the graph path under ``torch.compile`` (``aot_eager``: bitwise; inductor) records what the
+  sink path records, per forward of each token count (the shape table), for shared modules too.
+* CUDA (skipped, naming it, without a GPU): a whole forward captured in one CUDA graph and replayed
+  on new inputs -- the stale-capture check: the records after each replay are that replay's values
+  (bitwise the eager reads of the new input) and differ from the captured input's; the sink path,
+  in the same graph, records nothing on a replay (the bug this path removes).
+"""
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from harness.engines import graph_capture
+from harness.engines.vllm_worker import CaptureExtension
+from test_capture_path import READS, Toy, _reference  # tests/ is on sys.path under pytest
+
+CUDA = torch.cuda.is_available()
+READS_IN = [[f"inner.{m}", r] for m, r in READS]
+
+
+class Outer(torch.nn.Module):
+    """vLLM's shape: the top module (the timers' hooks) stays Python, the inner model is compiled."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner = inner
+        self._run = [inner]  # a plain list: the compiled callable is no submodule
+
+    def compile_inner(self, backend: str) -> None:
+        torch._dynamo.reset()
+        self._run = [torch.compile(self.inner, fullgraph=True, backend=backend)]
+
+    def forward(self, x):
+        return self._run[0](x)
+
+
+def _ext(model, reads, path: str, monkeypatch):
+    monkeypatch.setenv(graph_capture.ENV, path)
+    monkeypatch.setenv(graph_capture.ROWS_ENV, "16")
+    ext = CaptureExtension()
+    ext.model_runner = types.SimpleNamespace(model=model)
+    assert ext.vp_install(reads) == []
+    assert (ext._vp_graph is not None) == (path == "graph")
+    return ext
+
+
+def _records(ext):
+    return {k: [t.clone() for t in v] for k, v in ext._vp_records.items()}
+
+
+def _run(model, xs):
+    with torch.inference_mode():
+        for x in xs:
+            model(x)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_graph_path_records_what_the_sink_path_records_per_token_count(backend, monkeypatch):
+    """Forwards of 5, 3 and 5 tokens: each drain reads its own shapes (the table is per token
+    count), shared-module calls go to their layers, in-place kernels run after the copy."""
+    torch.manual_seed(0)
+    xs = [torch.randn(5, 4), torch.randn(3, 4), torch.randn(5, 4)]
+    got = {}
+    for path in ("sink", "graph"):
+        torch.manual_seed(1)
+        model = Outer(Toy())
+        ext = _ext(model, READS_IN, path, monkeypatch)
+        model.compile_inner(backend)
+        _run(model, xs)
+        got[path] = _records(ext)
+        if path == "graph":
+            assert ext._vp_graph.table.keys() == {5, 3}
+            assert ext._vp_graph.counts.sum().item() == 0  # drained
+            assert len(ext._vp_forward_s) == 3
+    assert got["graph"].keys() == got["sink"].keys()
+    for key, records in got["sink"].items():
+        assert [r.shape[0] for r in got["graph"][key]] == [5, 3, 5], key
+        for a, b in zip(got["graph"][key], records):
+            if backend == "aot_eager":
+                assert torch.equal(a, b), key  # the same copy / add as the sink
+            else:
+                assert torch.allclose(a, b, rtol=1e-6, atol=1e-6), key
+
+
+def test_graph_path_matches_the_reads_taken_by_hand(monkeypatch):
+    torch.manual_seed(0)
+    model, x = Outer(Toy()), torch.randn(5, 4)
+    want = _reference(model.inner, x)
+    ext = _ext(model, READS_IN, "graph", monkeypatch)
+    model.compile_inner("aot_eager")
+    _run(model, [x])
+    got = _records(ext)
+    assert {k.removeprefix("inner.") for k in got} == set(want)
+    for key, records in got.items():
+        assert len(records) == 1 and torch.equal(records[0], want[key.removeprefix("inner.")][0]), key
+
+
+def test_a_forward_larger_than_the_buffers_raises_while_capture_is_on(monkeypatch):
+    torch.manual_seed(0)
+    model = Outer(Toy())
+    ext = _ext(model, READS_IN, "graph", monkeypatch)  # 16 rows
+    model.compile_inner("aot_eager")
+    ext.vp_set_enabled(False)
+    _run(model, [torch.randn(20, 4)])  # boot-like forward, capture off: writes nothing, no error
+    assert ext._vp_records == {}
+    ext.vp_set_enabled(True)
+    with pytest.raises(RuntimeError, match="larger than the buffers' 16 rows"):
+        _run(model, [torch.randn(20, 4)])
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device: CUDA graph capture and replay (torch.cuda.CUDAGraph)")
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_stale_capture_a_replay_records_its_own_inputs(backend, monkeypatch):
+    """One CUDA graph holds the whole forward (vLLM's full graph for decode steps): the top module's
+    hooks run at capture only.  Replays on new inputs must record the new values."""
+    torch.manual_seed(0)
+    out = {}
+    for path in ("graph", "sink"):
+        torch.manual_seed(1)
+        model = Outer(Toy()).cuda()
+        ext = _ext(model, READS_IN, path, monkeypatch)
+        monkeypatch.setattr("harness.engines.vllm_worker._CUDA", True)
+        model.compile_inner(backend)
+        static = torch.randn(8, 4, device="cuda")
+        with torch.inference_mode():
+            for _ in range(2):  # warm up (compile) outside the capture
+                model(static)
+            ext.vp_reset()
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+                model(static)
+            torch.cuda.current_stream().wait_stream(stream)
+            assert ext._vp_records == {}, "a capture is no forward"
+            inputs = [torch.randn(8, 4, device="cuda") for _ in range(3)]
+            for x in inputs:
+                static.copy_(x)
+                if path == "graph":  # what the V1 runner's wrapped _model_forward does around a replay
+                    ext._vp_around(lambda _x: graph.replay(), (static,), {}, "v1")
+                else:
+                    graph.replay()
+        out[path] = (_records(ext), inputs, model, ext)
+    records, inputs, model, ext = out["graph"]
+    assert len(ext._vp_forward_s) == 3 and ext._vp_replays == 3
+    for n, x in enumerate(inputs):
+        want = _reference(model.inner, x)
+        for key, recs in records.items():
+            assert len(recs) == 3, key
+            ref = want[key.removeprefix("inner.")][0]
+            if backend == "aot_eager":
+                assert torch.equal(recs[n], ref), (key, n)
+            else:
+                assert torch.allclose(recs[n], ref, rtol=1e-5, atol=1e-5), (key, n)
+            if n:
+                assert not torch.equal(recs[n], recs[n - 1]), f"{key}: replay {n} recorded replay {n - 1}'s values"
+    assert out["sink"][0] == {}, "the sink path records nothing on a full-graph replay"
+
+
+def test_forward_calls_are_wrapped_where_each_runner_replays_a_full_graph():
+    """V1: ``_model_forward``; V2: ``cudagraph_manager.run_fullgraph``, whose manager exists only after
+    the model loads (wrapped on the first ``execute_model``); the replay's rows from the stashed batch."""
+    import numpy as np
+
+    from harness.engines.vllm_compat import replay_inputs, track_batch_requests, wrap_forward_calls
+
+    seen = []
+
+    def around(original, args, kwargs, kind):
+        seen.append(kind)
+        return original(*args, **kwargs)
+
+    class V1:
+        def _model_forward(self, input_ids=None, positions=None):
+            return "fwd"
+
+    v1 = V1()
+    assert wrap_forward_calls(v1, around) == ["_model_forward"]
+    assert v1._model_forward(input_ids=torch.zeros(4), positions=torch.arange(4)) == "fwd" and seen == ["v1"]
+    assert replay_inputs(v1, "v1", (), {"positions": torch.arange(4)})[0] == 4
+
+    class Manager:
+        def run_fullgraph(self, desc):
+            return "replayed"
+
+    class V2:
+        cudagraph_manager = None  # made by initialize_kv_cache, after load_model
+
+        def prepare_inputs(self, scheduler_output, desc):
+            return types.SimpleNamespace(req_ids=["b", "a"], query_start_loc_np=np.array([0, 1, 3]),
+                                         positions=torch.tensor([5, 0, 1, 0]), input_ids=torch.tensor([7, 8, 9, 0]))
+
+        def execute_model(self, scheduler_output):
+            batch = self.prepare_inputs(scheduler_output, None)
+            return self.cudagraph_manager.run_fullgraph(types.SimpleNamespace(num_tokens=4)), batch
+
+    v2 = V2()
+    track_batch_requests(v2)
+    wrap_forward_calls(v2, around)
+    v2.cudagraph_manager = Manager()
+    out, _ = v2.execute_model(None)
+    assert out == "replayed" and seen == ["v1", "v2"]
+    tokens, positions, input_ids, layout = replay_inputs(v2, "v2", (types.SimpleNamespace(num_tokens=4),), {})
+    assert tokens == 4 and layout == {"req_ids": ["b", "a"], "query_start_loc": [0, 1, 3]}
+    assert positions.tolist() == [5, 0, 1, 0] and input_ids.tolist() == [7, 8, 9, 0]
+
+
+def test_v2_asks_for_the_whole_vocabulary_by_its_size():
+    """vLLM 0.20.2's V2 runner takes ``logprobs=-1`` for NO_LOGPROBS (no sampled-token row)."""
+    from harness.engines.vllm_compat import sampling_kwargs
+
+    assert sampling_kwargs(-1)["logprobs"] == -1
+    assert sampling_kwargs(-1, 151, "v1")["logprobs"] == -1
+    assert sampling_kwargs(-1, 151, "v2") == {**sampling_kwargs(-1), "logprobs": 151}
+    assert sampling_kwargs(20, 151, "v2")["logprobs"] == 20
