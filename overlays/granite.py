@@ -28,9 +28,10 @@ hook by hook:
   compatibility alias is switched off: it names a different tensor here).
 - Embedding multiplier.  vLLM's ``GraniteModel.forward`` multiplies the
   ``embed_tokens`` output by ``embedding_multiplier`` *after* the module (in
-  place; the worker clones the output at the hook, before it), while the
-  bridge's ``embed.hook_out`` is the scaled contribution
-  (``EmbeddingBridge(output_contribution_scale=...)``): ``x embedding_multiplier``.
+  place), while the bridge's ``embed.hook_out`` is the scaled contribution
+  (``EmbeddingBridge(output_contribution_scale=...)``), so ``embed.hook_out`` is
+  read as layer 0's ``hidden_states`` input: the engine's scaled value
+  (``Tree.embed_scale``).
   HF's own embedding module returns the unscaled value (HF multiplies in
   ``GraniteModel.forward`` too), so the HF forward-hook reference holds no
   tensor equal to ``embed.hook_out``; its HF alias is switched off.

@@ -11,7 +11,7 @@ order (reports depend on that order):
       hook_in, [ln1.hook_normalized], attn.hook_in, attn.hook_q/k/v,
       [q/k norm hooks], [attn.hook_rot_q/k], attn.hook_z, attn.hook_out,
       [ln1_post.hook_normalized/hook_out | hook_attn_out], [hook_resid_mid],
-      [ln2.hook_normalized], mlp.hook_in, [mlp.gate.hook_out],
+      [ln2.hook_normalized], mlp.hook_in, [mlp.gate.hook_out, [mlp.shared_experts.hook_*]],
       [mlp.hook_pre, [mlp.hook_pre_linear], mlp.hook_post], mlp.hook_out,
       [ln2_post.hook_normalized/hook_out | hook_mlp_out], hook_out,
     ln_final.hook_normalized, [unembed.hook_out].
@@ -28,6 +28,13 @@ docstrings; the rules this builder applies to every row:
   the post-norm's output, with a ``residual_scale`` (Granite) an extra hook of
   the sublayer output times the multiplier; either way ``attn.hook_out`` /
   ``mlp.hook_out`` lose their compatibility alias.
+- Multi-head latent attention (``qkv_layout=MLA``, DeepSeek) replaces q/k/v by
+  ``attn.hook_q_latent`` / ``hook_kv_latent`` (and their norms' ``hook_normalized``),
+  ``hook_rot_q/k``, the final ``hook_q`` and prefill's ``hook_v``, its head dims read from the
+  config (:meth:`TreeOverlay._mla`); its rope dims are de-interleaved where the row's
+  ``rope_deinterleave_key`` is set in the config.
+- Dense-then-sparse stacks (``dense_layers``): ``dense_mlp`` below ``cfg.<dense_layers>``, ``mlp``
+  above, and the non-firing hooks under ``blocks.{i}.mlp.`` listed for the sparse layers only.
 - ``unembed.hook_out`` divides out vLLM's logit scale (``logit_scale /
   logits_scaling``) and is not offered under a final logit soft-cap (tanh
   cannot be undone); attention scores / pattern are derived from
@@ -44,13 +51,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from .base import (Conversion, Cols, Derived, DropBatch, Heads, HookSpec, Mul, NonFiring, Overlay, SwapAxes,
-                   UnfoldNorm, config_get, expand_layers, hook_kind)
+from .base import (Conversion, Cols, DeInterleave, Derived, DropBatch, Heads, HookSpec, Mul, NonFiring, Overlay,
+                   SwapAxes, UnfoldNorm, config_get, expand_layers, hook_kind)
 
 # qkv layouts
 FUSED = "fused"  # one projection returning [q | k | v] (k and v n_kv_heads * head_dim wide)
 PER_HEAD = "per_head"  # one projection returning, per head, [q_h | k_h | v_h] (HF GPT-NeoX)
 SEPARATE = "separate"  # q_proj / k_proj / v_proj, one output each
+MLA = "mla"  # multi-head latent attention (DeepSeek-V2/V3): compressed q / kv latents, kv_b_proj, a shared rope key
 # q/k norm kinds
 QK_PER_HEAD = "per_head"  # RMSNorm over head_dim on [T, heads, head_dim] (Qwen3, Gemma-3)
 QK_WHOLE = "whole"  # norm over the whole q / k projection, flat (OLMo-2)
@@ -158,9 +166,19 @@ class Attention:
     # False: multi-head only (GPT-2, OPT, GPT-NeoX): k / v have every query head, whatever the config says
     grouped_query: bool = True
     returns: str = "out"  # read of the module's return: "out[0]" for HF's (output, weights)
+    # MLA only (qkv_layout MLA; dims from the config's q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+    # qk_rope_head_dim, v_head_dim): the latents' norms (their outputs are hook_q_latent / hook_kv_latent),
+    # the kv up-projection (prefill: per-head [k_nope | v]), the attention layer whose input is the final q
+    mla_q_norm: str = "q_a_layernorm"
+    mla_kv_norm: str = "kv_a_layernorm"
+    mla_kv_up: str = "kv_b_proj"
+    mla_core: str = "mla_attn.mla_attn"
+    # config key that, when true, says the reference rotates de-interleaved (HF DeepSeek-V3's
+    # rope_interleave) while vLLM rotates adjacent pairs in place: the rope dims get DeInterleave
+    rope_deinterleave_key: str | None = None
 
     def __post_init__(self) -> None:
-        _check("qkv_layout", self.qkv_layout, (FUSED, PER_HEAD, SEPARATE))
+        _check("qkv_layout", self.qkv_layout, (FUSED, PER_HEAD, SEPARATE, MLA))
         _check("qkv_width", self.qkv_width, ("slice", "projection"))
         _check("qk_norm", self.qk_norm, (None, QK_PER_HEAD, QK_WHOLE))
 
@@ -174,6 +192,9 @@ class Mlp:
     up: str = "gate_up_proj"  # GATED: fused [gate | up]; PLAIN: the input projection (hook_pre is its output)
     down: str = "down_proj"  # its input is hook_post
     router: str = "gate"  # MOE: the router, whose logits are mlp.gate.hook_out
+    # MOE: shared experts, a gated MLP (``gate_up_proj`` / ``down_proj``) every token runs, offered as
+    # mlp.shared_experts.hook_* where the reference names them; width moe_intermediate_size x n_shared_experts
+    shared: str | None = None
 
     def __post_init__(self) -> None:
         _check("Mlp.kind", self.kind, (GATED, PLAIN, MOE))
@@ -189,7 +210,11 @@ class Tree:
     root: str = "model"  # dot path holding the embeddings, layers and final norm
     embed: str = "embed_tokens"
     pos_embed: str | None = None  # learned positional embedding module (pos_embed.hook_out)
-    embed_scale: Scale | None = None  # applied by vLLM after the embedding module, before the stream
+    # vLLM multiplies the embedding module's output by this before the stream (Gemma's sqrt(d_model)
+    # normalizer, Granite's embedding_multiplier): embed.hook_out is then read as layer 0's hidden_states
+    # input, the engine's own scaled value -- an embed_tokens read times the config's factor would hide a
+    # wrong normalizer in the engine (planted in tests/test_engine_faults.py on Gemma-3-270M)
+    embed_scale: Scale | None = None
     layers: str = "layers"  # layer i is {root}.{layers}.{i}
     attention: Attention = Attention()
     mlp: Mlp = Mlp()
@@ -200,6 +225,11 @@ class Tree:
     score_inputs: tuple[str, str] | None = SCORES_FROM_ROTATED  # None: scores / pattern not derived
     d_mlp_keys: tuple[str, ...] = ("intermediate_size", "n_inner")  # config keys of the MLP width
     d_mlp_ratio: int | None = 4  # MLP width d_model x this where the config leaves it unset; None: required
+    # Dense-then-sparse stacks (DeepSeek, GLM-4-MoE): layers below ``cfg.<dense_layers>``
+    # (first_k_dense_replace) run ``dense_mlp``, the rest ``mlp``; None: every layer runs ``mlp``.
+    # Non-firing hooks of the MoE kind (per-expert, routing) then list the sparse layers only.
+    dense_layers: str | None = None
+    dense_mlp: Mlp = Mlp()
     # (hook kind, references) overrides, for hooks whose reference names differ (HookSpec.references)
     references: tuple[tuple[str, References], ...] = ()
     nonfiring: tuple[NonFiring, ...] = ()
@@ -210,6 +240,14 @@ class Tree:
         if self.residual.mid and mid_module is None:
             raise ValueError(f"Tree {self.name!r}: hook_resid_mid is read at {self.residual.mid_at}, "
                              "which this tree does not have")
+        if self.dense_layers and (self.dense_mlp.kind == MOE or self.mlp.kind != MOE):
+            raise ValueError(f"Tree {self.name!r}: dense_layers is for a MoE mlp with a dense dense_mlp")
+
+    def mlp_at(self, cfg: Any, layer: int) -> Mlp:
+        """The feed-forward block of ``layer``: ``dense_mlp`` below ``cfg.<dense_layers>``, else ``mlp``."""
+        if self.dense_layers and layer < int(config_get(cfg, self.dense_layers, default=0)):
+            return self.dense_mlp
+        return self.mlp
 
 
 def transformers_backend(tree: Tree, nonfiring: tuple[NonFiring, ...]) -> Tree:
@@ -263,20 +301,22 @@ class TreeOverlay(Overlay):
         dims = dict(d_model=d_model, n_heads=n_heads, head_dim=head_dim, n_kv=n_kv, d_mlp=d_mlp,
                     n_layers=config_get(cfg, "num_hidden_layers", "n_layer"))
         if self.tree.mlp.kind == MOE:
-            dims["n_experts"] = int(config_get(cfg, "num_local_experts", "num_experts"))
+            dims["n_experts"] = int(config_get(cfg, "num_local_experts", "num_experts", "n_routed_experts"))
         return dims
 
     # -- the contract ----------------------------------------------------------------------------------
     def hook_specs(self, cfg: Any) -> dict[str, HookSpec]:
         t, d = self.tree, self.dims(cfg)
         specs: dict[str, HookSpec] = {}
-        embed = (t.embed_scale.mul(cfg),) if t.embed_scale else ()
-        self._add(specs, "embed.hook_out", f"{t.root}.{t.embed}", "out", embed, d["d_model"])
+        if t.embed_scale:  # vLLM scales after the embedding module: read the stream where it begins (Tree.embed_scale)
+            self._add(specs, "embed.hook_out", f"{t.root}.{t.layers}.0", "in.hidden_states", (), d["d_model"])
+        else:
+            self._add(specs, "embed.hook_out", f"{t.root}.{t.embed}", "out", (), d["d_model"])
         if t.pos_embed:
             self._add(specs, "pos_embed.hook_out", f"{t.root}.{t.pos_embed}", "out", (), d["d_model"])
         residual_scale = (t.residual_scale.mul(cfg),) if t.residual_scale else None
         for i in range(d["n_layers"]):
-            self._layer(specs, i, d, residual_scale)
+            self._layer(specs, i, d, residual_scale, t.mlp_at(cfg, i), cfg)
         final = f"{t.root}.{t.norms.final}"
         self._add(specs, "ln_final.hook_normalized", final, t.norms.final_read, (self.unfold(final),), d["d_model"])
         unembed = self.unembed_spec(cfg)
@@ -312,6 +352,11 @@ class TreeOverlay(Overlay):
         listed = self.nonfiring()
         offered = set(self.hook_specs(cfg)) | set(self.derived_specs(cfg))
         n_layers = self.dims(cfg)["n_layers"]
+        if self.tree.dense_layers:  # the MLP's non-firing hooks are the sparse layers' (Tree.dense_layers)
+            sparse = [i for i in range(n_layers) if self.tree.mlp_at(cfg, i) is self.tree.mlp]
+            listed = [nf for t in listed for nf in (
+                [NonFiring(t.template.replace("{i}", str(i)), t.reason) for i in sparse]
+                if t.template.startswith("blocks.{i}.mlp.") else [t])]
         return listed + [NonFiring(t, why) for t, why in _UNOFFERED.items()
                          if t not in {nf.template for nf in listed}
                          and not offered & set(expand_layers(t, n_layers))]
@@ -364,11 +409,12 @@ class TreeOverlay(Overlay):
         references = dict(self.tree.references).get(hook_kind(hook), references)
         specs[hook] = HookSpec(module, read, (*self.tree.batch, *convert), width, references=references)
 
-    def _layer(self, specs: dict[str, HookSpec], i: int, d: dict[str, int], residual_scale: tuple | None) -> None:
+    def _layer(self, specs: dict[str, HookSpec], i: int, d: dict[str, int], residual_scale: tuple | None,
+               mlp: Mlp, cfg: Any) -> None:
         t, norms = self.tree, self.tree.norms
         L, b, D = f"{t.root}.{t.layers}.{i}", f"blocks.{i}", d["d_model"]
         A = f"{L}.{t.attention.module}"
-        M = f"{L}.{t.mlp.module}" if t.mlp.module else None
+        M = f"{L}.{mlp.module}" if mlp.module else None
         n_kv = d["n_kv"] if t.attention.grouped_query else d["n_heads"]
         q, kv = d["n_heads"] * d["head_dim"], n_kv * d["head_dim"]
         qh, kh = Heads(d["n_heads"], d["head_dim"]), Heads(n_kv, d["head_dim"])
@@ -398,6 +444,8 @@ class TreeOverlay(Overlay):
         if norms.ln1:
             norm("ln1.hook_normalized", norms.ln1, norms.read)
         add("attn.hook_in", A, "in.hidden_states")
+        if t.attention.qkv_layout == MLA:
+            self._mla(add, A, cfg, d)
         for x, module, convert, width in self._qkv(A, d, q, kv, qh, kh):
             add(f"attn.hook_{x}", module, "out[0]", convert, width)
         if t.attention.qk_norm:
@@ -408,21 +456,34 @@ class TreeOverlay(Overlay):
                 else:  # QK_WHOLE: flat [T, heads * d_head], as in TL
                     add(f"attn.{x}_norm.hook_normalized", qk, "out", (self.unfold(qk),), width)
                     add(f"attn.hook_{x}_normed", qk, "out", (), width)
-        if t.attention.rotary:
+        if t.attention.rotary and t.attention.qkv_layout != MLA:
             add("attn.hook_rot_q", f"{A}.{t.attention.rotary}", "out[0]", (qh,), q)
             add("attn.hook_rot_k", f"{A}.{t.attention.rotary}", "out[1]", (kh,), kv)
-        add("attn.hook_z", f"{A}.{t.attention.out_proj}", "in[0]", (qh,), q)
+        if t.attention.qkv_layout == MLA:  # z is n_heads x v_head_dim
+            v_dim = int(config_get(cfg, "v_head_dim"))
+            add("attn.hook_z", f"{A}.{t.attention.out_proj}", "in[0]", (Heads(d["n_heads"], v_dim),),
+                d["n_heads"] * v_dim)
+        else:
+            add("attn.hook_z", f"{A}.{t.attention.out_proj}", "in[0]", (qh,), q)
         add("attn.hook_out", A, t.attention.returns, references=attn_alias)
         contribution("ln1_post", "hook_attn_out", (A, t.attention.returns))
         if t.residual.mid:
             add("hook_resid_mid", f"{L}.{norms.ln2}" if t.residual.mid_at == "ln2" else M, t.residual.mid)
         if norms.ln2:
             norm("ln2.hook_normalized", norms.ln2, norms.read)
-        mlp, dm = t.mlp, d["d_mlp"]
+        dm = d["d_mlp"]
         up, down = f"{M or L}.{mlp.up}", f"{M or L}.{mlp.down}"
         add("mlp.hook_in", M or up, "in[0]")  # no MLP module (OPT): its projections' input / output
         if mlp.kind == MOE:
             add("mlp.gate.hook_out", f"{M}.{mlp.router}", "out[0]", (), d["n_experts"])
+            if mlp.shared:  # a gated MLP of its own, run on every token
+                S, ds = f"{M}.{mlp.shared}", int(config_get(cfg, "moe_intermediate_size")) * int(
+                    config_get(cfg, "n_shared_experts"))
+                add("mlp.shared_experts.hook_in", S, "in[0]")
+                add("mlp.shared_experts.hook_pre", f"{S}.gate_up_proj", "out[0]", (Cols(0, ds),), ds)
+                add("mlp.shared_experts.hook_pre_linear", f"{S}.gate_up_proj", "out[0]", (Cols(ds, 2 * ds),), ds)
+                add("mlp.shared_experts.hook_post", f"{S}.down_proj", "in[0]", (), ds)
+                add("mlp.shared_experts.hook_out", S, "out")
         else:
             add("mlp.hook_pre", up, "out[0]", (Cols(0, dm),) if mlp.kind == GATED else (), dm)
             if mlp.kind == GATED:
@@ -433,9 +494,36 @@ class TreeOverlay(Overlay):
         contribution("ln2_post", "hook_mlp_out", mlp_out)
         add("hook_out", L, t.residual.block_out)
 
+    def _mla(self, add, A: str, cfg: Any, d: dict[str, int]) -> None:
+        """Multi-head latent attention (vLLM's ``MultiHeadLatentAttentionWrapper``, prefill), in TL's order:
+        the latents (``q_a_layernorm`` / ``kv_a_layernorm`` outputs, and their un-folded
+        ``hook_normalized``), the rotated rope parts (``rotary_emb``: ``[T, H, rope]`` and the shared
+        ``[T, 1, rope]`` key), the final q entering attention (the MLA layer's input: ``[nope | rope]``
+        per head), v (``kv_b_proj``'s per-head ``[k_nope | v]``, v columns); q / v heads-first as TL's."""
+        att = self.tree.attention
+        H, nope = d["n_heads"], int(config_get(cfg, "qk_nope_head_dim"))
+        rope, v_dim = int(config_get(cfg, "qk_rope_head_dim")), int(config_get(cfg, "v_head_dim"))
+        kv_rank, q_rank = int(config_get(cfg, "kv_lora_rank")), config_get(cfg, "q_lora_rank")
+        deint = bool(att.rope_deinterleave_key and config_get(cfg, att.rope_deinterleave_key, default=False))
+        rot = (DeInterleave(0, rope),) if deint else ()
+        q_rot = (DeInterleave(nope, nope + rope),) if deint else ()
+        for x, norm, width in (("q", att.mla_q_norm, q_rank), ("kv", att.mla_kv_norm, kv_rank)):
+            if width is None:  # no q compression (V2-Lite): q_proj reads the layer's input
+                continue
+            module = f"{A}.{norm}"
+            add(f"attn.hook_{x}_latent", module, "out", (), int(width))
+            add(f"attn.{norm}.hook_normalized", module, "out", (self.unfold(module),), int(width))
+        add("attn.hook_rot_q", f"{A}.{att.rotary}", "out[0]", rot, H * rope)
+        add("attn.hook_rot_k", f"{A}.{att.rotary}", "out[1]", rot, rope)
+        add("attn.hook_q", f"{A}.{att.mla_core}", "in[0]", (*q_rot, SwapAxes(0, 1)), H * (nope + rope))
+        add("attn.hook_v", f"{A}.{att.mla_kv_up}", "out[0]",
+            (Heads(H, nope + v_dim), Cols(nope, nope + v_dim), SwapAxes(0, 1)), H * v_dim)
+
     def _qkv(self, A: str, d: dict[str, int], q: int, kv: int, qh: Heads, kh: Heads):
         """``(x, module, conversions, width)`` of ``hook_q`` / ``hook_k`` / ``hook_v``."""
         att = self.tree.attention
+        if att.qkv_layout == MLA:
+            return ()
         widths = (q, kv, kv) if att.qkv_width == "slice" else (q + 2 * kv,) * 3
         if att.qkv_layout == SEPARATE:
             return zip("qkv", (f"{A}.{p}" for p in att.q_k_v), ((qh,), (kh,), (kh,)), widths)
@@ -447,7 +535,7 @@ class TreeOverlay(Overlay):
         return zip("qkv", (f"{A}.{att.qkv}",) * 3, converts, widths)
 
 
-__all__ = ["Attention", "FUSED", "FUSED_PAIR", "GATED", "GEMMA_RMS", "LAYER_NORM", "MOE", "Mlp", "Norms", "NormKind",
-           "PARALLEL", "PER_HEAD", "PLAIN", "PLAIN_STREAM", "POST_NORM", "QK_PER_HEAD", "QK_WHOLE", "RMS", "Residual",
-           "SCORES_FROM_QK", "SCORES_FROM_ROTATED", "SEPARATE", "STREAM_PAIR", "Scale", "Tree", "TreeOverlay",
-           "transformers_backend"]
+__all__ = ["Attention", "FUSED", "FUSED_PAIR", "GATED", "GEMMA_RMS", "LAYER_NORM", "MLA", "MOE", "Mlp", "Norms",
+           "NormKind", "PARALLEL", "PER_HEAD", "PLAIN", "PLAIN_STREAM", "POST_NORM", "QK_PER_HEAD", "QK_WHOLE", "RMS",
+           "Residual", "SCORES_FROM_QK", "SCORES_FROM_ROTATED", "SEPARATE", "STREAM_PAIR", "Scale", "Tree",
+           "TreeOverlay", "transformers_backend"]

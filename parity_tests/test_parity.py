@@ -24,6 +24,9 @@ def test_parity(parity_case, parity_session):
             pytest.skip(f"NOT COMPARED: {parity_case.model}'s engine run failed (the failure is reported once, "
                         f"at {first.reference}-{first.hook}): {run.result.error.splitlines()[0][:200]}")
         pytest.fail(f"{parity_case.model}: engine run failed, no hook compared:\n{run.result.error}", pytrace=False)
+    if parity_case.reference == "refusal":  # a declared refusal re-checks to skipped or to an error, never a run
+        pytest.fail(f"{parity_case.model}: declared refused, but its run was neither skipped nor an error",
+                    pytrace=False)
     row = run.result.row(parity_case.reference, parity_case.hook)
     if row is None:
         pytest.fail(f"{parity_case.model}: no result row for {parity_case.hook} vs {parity_case.reference}",

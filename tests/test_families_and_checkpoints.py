@@ -45,8 +45,8 @@ def test_packaged_rows_dispatch_to_the_gguf_builder(monkeypatch, tmp_path):
     import harness.models.gguf_checkpoint as gguf_checkpoint
 
     packaged = [s for s in FAMILIES.values() if s.packaged is not None]
-    assert [s.name for s in packaged] == ["smollm2"]
+    assert [s.name for s in packaged] == ["smollm2", "gemma3_270m"]
     assert all(s.packaged.sha256 and s.packaged.version for s in packaged)
-    assert all(s.packaged is None for s in FAMILIES.values() if s.name != "smollm2")
+    assert all(s.packaged is None for s in FAMILIES.values() if s.name not in ("smollm2", "gemma3_270m"))
     monkeypatch.setattr(gguf_checkpoint, "packaged_checkpoint_dir", lambda spec: tmp_path / spec.name)
     assert checkpoint_dir(packaged[0]) == tmp_path / "smollm2"

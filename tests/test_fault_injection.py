@@ -33,8 +33,8 @@ def _faults(cfg) -> dict:
     return {
         # Gemma's final norm un-folded with ÷ w instead of ÷ (1 + w)
         "ln_final.hook_normalized": lambda s: s.with_convert(UnfoldNorm("model.norm.weight", 0.0)),
-        # the sqrt(d_model) embedding normalizer forgotten (TL 4.3.0's own vLLM overlay bug)
-        "embed.hook_out": lambda s: s.with_convert(),
+        # read before vLLM's sqrt(d_model) embedding normalizer (TL 4.3.0's own vLLM overlay bug)
+        "embed.hook_out": lambda s: replace(s, module="model.embed_tokens", read="out"),
         # block output without the fused residual added back
         "blocks.1.hook_out": lambda s: replace(s, read="out[0]"),
         # block input without the residual (only the previous layer's MLP delta)

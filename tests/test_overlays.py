@@ -12,7 +12,7 @@ def test_unknown_architecture_names_known_ones():
         get_overlay("NoSuchForCausalLM")
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", sorted(f for f, s in FAMILIES.items() if s.refused is None))
 def test_every_family_has_a_registered_overlay_with_valid_specs(family):
     from harness.models.targets import target_for_family
 
@@ -26,9 +26,10 @@ def test_every_family_has_a_registered_overlay_with_valid_specs(family):
     for hook, spec in specs.items():
         assert READ_GRAMMAR.match(spec.read), (hook, spec.read)
         assert spec.module, hook
-    nonfiring = {h for nf in target.overlay.nonfiring() for h in expand_layers(nf.template, n_layers)}
+    # nonfiring_for: what the plan uses for this config (a dense-then-sparse row lists its MoE hooks per sparse layer)
+    nonfiring = {h for nf in target.overlay.nonfiring_for(target.hf_config) for h in expand_layers(nf.template, n_layers)}
     assert not nonfiring & set(specs), "a hook cannot be both offered and non-firing"
-    assert all(nf.reason for nf in target.overlay.nonfiring())
+    assert all(nf.reason for nf in target.overlay.nonfiring_for(target.hf_config))
 
 
 def test_seed_contract_is_derived():
@@ -45,8 +46,10 @@ def test_gemma_declares_embedding_scale_and_offset_norms():
 
     t = target_for_family(FAMILIES["gemma"])
     specs = t.overlay.hook_specs(t.hf_config)
-    (mul,) = specs["embed.hook_out"].convert
-    assert isinstance(mul, Mul) and mul.factor == pytest.approx(128 ** 0.5)
+    # the engine's own scaled embedding: layer 0's input, after vLLM's normalizer (no factor of ours)
+    emb = specs["embed.hook_out"]
+    assert (emb.module, emb.read, emb.convert) == ("model.layers.0", "in.hidden_states", ())
+    assert t.overlay.tree.embed_scale.mul(t.hf_config).factor == pytest.approx(128 ** 0.5)
     (unfold,) = specs["ln_final.hook_normalized"].convert
     assert isinstance(unfold, UnfoldNorm) and unfold.offset == 1.0
 
@@ -146,6 +149,21 @@ def test_cuda_graph_nonfiring_hooks_leave_the_plan_only_under_cuda_graphs():
     assert offered(m, cuda_graphs)[0].keys() == offered(m, Variant())[0].keys()
 
 
+def test_tl_vllm_rows_use_the_references_own_names():
+    """What a reference calls a hook is the reference's fact: with TransformerLens's backend as the
+    subject, Gemma-2's compatibility-mode hook_attn_out is still the post-normed output, so TL's
+    attn.hook_out (the pre-norm output) makes no compat row, exactly as the overlay's does not."""
+    from harness.models.targets import target_for_family
+    from harness.pipeline.plan import build_plan, compat_name
+    from harness.pipeline.variant import Variant
+
+    t = target_for_family(FAMILIES["gemma2"])
+    ours, tl = build_plan(t, Variant()), build_plan(t, Variant(subject="tl-vllm"))
+    assert compat_name("blocks.0.attn.hook_out", tl.specs["blocks.0.attn.hook_out"]) is None
+    shared = set(tl.specs) & set(ours.specs)
+    assert shared and all(compat_name(h, tl.specs[h]) == compat_name(h, ours.specs[h]) for h in shared)
+
+
 # -- overlays as declared trees ---------------------------------------------------------------------------
 def test_get_overlay_is_pure_and_names_valid_implementations():
     from overlays import IMPLEMENTATIONS, implementations
@@ -202,7 +220,7 @@ def test_a_new_tree_shape_is_a_declared_row():
         Attention(qkv_layout="interleaved")
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", sorted(f for f, s in FAMILIES.items() if s.refused is None))
 def test_the_overlay_row_declares_the_norm_offset_the_checkpoint_builder_uses(family):
     """Gemma's (1 + w): the overlay row is the source (overlays.norm_weight_offset); families.py's copy must agree."""
     from harness.models.targets import target_for_family

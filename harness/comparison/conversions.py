@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from overlays.base import Cols, Conversion, DropBatch, Heads, HookSpec, Mul, SwapAxes, UnfoldNorm
+from overlays.base import Cols, Conversion, DeInterleave, DropBatch, Heads, HookSpec, Mul, SwapAxes, UnfoldNorm
 
 
 def apply_one(conv: Conversion, x: torch.Tensor, params: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -52,6 +52,11 @@ def apply_one(conv: Conversion, x: torch.Tensor, params: Mapping[str, torch.Tens
         return x[0]
     if isinstance(conv, SwapAxes):
         return x.transpose(conv.dim0, conv.dim1)
+    if isinstance(conv, DeInterleave):
+        if x.shape[-1] < conv.stop:
+            raise ValueError(f"DeInterleave: [{conv.start}, {conv.stop}) is past the last dim {x.shape[-1]}")
+        pairs = x[..., conv.start:conv.stop]
+        return torch.cat([x[..., :conv.start], pairs[..., 0::2], pairs[..., 1::2], x[..., conv.stop:]], dim=-1)
     raise TypeError(f"unknown conversion {conv!r}")
 
 

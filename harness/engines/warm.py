@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 WARM_ENV = "VLLM_PARITY_WARM"  # "0": every engine starts cold
-PRELOADED = ("harness.engines.subject_vllm",)  # modules the server imports and may run
+PRELOADED = ("harness.engines.subject_vllm", "harness.engines.op_probe")  # modules the server imports and may run
 # read when torch / vLLM are imported (or their thread pools first start): a request that differs
 # from the server here cannot reuse the server's imports
 IMPORT_TIME_ENV = ("VLLM_PARITY_EMULATE_ISA", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",

@@ -137,7 +137,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         target, variant = job
         result, s = out["result"], out["summary"]
         path = write_report(result, args.report_dir)
-        print(f"== {target.name} ({target.architecture}, {target.overlay.name}, {variant.describe()})", flush=True)
+        print(f"== {target.name} ({target.architecture}, {target.overlay_name}, {variant.describe()})", flush=True)
         print(f"   {s['verdict']}: {s['passed']}/{s['rows']} rows pass, worst rel err "
               f"{s['worst_rel_err']} ({s['worst_where']}), {result['wall_s']:.0f} s -> {path}", flush=True)
         if result.get("error"):

@@ -144,11 +144,23 @@ def pytest_configure(config: pytest.Config) -> None:
     config._vllm_parity = ParitySession(config, variant)  # type: ignore[attr-defined]
 
 
+REFUSAL = "refusal"  # the ParityCase reference of a family vLLM cannot run here: its one test
+
+
+def refused(target, variant) -> bool:
+    from harness.pipeline.refusals import applies
+
+    return applies(target, variant)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     session: ParitySession = metafunc.config._vllm_parity  # type: ignore[attr-defined]
     if "parity_case" in metafunc.fixturenames:
         params = []
         for t in session.targets():
+            if refused(t, session.variant):  # no plan: one test, the refusal re-checked (harness.pipeline.refusals)
+                params.append(pytest.param(ParityCase(t.name, REFUSAL, t.architecture), id=f"{t.name}-refused"))
+                continue
             for case in session.plan(t.name).cases:
                 params.append(pytest.param(ParityCase(t.name, case.reference, case.hook),
                                            id=f"{t.name}-{case.test_id}"))
@@ -160,9 +172,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         params = []
         subject = session.variant.subject
         for t in session.targets():
+            if refused(t, session.variant):
+                continue
             for hook, why in session.plan(t.name).nonfiring_hooks():
                 reason = (f"{hook} is non-firing in {subject} for {t.name} "
-                          f"(overlay {t.overlay.name if subject == 'vllm' else 'TL'}): {why}")
+                          f"(overlay {t.overlay_name if subject == 'vllm' else 'TL'}): {why}")
                 params.append(pytest.param(ParityCase(t.name, "none", hook), id=f"{t.name}-nonfiring-{hook}",
                                            marks=pytest.mark.skip(reason=reason)))
         if not params:  # say so, rather than pytest's "got empty parameter set"
@@ -180,7 +194,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     chosen: dict[str, set[str]] = {}
     for item in items:
         case = getattr(item, "callspec", None) and item.callspec.params.get("parity_case")
-        if case is not None:
+        if case is not None and case.reference != REFUSAL:
             chosen.setdefault(case.model, set())
             if case.reference != "hf" or case.hook not in ("logprobs", "argmax"):
                 chosen[case.model].add(case.hook)

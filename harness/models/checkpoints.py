@@ -9,7 +9,11 @@ instead: :func:`checkpoint_dir` hands it to :mod:`harness.models.gguf_checkpoint
 which shares :func:`cache_root`.
 
 Every parameter is randomized: HF's default init leaves norm weights at 1
-(Gemma: 0) and biases at 0, which would hide un-fold and bias bugs.  Norm
+(Gemma: 0) and biases at 0, which would hide un-fold and bias bugs.  So is every
+learned value HF keeps as a buffer (:data:`LEARNED_BUFFERS`: the sigmoid
+router's ``e_score_correction_bias``, zero-initialized, which vLLM and HF add to
+the expert scores before the top-k: a zero bias would leave a wrong bias read
+untested).  Norm
 weights land in [0.5, 0.9] U [1.1, 1.5] (as an offset from 1 for Gemma-style
 norms), so neither ``÷ w`` nor ``÷ (1 + w)`` can be confused with identity.
 """
@@ -26,6 +30,8 @@ from harness.models.families import ModelSpec
 from harness.paths import CACHE_ROOT
 
 BUILD_VERSION = 1
+# buffer names (suffixes) holding learned values, randomized like parameters
+LEARNED_BUFFERS = ("e_score_correction_bias",)
 
 
 def cache_root() -> Path:
@@ -52,8 +58,11 @@ def _is_norm_weight(name: str, param: torch.Tensor) -> bool:
 def randomize_(model: torch.nn.Module, spec: ModelSpec) -> None:
     """Overwrite every parameter with seeded random values (in place)."""
     gen = torch.Generator().manual_seed(spec.seed)
+    # learned values HF keeps as buffers (and initializes to zero): the sigmoid router's expert-score
+    # correction bias (DeepSeek-V3, GLM-4-MoE), which a zero would make a no-op in the routing
+    learned_buffers = [(n, b) for n, b in model.named_buffers() if n.endswith(LEARNED_BUFFERS)]
     with torch.no_grad():
-        for name, param in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+        for name, param in sorted([*model.named_parameters(), *learned_buffers], key=lambda kv: kv[0]):
             shape = param.shape
             if _is_norm_weight(name, param):
                 # magnitude in [0.1, 0.5], random sign, around 1.
@@ -87,11 +96,12 @@ def _write_tokenizer(out: Path, vocab_size: int) -> None:
 
 
 def build_checkpoint(spec: ModelSpec, out: Path) -> Path:
-    from transformers import AutoConfig, AutoModelForCausalLM
+    import transformers
+    from transformers import AutoConfig
 
     config = AutoConfig.for_model(spec.model_type, **spec.hf_config_kwargs())
     torch.manual_seed(spec.seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = getattr(transformers, spec.auto_class).from_config(config, dtype=torch.float32)
     randomize_(model, spec)
     if getattr(config, "tie_word_embeddings", False):
         model.tie_weights()

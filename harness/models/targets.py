@@ -39,6 +39,13 @@ class Target:
     provenance: dict[str, Any] = field(default_factory=dict)
     # a --prompts file (harness.models.text_prompts.PromptsFile) its engines run instead of the defaults
     prompts: Any = None
+    # vLLM cannot run the architecture on some devices (harness.models.families.Refusal); overlay may be None
+    refused: Any = None
+
+    @property
+    def overlay_name(self) -> str:
+        """The overlay's name for reports; a refused family may have none."""
+        return self.overlay.name if self.overlay is not None else "no overlay (declared refused)"
 
     @cached_property
     def hf_config(self) -> Any:
@@ -97,7 +104,14 @@ def _family_target(spec: ModelSpec) -> Target:
 
     ckpt = checkpoint_dir(spec)
     arch = _architecture(ckpt)
-    return Target(spec.name, ckpt, arch, _overlay(arch), "synthetic", spec.seed, dict(spec.unsupported_dtypes))
+    try:
+        overlay = _overlay(arch)
+    except NoOverlayError:
+        if spec.refused is None:
+            raise
+        overlay = None  # refused (on some devices): where vLLM could run it, the plan says there is no overlay
+    return Target(spec.name, ckpt, arch, overlay, "synthetic", spec.seed, dict(spec.unsupported_dtypes),
+                  refused=spec.refused)
 
 
 def target_for_path(path: str) -> Target:

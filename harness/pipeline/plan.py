@@ -14,8 +14,9 @@ no bridge name is captured only as a derived hook's input and makes no row at al
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from overlays import NoOverlayError
 from overlays.base import Derived, HookSpec, NonFiring, SwapAxes, config_get
 from harness.comparison.routing import GATE
 from harness.comparison.shapes import heads_first
@@ -86,7 +87,9 @@ def _cases(specs: dict[str, HookSpec], derived: dict[str, Derived], ragged: bool
         out.append(Case("bridge", hook, hook, derived=True))
         if compat_alias(hook) is not None:
             out.append(Case("compat", hook, compat_alias(hook), derived=True))
-    out += [Case("bridge~hf", h, hf_name(h, s)) for h, s in specs.items() if hf_name(h, s) is not None]
+    # bridge~hf: only where the bridge has the hook (Mamba-2's in_proj columns are HF's alone, overlays/mamba2.py)
+    out += [Case("bridge~hf", h, hf_name(h, s)) for h, s in specs.items()
+            if hf_name(h, s) is not None and bridge_name(h, s) is not None]
     if ragged:
         out += [Case("bridge-ragged", h, h) for h, s in specs.items() if ragged_hook(h) and bridge_name(h, s) is not None]
     return tuple(out) + tuple(Case(ref, hook, name) for ref, hook, name in LOGIT_CASES)
@@ -136,8 +139,18 @@ def offered(target, variant) -> tuple[dict[str, HookSpec], dict[str, Derived], l
     if variant.subject == "tl-vllm":
         from harness.engines.subject_tl_vllm import tl_plan
 
-        return tl_plan(cfg)
+        specs, derived, nonfiring = tl_plan(cfg)
+        # What a *reference* calls a hook is a fact about the reference, whichever subject is tested: the
+        # overlay's relocations (HookSpec.references -- Gemma-2/3's compatibility-mode hook_attn_out /
+        # hook_mlp_out are the post-normed outputs, overlays/gemma2.py) hold for TL's backend's rows too.
+        ours = target.overlay.hook_specs(cfg)
+        return ({h: replace(s, references=ours[h].references) if h in ours else s for h, s in specs.items()},
+                derived, nonfiring)
     ov = target.overlay
+    if ov is None:  # a family declared refused elsewhere (harness.models.families.Refusal) running here
+        raise NoOverlayError(f"no vLLM overlay for architecture {target.architecture!r} ({target.name} is declared "
+                             f"refused on {', '.join(target.refused.devices)} only, and runs on {variant.device}); "
+                             "add an overlay row to overlays/__init__.py")
     specs, derived, nonfiring = ov.hook_specs(cfg), ov.derived_specs(cfg), ov.nonfiring_for(cfg)
     if variant.cuda_graphs:
         n_layers = int(getattr(cfg, "num_hidden_layers", 0) or 0)
@@ -182,6 +195,7 @@ def build_plan(target, variant, hooks: set[str] | frozenset[str] | HookSelection
                 n_layers=int(getattr(cfg, "num_hidden_layers", 0) or 0),
                 cases=_cases(specs, derived, ragged=variant.serving == "single"),
                 routing_k=routing_k, selected=frozenset(hooks) if hooks is not None else None,
-                overlay_name=("transformer_lens.model_bridge.sources.vllm (TL's own overlay)"
+                overlay_name=("transformer_lens.model_bridge.sources.vllm (TL's own overlay; the references' "
+                              f"hook names from {type(target.overlay).__name__})"
                               if variant.subject == "tl-vllm" else None),
                 compat_names=tuple(compat), processed_names=tuple(processed))

@@ -4,7 +4,8 @@ Contract: :func:`run_model(target, variant)` builds the plan, boots the subject 
 own process) and the references, evaluates, and returns a :class:`ModelRun` -- the
 captures plus a :class:`ModelResult`.  It never raises for a model-level failure: an
 engine crash becomes ``ModelResult.error`` so the other models' results survive.
-A dtype the target declares vLLM refuses is returned ``skipped`` without booting.
+A declared vLLM refusal (a dtype, or the architecture on this device) is re-checked and returned
+``skipped`` without a parity run (harness.pipeline.refusals).
 How the run is carried out (the engine timeout, stored references) is one
 :class:`~harness.pipeline.settings.RunSettings`, not a variant axis.
 
@@ -30,7 +31,6 @@ Planted bugs for fault injection live in the overlay a test hands in
 from __future__ import annotations
 
 import platform
-import shutil
 import tempfile
 import time
 import traceback
@@ -41,7 +41,7 @@ from pathlib import Path
 from overlays.base import DropBatch
 from harness.comparison.evaluate import evaluate
 from harness.comparison.gate import Gate
-from harness.engines.subject import SubjectKilled, capture_vllm
+from harness.engines.subject import capture_vllm
 from harness.logprob_request import logprob_k
 from harness.models.text_prompts import prompt_set
 from harness.models.targets import Target
@@ -50,12 +50,13 @@ from harness.paths import CACHE_ROOT
 from harness.memory import MemorySampler, return_frees_promptly
 from harness.phases import Phases, peak_memory, reset_gpu_peak
 from harness.pipeline.fingerprint import fingerprint
+from harness.pipeline import refusals
 from harness.pipeline.plan import Plan, build_plan
 from harness.pipeline.results import ModelResult, ModelRun
 from harness.pipeline.settings import RunSettings
 from harness.pipeline.variant import Variant
 from harness.references.reference import capture_references, tf32_floors
-from harness.references.tolerances import calibration_for
+from harness.references.tolerances import TORCH_DTYPES, calibration_for
 
 
 def versions() -> dict:
@@ -109,7 +110,8 @@ def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts
     refs = capture_references(target.checkpoint, dtype=variant.dtype, prompts=prompts, hooks=hooks_all,
                               compat_names=list(plan.compat_names), device=variant.device,
                               processed_names=list(plan.processed_names), phases=phases,
-                              pos_axis=plan.pos_axis, logprob_k=logprob_k(target.vocab_size))
+                              pos_axis=plan.pos_axis, logprob_k=logprob_k(target.vocab_size),
+                              left_out=left_out_masks(plan, Path(target.checkpoint), variant.dtype))
     if variant.gate_key != variant.dtype:  # fp32 under TF32 matmuls: floors from the references' own TF32 run
         with phases("tf32_floors") if phases is not None else nullcontext():
             tf32 = tf32_floors(target.checkpoint, prompts, hooks_all, variant.device, logprob_k(target.vocab_size))
@@ -119,6 +121,34 @@ def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts
 
 MEMO_SIZE = 3  # reference sides this process keeps for later runs of the same manifest
 _memo: "OrderedDict[str, object]" = OrderedDict()
+
+
+def left_out_masks(plan: Plan, checkpoint: Path, dtype: str) -> dict:
+    """hook (canonical and compatibility-mode names) -> the last-dim entries its rows leave out: a
+    un-fold whose divisor is 0 (harness.comparison.conversions.left_out, the rule the rows use on the
+    engine's parameters), here on the checkpoint's weights cast to the run's dtype -- what the engine
+    holds: a weight of -0.9999 is -1 in bf16 -- read by the overlay's parameter names; the floors leave
+    them out too.  A parameter the checkpoint does not name gives no mask: the floor spans every dim."""
+    from safetensors import safe_open
+
+    from harness.comparison.conversions import left_out
+    from overlays.base import UnfoldNorm
+
+    wanted = {c.param for s in plan.specs.values() for c in s.convert if isinstance(c, UnfoldNorm)}
+    params: dict = {}
+    for path in sorted(Path(checkpoint).glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as f:
+            for name in wanted & set(f.keys()):
+                params[name] = f.get_tensor(name).to(TORCH_DTYPES[dtype])
+    out: dict = {}
+    for hook, spec in plan.specs.items():
+        dead = left_out(spec, params)
+        if dead is not None:
+            out[hook] = dead[0]
+    for case in plan.cases:
+        if case.hook in out and case.reference in ("compat", "compat-processed"):
+            out[case.reference_hook] = out[case.hook]
+    return out
 
 
 def _references(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]], phases: Phases,
@@ -172,34 +202,6 @@ def _subject_phases(phases: Phases, meta: dict) -> None:
     sub.add("timed_forwards", sum(forwards) / 1e3 if forwards else None)
 
 
-def _recheck_refusal(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
-                     engine_timeout_s: float = 900) -> None:
-    """A declared vLLM dtype refusal is re-checked like a strict xfail: vLLM is asked to boot
-    (no hooks, a two-token prompt) and must still refuse.  Refused: ``skipped`` with vLLM's own
-    reason.  Accepted: ``error`` -- the declaration is stale and hides a variant that now runs."""
-    declared = target.unsupported_dtypes[variant.dtype]
-    runs_root = work_root or CACHE_ROOT / "runs"
-    runs_root.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-refusal-{variant.work_prefix}"))
-    try:
-        capture_vllm(target.checkpoint, dtype=variant.dtype, prompts=[[1, 2]], reads=[], params=[],
-                     vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
-                     full_logprobs=False, env=variant.subject_env, enforce_eager=True, device=variant.device,
-                     tp=variant.tp, ragged=False, timeout_s=engine_timeout_s)
-    except SubjectKilled as exc:  # killed or timed out: no answer, not a refusal (its work folder is kept)
-        result.error = f"{type(exc).__name__}: {exc}"
-        return
-    except Exception as exc:  # noqa: BLE001 -- the refusal we expect
-        said = next((line.strip() for line in str(exc).splitlines() if "support" in line and variant.dtype in line),
-                    str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__)
-        result.skipped = f"{variant.dtype} not run: {declared} (re-checked: vLLM still refuses: {said[:300]})"
-        shutil.rmtree(work, ignore_errors=True)
-        return
-    shutil.rmtree(work, ignore_errors=True)
-    result.error = (f"declared refusal no longer holds: vLLM accepted {variant.dtype} for {target.name} "
-                    f"(declared: {declared}); remove it from the family row in harness/models/families.py")
-
-
 def run_model(target: Target, variant: Variant = Variant(), work_root: Path | None = None,
               hooks: set[str] | frozenset[str] | None = None, engine_env: dict[str, str] | None = None,
               settings: RunSettings = RunSettings()) -> ModelRun:
@@ -222,9 +224,12 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
             with phases("setup"):
                 result.versions = versions()
                 result.fingerprint = fingerprint(target, variant, result.versions)
-            if variant.dtype in target.unsupported_dtypes:
+            if refusals.applies(target, variant):
                 with phases("refusal_recheck"):
-                    _recheck_refusal(target, variant, result, work_root, engine_timeout_s)
+                    refusals.recheck_architecture(target, variant, result, work_root, engine_timeout_s)
+            elif variant.dtype in target.unsupported_dtypes:
+                with phases("refusal_recheck"):
+                    refusals.recheck_dtype(target, variant, result, work_root, engine_timeout_s)
             else:
                 _run_engines(run, variant, work_root, hooks, engine_env, phases, settings)
     finally:  # the timings of a failed model too: how far it got, and how long that took

@@ -38,7 +38,8 @@ time.  Measured on SmolLM2-135M fp32 (``python benchmarks/bench_real_model.py``)
 HF hooks are architecture-agnostic: the decoder layers are the model's
 ``nn.ModuleList`` whose length is ``num_hidden_layers``; a layer's input
 ``hidden_states`` is ``blocks.{i}.hook_in`` and its first output is
-``blocks.{i}.hook_out``; the input embeddings' output is ``embed.hook_out``.
+``blocks.{i}.hook_out``; the input embeddings' output is ``embed.hook_out``.  A Mamba-2 layer's
+mixer adds its own (:func:`_ssm_mixer_hooks`, under TransformerBridge's names).
 """
 from __future__ import annotations
 
@@ -236,6 +237,36 @@ def _first(x):
     return x[0] if isinstance(x, (tuple, list)) else x
 
 
+def _ssm_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tensor]) -> list:
+    """A Mamba-2 layer's mixer (a ``mixer`` with ``in_proj`` and a gated ``norm``; any other layer: none),
+    hooked under TransformerBridge's names (its Mamba-2 adapter calls HF's ``mixer.norm``
+    ``inner_norm``): ``mixer.hook_in`` / ``hook_out``, ``mixer.in_proj.hook_out`` and its columns
+    ``hook_xBC`` / ``hook_dt`` (HF's ``[.., gate, hidden_states_B_C, dt]``, by HF's own mixer sizes),
+    ``mixer.inner_norm.hook_in`` / ``hook_gate`` / ``hook_out`` (overlays/mamba2.py)."""
+    mixer = getattr(layer, "mixer", None)
+    if not all(hasattr(mixer, a) for a in ("in_proj", "norm", "conv_dim", "num_heads")):
+        return []
+    b, heads, conv = f"blocks.{i}.mixer", mixer.num_heads, mixer.conv_dim
+
+    def keep(name, t):
+        caps[name] = t.detach().clone()
+
+    def in_proj(mod, args, out):
+        keep(f"{b}.in_proj.hook_out", out)
+        keep(f"{b}.in_proj.hook_xBC", out[..., -(heads + conv):-heads])
+        keep(f"{b}.in_proj.hook_dt", out[..., -heads:])
+
+    def norm(mod, args, kwargs, out):
+        keep(f"{b}.inner_norm.hook_in", args[0] if args else kwargs["hidden_states"])
+        keep(f"{b}.inner_norm.hook_gate", args[1] if len(args) > 1 else kwargs["gate"])
+        keep(f"{b}.inner_norm.hook_out", out)
+    return [mixer.register_forward_pre_hook(lambda mod, args, kwargs: keep(
+                f"{b}.hook_in", args[0] if args else kwargs["hidden_states"]), with_kwargs=True),
+            mixer.register_forward_hook(lambda mod, args, out: keep(f"{b}.hook_out", _first(out))),
+            mixer.in_proj.register_forward_hook(in_proj),
+            mixer.norm.register_forward_hook(norm, with_kwargs=True)]
+
+
 def _hf_run(model, tokens: list[int], device: str, n_layers: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     caps: dict[str, torch.Tensor] = {}
     handles = []
@@ -248,6 +279,7 @@ def _hf_run(model, tokens: list[int], device: str, n_layers: int) -> tuple[dict[
             caps[f"blocks.{_i}.hook_out"] = _first(out).detach().clone()
         handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(layer.register_forward_hook(post, with_kwargs=True))
+        handles += _ssm_mixer_hooks(layer, i, caps)
     handles.append(model.get_input_embeddings().register_forward_hook(
         lambda mod, args, out: caps.__setitem__("embed.hook_out", out.detach().clone())))
     try:
@@ -282,11 +314,15 @@ def _nonfinite(t: torch.Tensor) -> bool:
 
 def _floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, torch.Tensor]],
             chaos: list[ChaoticToken] = (), pos_axis: Callable[[str], int] = default_pos_axis,
-            logprob_k: int | None = None) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+            logprob_k: int | None = None, left_out: Mapping[str, torch.Tensor] | None = None,
+            ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Per hook, over prompts: the worst row's relative error, the largest per-prompt median row
     error, and the largest (by size, signed) per-prompt median scale deviation of ``run`` from ``truth``;
     without the tokens a chaotic token sets aside (the rows compared with vLLM leave them out too).
-    ``logprob_k``: the ``logprobs`` rows on the truth's top-k entries only, as vLLM returns them."""
+    ``logprob_k``: the ``logprobs`` rows on the truth's top-k entries only, as vLLM returns them.
+    ``left_out``: hook -> last-dim mask of the entries the compared rows leave out (a un-fold whose
+    divisor is 0: harness.comparison.conversions.left_out); the floor leaves them out too, since
+    such an entry can hold most of a row's norm (measured on Gemma-3-270M: 93-97 %)."""
     worst: dict[str, float] = {}
     median: dict[str, float] = {}
     scale: dict[str, float] = {}
@@ -303,6 +339,9 @@ def _floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, 
                 ref = ignore_common_mask(value, truth[p][name])
                 if name == "logprobs" and logprob_k:  # after the non-finite check: the mask is NaN
                     ref = top_k_mask(ref, logprob_k)
+                dead = (left_out or {}).get(name)
+                if dead is not None and ref.shape[-1] == dead.shape[0]:
+                    ref = torch.where(dead.to(ref.device), torch.full_like(ref, math.nan), ref)
                 aside = set_aside(name, [c for c in chaos if c.prompt == p]).get(p)
                 if aside is not None:
                     if aside.token == 0:
@@ -320,7 +359,8 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
                        processed_names: list[str] = (),
                        calibrate: bool = True, phases: Phases | None = None,
                        pos_axis: Callable[[str], int] = default_pos_axis,
-                       spill_root: Path | None = None, logprob_k: int | None = None) -> ReferenceCapture:
+                       spill_root: Path | None = None, logprob_k: int | None = None,
+                       left_out: Mapping[str, torch.Tensor] | None = None) -> ReferenceCapture:
     """``logprob_k``: vLLM returns each row's top-k log-probs only (None: the whole vocabulary), and the
     ``logprobs`` floor is measured on the truth's top-k entries, as the compared row is.  ``pos_axis``: the token axis of a hook's canonical value (harness.pipeline.plan.Plan.pos_axis),
     for setting chaotic tokens aside in the floors.  The captures go to disk as they are made
@@ -328,11 +368,12 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
     mapping deletes its shards when it is garbage-collected, and the last one the folder."""
     spill = Path(tempfile.mkdtemp(prefix="vp-refs-", dir=spill_root))
     return _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device, timing_repeats,
-                               processed_names, calibrate, phases, pos_axis, spill, logprob_k)
+                               processed_names, calibrate, phases, pos_axis, spill, logprob_k, left_out)
 
 
 def _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device, timing_repeats, processed_names,
-                        calibrate, phases, pos_axis, spill: Path, logprob_k: int | None = None) -> ReferenceCapture:
+                        calibrate, phases, pos_axis, spill: Path, logprob_k: int | None = None,
+                        left_out: Mapping[str, torch.Tensor] | None = None) -> ReferenceCapture:
     tdtype = TORCH_DTYPES[dtype]
     truth_dtype = TORCH_DTYPES[calibration_for(dtype).truth_dtype]
     clock = phases or Phases()
@@ -365,14 +406,14 @@ def _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device,
             with truth_clock("floors"):
                 chaos = find_chaotic(bridge, truth, calibration_for(dtype).ceiling)
                 floors["bridge"], stats["median"]["bridge"], stats["scale"]["bridge"] = _floors(
-                    bridge, truth, chaos, pos_axis)
+                    bridge, truth, chaos, pos_axis, left_out=left_out)
                 if legacy:  # compatibility mode computes some hooks its own way: its own noise floor
                     floors["compat"], stats["median"]["compat"], stats["scale"]["compat"] = _floors(
-                        compat, truth_compat, chaos, pos_axis)
+                        compat, truth_compat, chaos, pos_axis, left_out=left_out)
                 if processed:  # processed weights are rounded after folding: their own floor (module doc)
                     floors["processed"], stats["median"]["processed"], stats["scale"]["processed"] = _floors(
                         processed, _hooked(truth_compat, processed, meta.get("normalization_type")), chaos,
-                        pos_axis)
+                        pos_axis, left_out=left_out)
             del truth, truth_compat
 
     with clock("hf"):
@@ -395,7 +436,7 @@ def _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device,
             del truth_model
             _free()
             floors["hf"], stats["median"]["hf"], stats["scale"]["hf"] = _floors(
-                {p: {**hf[p], "logprobs": logprobs[p]} for p in hf}, truth_hf, chaos, pos_axis, logprob_k)
+                {p: {**hf[p], "logprobs": logprobs[p]} for p in hf}, truth_hf, chaos, pos_axis, logprob_k, left_out)
 
     meta["phases"] = clock.own()
     return ReferenceCapture(bridge, compat, logprobs, hf, floors, meta, compat_processed=processed, floor_stats=stats,

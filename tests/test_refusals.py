@@ -1,0 +1,45 @@
+"""Declared refusals (harness.pipeline.refusals): the rows are data, and the re-check is strict.
+
+Engine-free: the declarations' shape, which devices a refusal covers, and how the parity suite
+turns a refused family into one test (the re-checks themselves boot vLLM or probe its ops, and
+run in the parity suite: ``pytest parity_tests --model t5,mamba,jamba``).
+"""
+from __future__ import annotations
+
+import pytest
+
+from harness.models.families import FAMILIES, Refusal
+from harness.pipeline.variant import Variant
+
+
+def test_a_refusal_names_its_probe():
+    with pytest.raises(ValueError, match="op:<name"):
+        Refusal("why", probe="crash")
+    with pytest.raises(ValueError, match="op:<name"):
+        Refusal("why", probe="op:")
+    assert Refusal("why", probe="op:selective_scan_fwd").devices == ("cpu", "cuda")
+
+
+def test_the_refused_rows_say_why_and_are_checked_before_a_crash():
+    refused = {n: s.refused for n, s in FAMILIES.items() if s.refused is not None}
+    assert {"t5", "mamba", "jamba"} <= set(refused)
+    assert all(r.reason for r in refused.values())
+    # Mamba-1 mixers load and then crash on CPU: an op probe, never a boot; on CUDA they run
+    assert refused["mamba"].probe == refused["jamba"].probe == "op:selective_scan_fwd"
+    assert refused["mamba"].devices == refused["jamba"].devices == ("cpu",)
+    assert refused["t5"].probe == "boot" and set(refused["t5"].devices) == {"cpu", "cuda"}
+    assert FAMILIES["t5"].auto_class == "AutoModelForSeq2SeqLM"
+
+
+def test_a_refusal_applies_on_its_devices_only_and_the_plan_says_there_is_no_overlay():
+    from harness.models.targets import target_for_family
+    from harness.pipeline.plan import build_plan
+    from harness.pipeline.refusals import applies
+    from overlays import NoOverlayError
+
+    mamba = target_for_family(FAMILIES["mamba"])
+    assert mamba.overlay is None and mamba.architecture == "MambaForCausalLM"
+    assert applies(mamba, Variant()) and not applies(mamba, Variant(device="cuda"))
+    with pytest.raises(NoOverlayError, match="declared refused on cpu only, and runs on cuda"):
+        build_plan(mamba, Variant(device="cuda"))
+    assert not applies(target_for_family(FAMILIES["qwen3"]), Variant())
