@@ -85,6 +85,11 @@ def _load_dump(dumps: list[dict], tp_stats: dict) -> dict:
     return merged
 
 
+def _runner() -> str:
+    """The model runner this engine was started with (the host sets VLLM_USE_V2_MODEL_RUNNER explicitly)."""
+    return "v2" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1" else "v1"
+
+
 def _logprob_rows(out) -> list:
     """vLLM's distributions of one request by position: row ``t`` follows token ``t`` (prompt
     log-probs for the prompt, the sampler's for every generated token); None where not returned."""
@@ -136,7 +141,7 @@ def _serve(llm, req: dict, scheme, k: int, vocab: int, out_dir: Path, tp_stats: 
     from harness.engines.stitch import stitch
     from harness.engines.vllm_compat import sampling_kwargs
 
-    runner = "v2" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1" else "v1"
+    runner = _runner()
 
     def params(prompt_logprobs: bool) -> SamplingParams:
         kw = {**sampling_kwargs(k, vocab, runner), "max_tokens": scheme.max_tokens, "ignore_eos": True}
@@ -294,7 +299,7 @@ def main(request_path: str) -> int:
     from harness.logprob_request import LOGPROB_TOP_K
 
     k = -1 if req.get("full_logprobs", True) else LOGPROB_TOP_K
-    runner = "v2" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1" else "v1"
+    runner = _runner()
     params = SamplingParams(**sampling_kwargs(k, vocab, runner))
 
     logprobs, calls, tp_stats = {}, {}, {}

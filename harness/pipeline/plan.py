@@ -143,7 +143,7 @@ def offered(target, variant) -> tuple[dict[str, HookSpec], dict[str, Derived], l
         # What a *reference* calls a hook is a fact about the reference, whichever subject is tested: the
         # overlay's relocations (HookSpec.references -- Gemma-2/3's compatibility-mode hook_attn_out /
         # hook_mlp_out are the post-normed outputs, overlays/gemma2.py) hold for TL's backend's rows too.
-        ours = target.overlay.hook_specs(cfg)
+        ours = target.overlay.hook_specs(cfg) if target.overlay is not None else {}  # a refused family: none
         return ({h: replace(s, references=ours[h].references) if h in ours else s for h, s in specs.items()},
                 derived, nonfiring)
     ov = target.overlay
