@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.references.known_issues import known_issue
+from harness.comparison.known_issues import known_issue
 
 pytestmark = pytest.mark.parity
 
@@ -36,7 +36,7 @@ def test_parity(parity_case, parity_session):
     issue = known_issue(run.result.architecture, row.reference, row.hook)
     if issue is not None and row.passed:
         pytest.fail(f"{parity_case.model}: documented reference bug no longer reproduces ({row.hook} vs "
-                    f"{row.reference} passes): retire it from harness/references/known_issues.py", pytrace=False)
+                    f"{row.reference} passes): retire it from harness/comparison/known_issues.py", pytrace=False)
     if row.status == "inconclusive":
         pytest.skip(f"NOT COMPARED (inconclusive): {row.message}")
     if not row.passed:

@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.models.families import FAMILIES
     from harness.models.targets import target_for_family
     from harness.pipeline.fault_sweep import hooks_for_layers, prepare
-    from harness.pipeline.variant import Variant
+    from harness.values.variant import Variant
 
     ladder = [float(x) for x in args.ladder.split(",") if x]
     kinds = [k for k in args.kinds.split(",") if k]

@@ -101,9 +101,9 @@ def _capture(engines, tmp_path_factory, family: str, dtype: str, compiled: bool,
         from harness.models.families import FAMILIES
         from harness.models.targets import target_for_family
         from harness.pipeline.invariance import capture_off_plan
-        from harness.pipeline.plan import build_plan
+        from harness.values.plan import build_plan
         from harness.pipeline.runner import capture_subject, prompts_for
-        from harness.pipeline.variant import Variant
+        from harness.values.variant import Variant
 
         target = target_for_family(FAMILIES[family])
         variant = Variant.make(dtype, "cpu", compiled=compiled)

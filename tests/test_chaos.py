@@ -8,7 +8,7 @@ from harness.comparison.chaos import ChaoticToken, find_chaotic
 from harness.comparison.gate import Band
 from harness.comparison.rows import compared_row
 from harness.comparison.set_aside import set_aside
-from harness.pipeline.plan import Case
+from harness.values.plan import Case
 from harness.references.reference import _floors
 
 

@@ -12,7 +12,7 @@ def test_tensor_parallelism_that_does_not_divide_the_heads_is_one_error_with_vll
     from harness.models.families import FAMILIES
     from harness.models.targets import target_for_family
     from harness.pipeline.runner import run_model
-    from harness.pipeline.variant import Variant
+    from harness.values.variant import Variant
     from harness.reporting.matrix import build_matrix
     from harness.reporting.report import summarize, write_report
 

@@ -107,7 +107,7 @@ def _baseline(baselines, family, dtype="float32"):
         from harness.models.families import FAMILIES
         from harness.models.targets import TargetError, target_for_family
         from harness.pipeline.fault_sweep import hooks_for_layers, prepare
-        from harness.pipeline.variant import Variant
+        from harness.values.variant import Variant
 
         if family not in FAMILIES:  # a stale case table must fail, never skip
             pytest.fail(f"fault case family {family!r} is not in harness.models.families.FAMILIES")

@@ -16,7 +16,7 @@ import torch
 from harness.comparison.evaluate import evaluate
 from harness.comparison.gate import Gate, margin
 from harness.engines.subject import SubjectCapture
-from harness.pipeline.plan import Plan, _cases
+from harness.values.plan import Plan, _cases
 from harness.references.reference import ReferenceCapture
 from harness.vocab.capture_keys import RAGGED, capture_key, read_key
 from overlays.base import Derived, Heads, HookSpec, UnfoldNorm
@@ -165,11 +165,11 @@ def test_a_nan_floor_is_an_error():
 
 
 def test_a_known_reference_bug_needs_its_signature_and_never_explains_an_error():
-    from harness.references.known_issues import KNOWN_ISSUES
+    from harness.comparison.known_issues import KNOWN_ISSUES
 
     issue = KNOWN_ISSUES[0]  # OPT: the bridge's scores equal its pattern
     scores, pattern = "blocks.0.attn.hook_attn_scores", "blocks.0.attn.hook_pattern"
-    from harness.pipeline.results import HookResult
+    from harness.values.results import HookResult
 
     def row(status):
         return HookResult("opt", "bridge", scores, scores, 0, "attn.hook_attn_scores", status, 1e-4, rel_err=1.0)

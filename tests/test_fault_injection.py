@@ -18,7 +18,7 @@ from overlays.gemma import GemmaOverlay
 
 pytestmark = pytest.mark.parity
 
-# error / tolerance a planted bug must reach, per gate (harness.references.tolerances).
+# error / tolerance a planted bug must reach, per gate (harness.comparison.tolerances).
 # fp32 tolerances are ~1e-4 and the bugs give rel >= 1: margins are >= 1e4.
 # bf16 tolerances are calibrated from a ~1e-2 noise floor (x4): the smallest
 # planted bug (ln1 left folded, rel ~1.7) still sits ~20x above.  fp32 with
@@ -65,7 +65,7 @@ class PlantedOverlay(Overlay):
 @pytest.fixture(scope="module", params=sorted(MIN_MARGIN))
 def planted_run(request, parity_session, tmp_path_factory):
     from harness.pipeline.runner import run_model
-    from harness.pipeline.variant import Variant
+    from harness.values.variant import Variant
 
     dtype, _, precision = request.param.partition("-")
     if precision and parity_session.device != "cuda":

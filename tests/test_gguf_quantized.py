@@ -113,7 +113,7 @@ def test_cpu_line_refuses_gguf():
     pytest.importorskip("vllm")
     from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
 
-    from harness.quantized.gguf_parity import gguf_refusal
+    from harness.engines.vllm_compat import gguf_refusal
 
     reason = gguf_refusal()
     if torch.cuda.is_available():

@@ -74,8 +74,8 @@ def test_nonfiring_hooks_carry_reasons_and_none_is_offered(specs, target):
 
 
 def test_plan_rows_split_columns_against_hf_only(target):
-    from harness.pipeline.plan import build_plan
-    from harness.pipeline.variant import Variant
+    from harness.values.plan import build_plan
+    from harness.values.variant import Variant
 
     plan = build_plan(target, Variant.make("float32", "cpu"))
     by_hook: dict[str, set[str]] = {}

@@ -26,7 +26,7 @@ def nan_run(tmp_path_factory):
     from harness.models.families import FAMILIES
     from harness.models.targets import target_for_path
     from harness.pipeline.runner import run_model
-    from harness.pipeline.variant import Variant
+    from harness.values.variant import Variant
 
     src = checkpoint_dir(FAMILIES["llama"])
     dst = tmp_path_factory.mktemp("nan") / "llama-nan"

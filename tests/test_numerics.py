@@ -68,7 +68,7 @@ def test_a_declared_vllm_dtype_refusal_is_rechecked(tmp_path):
     from harness.models.families import FAMILIES
     from harness.models.targets import target_for_family
     from harness.pipeline.runner import run_model
-    from harness.pipeline.variant import Variant
+    from harness.values.variant import Variant
 
     target = target_for_family(FAMILIES["gemma2"])
     assert "float16" in target.unsupported_dtypes

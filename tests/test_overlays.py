@@ -111,8 +111,8 @@ def test_gpt_neox_native_rotated_qk_feed_derived_hooks_but_make_no_rows():
     from dataclasses import replace
 
     from harness.models.targets import target_for_family
-    from harness.pipeline.plan import build_plan
-    from harness.pipeline.variant import Variant
+    from harness.values.plan import build_plan
+    from harness.values.variant import Variant
     from overlays import VARIANTS
 
     t = target_for_family(FAMILIES["gpt_neox"])
@@ -135,8 +135,8 @@ def test_cuda_graph_nonfiring_hooks_leave_the_plan_only_under_cuda_graphs():
     """Qwen3-MoE's router runs inside vLLM 0.20's fused-MoE op: offered in eager mode, declared
     non-firing (with the reason) when vLLM runs compiled with CUDA graphs."""
     from harness.models.targets import target_for_family
-    from harness.pipeline.plan import offered
-    from harness.pipeline.variant import Variant
+    from harness.values.plan import offered
+    from harness.values.variant import Variant
 
     cuda_graphs = Variant(device="cuda", compiled=True)  # built directly: no GPU needed to plan
     t = target_for_family(FAMILIES["qwen3_moe"])
@@ -154,8 +154,8 @@ def test_tl_vllm_rows_use_the_references_own_names():
     subject, Gemma-2's compatibility-mode hook_attn_out is still the post-normed output, so TL's
     attn.hook_out (the pre-norm output) makes no compat row, exactly as the overlay's does not."""
     from harness.models.targets import target_for_family
-    from harness.pipeline.plan import build_plan, compat_name
-    from harness.pipeline.variant import Variant
+    from harness.values.plan import build_plan, compat_name
+    from harness.values.variant import Variant
 
     t = target_for_family(FAMILIES["gemma2"])
     ours, tl = build_plan(t, Variant()), build_plan(t, Variant(subject="tl-vllm"))

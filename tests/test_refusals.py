@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from harness.models.families import FAMILIES, Refusal
-from harness.pipeline.variant import Variant
+from harness.values.variant import Variant
 
 
 def test_a_refusal_names_its_probe():
@@ -33,7 +33,7 @@ def test_the_refused_rows_say_why_and_are_checked_before_a_crash():
 
 def test_a_refusal_applies_on_its_devices_only_and_the_plan_says_there_is_no_overlay():
     from harness.models.targets import target_for_family
-    from harness.pipeline.plan import build_plan
+    from harness.values.plan import build_plan
     from harness.pipeline.refusals import applies
     from overlays import NoOverlayError
 

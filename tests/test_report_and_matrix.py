@@ -60,7 +60,7 @@ def test_known_reference_bug_is_counted_apart(tmp_path):
 
 
 def test_known_issue_lookup():
-    from harness.references.known_issues import known_issue
+    from harness.comparison.known_issues import known_issue
 
     assert known_issue("OPTForCausalLM", "bridge", "blocks.2.attn.hook_attn_scores")
     assert known_issue("OPTForCausalLM", "hf", "blocks.2.attn.hook_attn_scores") is None

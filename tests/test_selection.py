@@ -1,4 +1,4 @@
-"""--layers / --hook-kinds (harness.pipeline.selection): parsing, resolution against a model's offer,
+"""--layers / --hook-kinds (harness.values.selection): parsing, resolution against a model's offer,
 and the plan it gives (pure: no engine)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from argparse import ArgumentTypeError
 
 import pytest
 
-from harness.pipeline.selection import HookSelection, SelectionError, parse_kinds, parse_layers
+from harness.values.selection import HookSelection, SelectionError, parse_kinds, parse_layers
 
 OFFERED = ["embed.hook_out", "blocks.0.hook_in", "blocks.0.attn.hook_z", "blocks.0.hook_out",
            "blocks.1.hook_in", "blocks.1.attn.hook_z", "blocks.1.hook_out", "ln_final.hook_normalized"]
@@ -41,8 +41,8 @@ def test_a_selection_that_does_not_fit_the_model_names_the_input():
 def test_the_plan_of_a_real_family_keeps_only_the_selection():
     from harness.models.families import FAMILIES
     from harness.models.targets import target_for_family
-    from harness.pipeline.plan import build_plan
-    from harness.pipeline.variant import Variant
+    from harness.values.plan import build_plan
+    from harness.values.variant import Variant
 
     target = target_for_family(FAMILIES["qwen3"])
     full = build_plan(target, Variant.make())

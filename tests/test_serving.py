@@ -9,7 +9,7 @@ import torch
 from harness.comparison.logits import greedy_agreement
 from harness.engines.serving import SCHEMES, engine_kwargs, tight_blocks
 from harness.engines.stitch import StitchError, stitch
-from harness.pipeline.variant import Variant, VariantError
+from harness.values.variant import Variant, VariantError
 
 KEY = "model.layers.0|out"
 

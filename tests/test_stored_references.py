@@ -48,8 +48,8 @@ def test_a_second_run_reuses_the_stored_references_and_gives_the_same_rows(tmp_p
     from harness.models.families import FAMILIES
     from harness.models.targets import target_for_family
     from harness.pipeline.runner import run_model
-    from harness.pipeline.settings import RunSettings
-    from harness.pipeline.variant import Variant
+    from harness.values.settings import RunSettings
+    from harness.values.variant import Variant
 
     target, settings = target_for_family(FAMILIES["qwen3"]), RunSettings(references_dir=tmp_path / "refs")
     first = run_model(target, Variant.make(), settings=settings).result

@@ -9,7 +9,7 @@ must say about it, and nothing else:
   run's rows are matched to prompts by request id like the default subject's;
 - ``attn.hook_out`` / ``mlp.hook_out`` make no compatibility-mode row: under Gemma-2's sandwich
   norms compatibility mode's ``hook_attn_out`` / ``hook_mlp_out`` are the post-normed outputs, a
-  fact about the reference that holds whichever subject is tested (harness.pipeline.plan.offered).
+  fact about the reference that holds whichever subject is tested (harness.values.plan.offered).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_tl_vllm_on_gemma2_fails_at_its_embedding_and_nowhere_else(tmp_path):
     from harness.models.families import FAMILIES
     from harness.models.targets import target_for_family
     from harness.pipeline.runner import run_model
-    from harness.pipeline.variant import Variant
+    from harness.values.variant import Variant
 
     target = target_for_family(FAMILIES["gemma2"])
     run = run_model(target, Variant.make("float32", "cpu", subject="tl-vllm"), work_root=tmp_path)

@@ -6,7 +6,7 @@ import argparse
 import pytest
 
 from harness.frontends.options import OPTIONS, add_to_argparse
-from harness.pipeline.variant import Variant, VariantError, variants
+from harness.values.variant import Variant, VariantError, variants
 from harness.vocab.capture_keys import RAGGED, call_key, capture_key, read_key, strip_call
 from harness.vocab.hooks import at_layer, expand_layers, hook_kind, layer_of, matches, template_of
 

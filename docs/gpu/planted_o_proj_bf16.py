@@ -30,7 +30,7 @@ from harness.engines.engine_faults import EngineFault
 from harness.models.families import FAMILIES
 from harness.models.targets import target_for_family
 from harness.pipeline.fault_sweep import hooks_for_layers, prepare, run_fault
-from harness.pipeline.variant import Variant
+from harness.values.variant import Variant
 
 HOOK = "blocks.20.attn.hook_out"
 FAULT = EngineFault.scale("model.layers.20.self_attn.o_proj.weight", 3e-2)

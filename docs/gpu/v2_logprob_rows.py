@@ -3,7 +3,7 @@ import json, sys
 from harness.models.families import FAMILIES
 from harness.models.targets import target_for_family
 from harness.pipeline.runner import run_model
-from harness.pipeline.variant import Variant
+from harness.values.variant import Variant
 v = Variant.make(dtype="float32", device="cuda", runner="v2")
 run = run_model(target_for_family(FAMILIES["qwen3"]), v)
 r = run.result

@@ -35,12 +35,13 @@ from harness.comparison.gate import CROSS_REFERENCE, Band, Gate
 from harness.comparison.nonfinite import NEG_INF_KINDS, describe, first_nonfinite
 from harness.comparison.logits import greedy_agreement, logit_rows
 from harness.comparison.rows import REFERENCE_ENGINE, Pairs, axes_of, compared_row, pairs_of
-from harness.comparison.routing import GATE, Flip, find_flips
+from harness.comparison.routing import Flip, find_flips
 from harness.comparison.set_aside import set_aside
 from harness.comparison.shapes import subject_to_canonical
-from harness.pipeline.plan import Case, Plan
-from harness.pipeline.results import HookResult
-from harness.references.processing import to_hooked_coordinates
+from harness.values.plan import Case, Plan
+from harness.values.results import HookResult
+from harness.comparison.processing import to_hooked_coordinates
+from harness.vocab.hook_rules import GATE
 from harness.vocab.hooks import hook_kind, layer_of
 
 

@@ -2,7 +2,7 @@
 
 Contract: :class:`Gate` is built once per (target, variant) from the variant's
 calibration key and the target's architecture.  :meth:`Gate.tolerance` turns a
-reference's noise floor into a row's tolerance (harness.references.tolerances);
+reference's noise floor into a row's tolerance (harness.comparison.tolerances);
 :meth:`Gate.finalize` assigns the row's final status -- the compared verdict, the
 dtype's ceiling, a documented reference bug -- and nothing changes a status after it.
 :func:`margin` is the one definition of error / tolerance, and :meth:`Gate.finalize` stores each
@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.references.known_issues import known_issue
-from harness.references.tolerances import calibration_for, reference_key, tolerance
+from harness.comparison.known_issues import known_issue
+from harness.comparison.tolerances import calibration_for, reference_key, tolerance
 
 CROSS_REFERENCE = "bridge~hf"  # the two references compared with each other, no vLLM involved
 

@@ -20,8 +20,8 @@ from harness.comparison.compare import argmax_agreement, logit_metrics
 from harness.comparison.gate import Band
 from harness.comparison.set_aside import Event, set_aside
 from harness.comparison.rows import compared_row, nonfinite_logprobs
-from harness.pipeline.plan import Case
-from harness.pipeline.results import HookResult
+from harness.values.plan import Case
+from harness.values.results import HookResult
 
 
 def logit_rows(model: str, lp_case: Case, am_case: Case, band: Band, pairs: list, events: list[Event]

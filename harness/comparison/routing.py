@@ -29,14 +29,12 @@ The router-logit hooks themselves (``mlp.gate.hook_out``) are always compared.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 
 import torch
 
 from harness.vocab.hooks import split_layer
 
-GATE = re.compile(r"^blocks\.(\d+)\.mlp\.gate\.hook_out$")
 # hooks of the routing layer that do not depend on its expert choice
 _BEFORE_ROUTING_IN_LAYER = ("mlp.hook_in", "mlp.gate.hook_out")
 

@@ -21,8 +21,8 @@ from harness.comparison.compare import ShapeMismatch, all_finite, compare_tensor
 from harness.comparison.gate import Band
 from harness.comparison.nonfinite import describe, first_nonfinite
 from harness.comparison.set_aside import Event, mask_from, note, set_aside
-from harness.pipeline.plan import Case
-from harness.pipeline.results import HookResult
+from harness.values.plan import Case
+from harness.values.results import HookResult
 
 _AXES = {2: ("pos", "d"), 3: ("pos", "head", "d_head"), 1: ("pos",)}
 Pairs = list  # [(subject, reference) or None (set aside)] per prompt

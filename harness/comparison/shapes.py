@@ -9,16 +9,6 @@ from __future__ import annotations
 
 import torch
 
-from harness.vocab.hooks import hook_kind
-
-# canonical values laid out [heads, query, key]: their token axis is 1, not 0
-HEADS_FIRST_KINDS = frozenset({"attn.hook_pattern", "attn.hook_attn_scores"})
-
-
-def heads_first(hook: str) -> bool:
-    """Whether ``hook``'s canonical value is ``[heads, T, T]`` (token axis 1)."""
-    return hook_kind(hook) in HEADS_FIRST_KINDS
-
 
 def reference_to_canonical(name: str, tensor: torch.Tensor) -> torch.Tensor:
     """Drop the batch dim of a single-prompt reference capture."""

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.engines.parent_death import die_with_parent
 from harness.vocab.capture_keys import RAGGED, capture_key
 from harness.paths import REPO_ROOT
 from harness.spill import SpilledTensors
@@ -146,19 +147,6 @@ def _signal_group(pgid: int, signum: int) -> None:
         pass
 
 
-def die_with_parent() -> None:
-    """In the engine, before exec: SIGKILL when the harness process dies (Linux ``PR_SET_PDEATHSIG``).
-    The engine has its own session, so a signal to the harness's process group (a CI job cancelled,
-    ``kill -TERM -PGID``) does not reach it; this makes sure it never outlives the harness.  A no-op
-    where prctl is missing."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
-
-
 def _stop_group(proc: subprocess.Popen, grace_s: float = 3) -> int:
     """Stop the engine's whole process group: SIGTERM (vLLM shuts its workers down), then SIGKILL
     after ``grace_s``; the engine's exit status."""
@@ -202,7 +190,7 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
                  row_dims: dict[str, int] | None = None,
                  llm_overrides: dict | None = None, executor: str = "mp") -> SubjectCapture:
     """``device`` picks the engine's arguments (harness.engines.vllm_compat); ``tp``: tensor-parallel ranks,
-    started by vLLM's ``executor`` (``mp`` or ``ray``: harness.pipeline.variant);
+    started by vLLM's ``executor`` (``mp`` or ``ray``: harness.values.variant);
     ``serving``: how the engine is driven (harness.engines.serving), its captures stitched back by
     position in the engine's process (``row_dims``: read key -> token dim, for ``[1, T, ...]`` reads);
     ``timeout_s``: the engine process's limit (``--engine-timeout``), past which it is killed."""

@@ -37,7 +37,7 @@ Contract:
 Traps:
 
 - What a *reference* calls a hook is the reference's fact, not the subject's: the rows take the
-  harness overlay's ``HookSpec.references`` for each hook TL offers (harness.pipeline.plan.offered).
+  harness overlay's ``HookSpec.references`` for each hook TL offers (harness.values.plan.offered).
   Without them Gemma-2/3's ``attn.hook_out`` / ``mlp.hook_out`` (TL's: ``o_proj`` / ``mlp`` output,
   before the sandwich post-norm) were compared with compatibility mode's post-normed
   ``hook_attn_out`` / ``hook_mlp_out`` and failed on every layer of Gemma-3-270M: a mapping bug of

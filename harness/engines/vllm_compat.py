@@ -15,6 +15,7 @@ means editing this file (and its unit test, ``tests/test_vllm_compat.py``):
   :func:`wrap_forward_calls` / :func:`replay_inputs` -- where a full CUDA graph is replayed
   without calling the model, for the graph-safe path (harness.engines.graph_capture);
   :func:`engine_info` -- the compilation / CUDA-graph mode a worker ended up in;
+* :func:`gguf_refusal` -- whether the installed line has GGUF, and if not, why not;
 * :func:`model_implementation` -- whether the installed vLLM runs an
   architecture with its own model class (``native``) or through its
   Transformers modeling backend (``transformers``), which decides the module
@@ -73,6 +74,7 @@ from __future__ import annotations
 
 import functools
 import re
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -478,7 +480,7 @@ def subject_env_defaults(device: str, tp: int = 1) -> dict[str, str]:
         # A compiled graph cached without our hooks must never be reused.
         "VLLM_DISABLE_COMPILE_CACHE": "1",
         "TOKENIZERS_PARALLELISM": "false",
-        # The model runner is the variant's (harness.pipeline.variant.Variant.subject_env sets it
+        # The model runner is the variant's (harness.values.variant.Variant.subject_env sets it
         # explicitly); V1 where nobody said (a bare request, e.g. a refusal re-check).
         "VLLM_USE_V2_MODEL_RUNNER": "0",
         # Engine core in-process, so the profiler sees the forward.  Tensor
@@ -565,3 +567,25 @@ def before_weight_postprocessing(apply: Any) -> None:
     wrapper = process_weights_after_loading
     wrapper._vp_before = apply
     base_loader.process_weights_after_loading = wrapper
+
+
+def gguf_refusal() -> str | None:
+    """None where the installed vLLM has GGUF; else why not, naming the evidence."""
+    import vllm
+    from vllm.model_executor.layers import quantization
+
+    methods = list(quantization.QUANTIZATION_METHODS)
+    if "gguf" in methods:
+        return None
+    has_file = (Path(quantization.__file__).parent / "gguf.py").is_file()
+    return (f"vLLM {vllm.__version__} has no GGUF support: 'gguf' is not in "
+            f"vllm.model_executor.layers.quantization.QUANTIZATION_METHODS ({len(methods)} methods) and "
+            f"quantization/gguf.py is {'present' if has_file else 'absent'}; the CUDA line runs GGUF "
+            "(vllm 0.20.2: docs/gpu/run_gguf.sh)")
+
+
+def installed_vllm_version() -> str:
+    """The installed vLLM's version (imports vLLM: call it where vLLM may be imported)."""
+    import vllm
+
+    return vllm.__version__

@@ -65,7 +65,7 @@ class _Server:
     lines come back on its stdout (read by one thread)."""
 
     def __init__(self) -> None:
-        from harness.engines.subject import die_with_parent
+        from harness.engines.parent_death import die_with_parent
         from harness.paths import REPO_ROOT
 
         self.env = dict(os.environ)
@@ -181,7 +181,7 @@ def _child(req: dict) -> None:
     code = 1
     try:
         os.setsid()
-        from harness.engines.subject import die_with_parent
+        from harness.engines.parent_death import die_with_parent
 
         die_with_parent()
         signal.set_wakeup_fd(-1)
@@ -277,7 +277,7 @@ def serve() -> None:
 
 
 if __name__ == "__main__":
-    from harness.engines.subject import die_with_parent
+    from harness.engines.parent_death import die_with_parent
 
     die_with_parent()
     serve()

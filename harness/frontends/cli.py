@@ -37,7 +37,7 @@ def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None, set
     """One (target, variant) in this process: the result as a dict and its summary.
     ``gpu``: pin this process (and the vLLM process it starts) to that GPU; ``threads``:
     its CPU threads (and the vLLM process's), so N jobs share the cores instead of each
-    starting one thread per core; ``settings``: the run's harness.pipeline.settings.RunSettings."""
+    starting one thread per core; ``settings``: the run's harness.values.settings.RunSettings."""
     import os
 
     if gpu is not None:
@@ -52,7 +52,7 @@ def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None, set
     from harness.reporting.report import summarize
 
     target, variant = job
-    from harness.pipeline.settings import RunSettings
+    from harness.values.settings import RunSettings
 
     result = run_model(target, variant, settings=settings or RunSettings()).result.to_dict()
     return {"result": result, "summary": summarize(result)}
@@ -61,7 +61,7 @@ def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None, set
 def _lost_job(job: tuple, exc: BaseException | str) -> dict:
     """The result of a job that never reported (its worker process died, or the run was interrupted):
     an error naming why, so the matrix shows it and ``--resume`` reruns it."""
-    from harness.pipeline.results import ModelResult
+    from harness.values.results import ModelResult
     from harness.reporting.report import summarize
 
     target, variant = job
@@ -76,7 +76,7 @@ def _current(job: tuple, report_dir: Path) -> bool:
     library versions, and is not an error (``--resume``)."""
     import json
 
-    from harness.pipeline.fingerprint import fingerprint
+    from harness.values.fingerprint import fingerprint
     from harness.pipeline.runner import versions
 
     target, variant = job
@@ -104,15 +104,15 @@ def _shard(targets: list, shard) -> list:
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.models.targets import TargetError, targets_from_options
     from harness.models.text_prompts import with_prompts
-    from harness.pipeline.variant import VariantError, split_list, variants
-    from harness.references.tolerances import UnsupportedDtypeError, calibration_for
+    from harness.values.variant import VariantError, split_list, variants
+    from harness.comparison.tolerances import UnsupportedDtypeError, calibration_for
     from harness.reporting.matrix import write_matrix
     from harness.reporting.report import write_report
 
     args.report_dir = args.report_dir or DEFAULT_REPORTS
-    from harness.pipeline.settings import RunSettings
+    from harness.frontends.options import run_settings
 
-    settings = RunSettings.from_options(args)
+    settings = run_settings(args)
     modes = split_list(args.modes or ("compiled" if args.compiled else "eager"))
     try:
         if args.jobs < 1:

@@ -3,7 +3,7 @@
 Contract: :data:`OPTIONS` is the table; :func:`add_to_argparse` and :func:`add_to_pytest`
 register the rows for their front end (``where``), and :func:`variant_options` reads
 the variant axes back from either (an argparse ``Namespace`` or a pytest ``Config``).
-Choices live in :mod:`harness.pipeline.variant`, not here.
+Choices live in :mod:`harness.values.variant`, not here.
 
 Trap: the CLI runs every combination of comma-separated values (``--dtype
 float32,bfloat16`` = two reports); pytest runs one variant per session, so ``many``
@@ -22,8 +22,9 @@ from typing import Any
 from harness.frontends.shard import parse_shard
 from harness.models.text_prompts import parse_prompts_option
 from harness.engines.serving import SCHEMES
-from harness.pipeline.selection import parse_kinds, parse_layers
-from harness.pipeline.variant import DEVICES, EXECUTORS, PRECISIONS, RUNNERS, SUBJECTS
+from harness.values.selection import HookSelection, parse_kinds, parse_layers
+from harness.values.settings import RunSettings
+from harness.values.variant import DEVICES, EXECUTORS, PRECISIONS, RUNNERS, SUBJECTS
 
 
 def parse_seconds(text: str) -> float:
@@ -74,7 +75,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--device", "where vLLM and the references run (default auto: cuda if torch sees a GPU)",
            default="auto", choices=DEVICES),
     Option("--precision", "fp32 matmuls of vLLM on CUDA: ieee (TRITON_F32_DEFAULT=ieee, default) or tf32 "
-                          "(Triton's default; own calibration, harness/references/tolerances.py); CLI: "
+                          "(Triton's default; own calibration, harness/comparison/tolerances.py); CLI: "
                           "comma-separated, one report each", default="ieee", choices=PRECISIONS, many=True),
     Option("--tp", "vLLM tensor_parallel_size (default 1)", default=1, type=int),
     Option("--executor", "vLLM's distributed_executor_backend: mp (its default, ranks on this host) or ray (its "
@@ -96,7 +97,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--jobs", "run this many (model, variant) jobs at once, each in its own process (default 1)",
            default=1, type=int, where="cli"),
     Option("--resume", "skip (model, variant) jobs whose report is current: same code, checkpoint, variant and "
-                       "library versions (harness/pipeline/fingerprint.py), and not an error", flag_only=True,
+                       "library versions (harness/values/fingerprint.py), and not an error", flag_only=True,
            where="cli"),
     Option("--report-dir", "where reports go (default: <repository>/reports)", type=Path),
     Option("--shard", "I/N: run only shard I of N of the selected models, for N CI runners given the same "
@@ -110,7 +111,7 @@ OPTIONS: tuple[Option, ...] = (
                         "(harness/models/text_prompts.py)", type=parse_prompts_option),
     Option("--layers", "capture and compare only these decoder layers, e.g. 0,15,29 or 0-3 (hooks outside the "
                        "layers stay, log-probs always): a selective run, report ...-selection "
-                       "(harness/pipeline/selection.py)", type=parse_layers),
+                       "(harness/values/selection.py)", type=parse_layers),
     Option("--hook-kinds", "capture and compare only these hook kinds, e.g. hook_out,attn.hook_z,embed.hook_out "
                            "(a kind is the hook name without blocks.N.; log-probs always): a selective run",
            type=parse_kinds),
@@ -138,3 +139,11 @@ def read(source, flag: str) -> Any:
     if hasattr(source, "getoption"):
         return source.getoption(flag)
     return getattr(source, opt.dest)
+
+
+def run_settings(source) -> RunSettings:
+    """How the run is carried out (not a variant axis), from an argparse ``Namespace`` or a pytest ``Config``."""
+    refs = read(source, "--references-dir")
+    layers, kinds = read(source, "--layers"), read(source, "--hook-kinds")
+    selection = HookSelection(layers, kinds) if layers is not None or kinds is not None else None
+    return RunSettings(float(read(source, "--engine-timeout")), Path(refs) if refs else None, selection)

@@ -4,15 +4,15 @@ the end-of-session support matrix.  Nothing else.
 Options come from the one table in :mod:`harness.frontends.options` (``--model``,
 ``--model-path``, ``--dtype``, ``--compiled``, ``--device``, ``--precision``, ``--tp``,
 ``--subject``, ``--report-dir``, ``--shard``, ``--engine-timeout``, ``--prompts``); the
-session's variant is one :class:`harness.pipeline.variant.Variant` (``--engine-timeout`` is a
+session's variant is one :class:`harness.values.variant.Variant` (``--engine-timeout`` is a
 run setting beside it).  Bad values fail at configure time with the list of what is valid.  ``--shard I/N`` keeps this runner's share of the selected
 models (harness.frontends.shard); the unit tests under ``tests/`` are not sharded.
 
 Tests that take a ``parity_case`` argument are generated as one item per
-(model, reference, hook) from each model's plan (harness.pipeline.plan) -- ids like
+(model, reference, hook) from each model's plan (harness.values.plan) -- ids like
 ``gemma-bridge-ln_final.hook_normalized`` so ``-k "gemma and ln_final"`` works.
 A row a documented reference bug explains (its signature checked in this run,
-harness.references.known_issues) xfails at run time; a row whose documented bug no
+harness.comparison.known_issues) xfails at run time; a row whose documented bug no
 longer reproduces fails, so a stale entry cannot linger.  ``nonfiring_case`` items
 are generated skipped, the skip reason naming the hook and
 why vLLM cannot expose it.  Each model's engines run once per session, lazily, when
@@ -47,9 +47,9 @@ class ParitySession:
         self.model_path = config.getoption("--model-path")
         self.shard = config.getoption("--shard")  # harness.frontends.shard.Shard or None
         self.prompts = config.getoption("--prompts")  # harness.models.text_prompts.PromptsFile or None
-        from harness.pipeline.settings import RunSettings
+        from harness.frontends.options import run_settings
 
-        self.settings = RunSettings.from_options(config)  # how the run is carried out, not a variant axis
+        self.settings = run_settings(config)  # how the run is carried out, not a variant axis
         self.variant = variant
         rd = config.getoption("--report-dir")
         self.report_dir = Path(rd) if rd else Path(str(config.rootpath)) / "reports"
@@ -89,7 +89,7 @@ class ParitySession:
     def plan(self, name: str):
         """The full plan of ``name`` under the session's variant (built once)."""
         if name not in self._plans:
-            from harness.pipeline.plan import build_plan
+            from harness.values.plan import build_plan
 
             self._plans[name] = build_plan(self.target(name), self.variant)
         return self._plans[name]
@@ -100,7 +100,7 @@ class ParitySession:
 
         ``selective``: capture only the hooks the selected parity tests of this pytest run compare
         (``-k`` selections stay cheap); a full selection captures everything.  ``axes``: other
-        variant axes to change (``serving="decode"``, ``runner="v2"``: harness.pipeline.variant)."""
+        variant axes to change (``serving="decode"``, ``runner="v2"``: harness.values.variant)."""
         variant = self.variant.derive(dtype=dtype or self.variant.dtype,
                                       compiled=self.variant.compiled if compiled is None else compiled, **axes)
         hooks = self.selected.get(name) if selective else None
@@ -118,8 +118,8 @@ class ParitySession:
 def pytest_configure(config: pytest.Config) -> None:
     from harness.models.families import UnknownFamilyError, resolve_families
     from harness.models.targets import TargetError, target_for_path
-    from harness.pipeline.variant import Variant
-    from harness.references.tolerances import UnsupportedDtypeError, calibration_for
+    from harness.values.variant import Variant
+    from harness.comparison.tolerances import UnsupportedDtypeError, calibration_for
 
     try:
         resolve_families(config.getoption("--model"))

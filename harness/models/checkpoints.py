@@ -6,7 +6,7 @@ the family row ``spec``; the same spec always yields the same bytes, and a
 built directory is reused (keyed by a hash of the spec and this module's
 ``BUILD_VERSION``).  A row with ``packaged`` set is a real trained checkpoint
 instead: :func:`checkpoint_dir` hands it to :mod:`harness.models.gguf_checkpoint`,
-which shares :func:`cache_root`.
+which shares :func:`harness.paths.checkpoints_root`.
 
 Every parameter is randomized: HF's default init leaves norm weights at 1
 (Gemma: 0) and biases at 0, which would hide un-fold and bias bugs.  So is every
@@ -27,18 +27,11 @@ from pathlib import Path
 import torch
 
 from harness.models.families import ModelSpec
-from harness.paths import CACHE_ROOT
+from harness.paths import checkpoints_root
 
 BUILD_VERSION = 1
 # buffer names (suffixes) holding learned values, randomized like parameters
 LEARNED_BUFFERS = ("e_score_correction_bias",)
-
-
-def cache_root() -> Path:
-    root = os.environ.get("VLLM_PARITY_CACHE")
-    if root:
-        return Path(root)
-    return CACHE_ROOT / "checkpoints"
 
 
 def spec_key(spec: ModelSpec) -> str:
@@ -130,7 +123,7 @@ def checkpoint_dir(spec: ModelSpec) -> Path:
         from harness.models.gguf_checkpoint import packaged_checkpoint_dir
 
         return packaged_checkpoint_dir(spec)
-    out = cache_root() / f"{spec.name}-{spec_key(spec)}"
+    out = checkpoints_root() / f"{spec.name}-{spec_key(spec)}"
     if not (out / "config.json").exists():
         build_checkpoint(spec, out)
     return out

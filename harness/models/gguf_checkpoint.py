@@ -7,7 +7,7 @@ row (``parts``), finds each chunk in its own installed distribution and
 concatenates them, in order, into ``<cache>/gguf/<sha256[:16]>/<file>``
 (:func:`assemble`) -- checks its sha256 against the row, and returns a
 directory in the checkpoint cache
-(:func:`harness.models.checkpoints.cache_root`) holding a plain HF checkpoint:
+(:func:`harness.paths.checkpoints_root`) holding a plain HF checkpoint:
 ``config.json`` (with ``architectures``, without ``quantization_config``),
 fp32 ``model.safetensors``, the tokenizer, and ``provenance.json`` (package,
 version, file, sha256, each chunk's package and sha256, dequantization
@@ -66,13 +66,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
+from harness.paths import checkpoints_root
 from harness.models.families import DEFAULT_PROBE_NEW_TOKENS, DEFAULT_PROBE_PROMPT, ModelSpec, PackagedCheckpoint
 
 BUILD_VERSION = 1
 PROBE_PROMPT = DEFAULT_PROBE_PROMPT
 PROBE_NEW_TOKENS = DEFAULT_PROBE_NEW_TOKENS
 PROVENANCE = "provenance.json"
-ASSEMBLED = "gguf"  # <cache_root>/gguf/<sha256[:16]>/<file>: chunked rows' assembled files
+ASSEMBLED = "gguf"  # <checkpoints_root>/gguf/<sha256[:16]>/<file>: chunked rows' assembled files
 
 
 class PackagedCheckpointError(RuntimeError):
@@ -274,9 +275,8 @@ def _which_part_differs(pc: PackagedCheckpoint, paths: list[Path]) -> str:
 
 def assembled_path(pc: PackagedCheckpoint) -> Path:
     """Where a chunked row's file is assembled: keyed on its sha256, named as the row names it."""
-    from harness.models.checkpoints import cache_root
 
-    return cache_root() / ASSEMBLED / pc.sha256[:16] / pc.file
+    return checkpoints_root() / ASSEMBLED / pc.sha256[:16] / pc.file
 
 
 def assemble(pc: PackagedCheckpoint, paths: list[Path]) -> Path:
@@ -538,13 +538,12 @@ def build_packaged_checkpoint(spec: ModelSpec, out: Path) -> Path:
 
 def packaged_checkpoint_dir(spec: ModelSpec) -> Path:
     """Build (once) and return the fp32 checkpoint for a packaged family row."""
-    from harness.models.checkpoints import cache_root
 
     pc = spec.packaged
     if pc is None:
         raise ValueError(f"family {spec.name!r} has no packaged checkpoint")
     verified_file(pc)  # the installed bytes are the declared ones, even when the build is cached
-    out = cache_root() / f"{spec.name}-{packaged_key(pc)}"
+    out = checkpoints_root() / f"{spec.name}-{packaged_key(pc)}"
     if not (out / PROVENANCE).exists():
         build_packaged_checkpoint(spec, out)
     return out

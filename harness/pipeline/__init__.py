@@ -1,1 +1,1 @@
-"""One (target, variant): the variant value, the plan, the result schema, and the orchestration that drives the engines."""
+"""Orchestration, above everything else but the front ends: one (target, variant) run (runner), the planted-fault sweep, capture invariance and declared refusals."""

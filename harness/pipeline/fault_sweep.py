@@ -28,10 +28,10 @@ from harness.comparison.evaluate import evaluate
 from harness.comparison.gate import Gate
 from harness.engines.engine_faults import EngineFault
 from harness.models.targets import Target
-from harness.paths import CACHE_ROOT
-from harness.pipeline.plan import Plan, build_plan
-from harness.pipeline.results import HookResult
-from harness.pipeline.variant import Variant
+from harness.paths import RUNS_ROOT
+from harness.values.plan import Plan, build_plan
+from harness.values.results import HookResult
+from harness.values.variant import Variant
 from harness.pipeline.runner import capture_reference_side, prompts_for
 
 
@@ -123,7 +123,7 @@ def run_fault(base: Baseline, fault: EngineFault | None, work_root: Path | None 
     from harness.pipeline.runner import capture_subject  # the runner's own subject launch, unchanged
 
     t0 = time.perf_counter()
-    root = work_root or CACHE_ROOT / "runs"
+    root = work_root or RUNS_ROOT
     root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=root, prefix=f"{base.target.name}-fault-"))
     subject = capture_subject(base.target, base.variant, base.plan, base.prompts, work,

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from harness.engines.subject import SubjectKilled, capture_vllm, launch_subject
 from harness.models.targets import Target
-from harness.paths import CACHE_ROOT
-from harness.pipeline.results import ModelResult
-from harness.pipeline.variant import Variant
+from harness.paths import RUNS_ROOT
+from harness.values.results import ModelResult
+from harness.values.variant import Variant
 
 PROBE_TIMEOUT_S = 300.0
 
@@ -90,7 +90,7 @@ def _boot_refusal(target: Target, variant: Variant, result: ModelResult, work_ro
     """Ask vLLM to boot ``target`` (no hooks, a two-token prompt): what it said refusing (``pick``'s
     line of its error, else the error's first line), or None where it ran.  Killed or timed out:
     ``result.error`` is set (no answer) and None is returned."""
-    runs_root = work_root or CACHE_ROOT / "runs"
+    runs_root = work_root or RUNS_ROOT
     runs_root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-refusal-{variant.work_prefix}"))
     try:
@@ -112,7 +112,7 @@ def _boot_refusal(target: Target, variant: Variant, result: ModelResult, work_ro
 @lru_cache(maxsize=8)
 def probe_ops(device: str, ops: tuple[str, ...], work_root: str = "") -> dict:
     """harness.engines.op_probe's answer for ``ops`` on ``device`` (once per process and question)."""
-    runs_root = Path(work_root) if work_root else CACHE_ROOT / "runs"
+    runs_root = Path(work_root) if work_root else RUNS_ROOT
     runs_root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=runs_root, prefix="op-probe-"))
     out = work / "ops.json"

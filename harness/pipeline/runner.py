@@ -7,7 +7,7 @@ engine crash becomes ``ModelResult.error`` so the other models' results survive.
 A declared vLLM refusal (a dtype, or the architecture on this device) is re-checked and returned
 ``skipped`` without a parity run (harness.pipeline.refusals).
 How the run is carried out (the engine timeout, stored references) is one
-:class:`~harness.pipeline.settings.RunSettings`, not a variant axis.
+:class:`~harness.values.settings.RunSettings`, not a variant axis.
 
 Timings: ``result.timings["phases"]`` holds seconds per phase (harness.phases), in order:
 ``setup`` (versions, fingerprint), ``plan``, ``subject`` (the whole vLLM capture: process
@@ -46,17 +46,17 @@ from harness.logprob_request import logprob_k
 from harness.models.text_prompts import prompt_set
 from harness.models.targets import Target
 from harness.kernel_path import cpu_kernel_path, label as kernel_label
-from harness.paths import CACHE_ROOT
+from harness.paths import RUNS_ROOT
 from harness.memory import MemorySampler, return_frees_promptly
 from harness.phases import Phases, peak_memory, reset_gpu_peak
-from harness.pipeline.fingerprint import fingerprint
+from harness.values.fingerprint import fingerprint
 from harness.pipeline import refusals
-from harness.pipeline.plan import Plan, build_plan
-from harness.pipeline.results import ModelResult, ModelRun
-from harness.pipeline.settings import RunSettings
-from harness.pipeline.variant import Variant
+from harness.values.plan import Plan, build_plan
+from harness.values.results import ModelResult, ModelRun
+from harness.values.settings import RunSettings
+from harness.values.variant import Variant
 from harness.references.reference import capture_references, tf32_floors
-from harness.references.tolerances import TORCH_DTYPES, calibration_for
+from harness.comparison.tolerances import TORCH_DTYPES, calibration_for
 
 
 def versions() -> dict:
@@ -208,7 +208,7 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
     """``hooks``: a selective run's hooks (only those, plus derived inputs, are captured);
     ``engine_env``: extra environment for the vLLM process only -- test instrumentation such as a
     planted engine fault (tests/), never a variant axis (those are :class:`Variant`'s);
-    ``settings``: how the run is carried out (harness.pipeline.settings)."""
+    ``settings``: how the run is carried out (harness.values.settings)."""
     engine_timeout_s = settings.engine_timeout_s
     return_frees_promptly()  # freed reference models and captures leave RSS (harness.memory)
     if hooks is None:
@@ -257,7 +257,7 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
             result.prompts = prompts
             result.prompt_info = getattr(named, "info", {})
         with phases("subject"):
-            runs_root = work_root or CACHE_ROOT / "runs"
+            runs_root = work_root or RUNS_ROOT
             runs_root.mkdir(parents=True, exist_ok=True)
             work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-{variant.work_prefix}"))
             # the captures stay on disk in ``work`` until the run is collected (harness.spill: the subject's

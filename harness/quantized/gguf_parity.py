@@ -9,7 +9,7 @@ the prompt log-probs, and compares every (hook, prompt set) with two references
 (harness.quantized.simulated):
 
 * ``dequantized`` -- HF on the dequantized weights, gated at ``tolerance(dtype, quant floor)``
-  (harness.references.tolerances: ``max(multiple x floor, minimum)``); the quant floor
+  (harness.comparison.tolerances: ``max(multiple x floor, minimum)``); the quant floor
   is how far ggml's arithmetic alone (Q8_1 activations, fp16 scale products, the fp16
   embedding rows) moves the hook;
 * ``simulated`` -- HF with ggml's arithmetic simulated, gated by the ordinary dtype floor of
@@ -27,7 +27,7 @@ is at most the ceiling (as the main harness's gate), or any non-finite value or 
 (reference-only runs) is never counted as a pass.  A non-finite failure is located: each row has
 ``nonfinite`` (prompt, token positions, counts) and the report ``first_nonfinite`` (per prompt,
 the first hook in forward order that holds one, and the hook before it at that position).  The run's status: ``skipped`` (this vLLM has
-no GGUF: :func:`gguf_refusal`, the reason naming the evidence), ``reference-only``, ``pass``,
+no GGUF: :func:`harness.engines.vllm_compat.gguf_refusal`, the reason naming the evidence), ``reference-only``, ``pass``,
 ``inconclusive``, ``fail`` or ``error``.  Writes ``DIR/gguf-<dtype>.json`` and ``.md``; exit 0
 unless the status is ``fail``/``error``.
 
@@ -73,22 +73,6 @@ LOGPROB_K = 20
 REPORT_LAYERS = (0, 15, 29)  # the markdown's per-kind summary; the JSON has every row
 
 
-# -- the refusal -------------------------------------------------------------------
-def gguf_refusal() -> str | None:
-    """None where the installed vLLM has GGUF; else why not, naming the evidence."""
-    import vllm
-    from vllm.model_executor.layers import quantization
-
-    methods = list(quantization.QUANTIZATION_METHODS)
-    if "gguf" in methods:
-        return None
-    has_file = (Path(quantization.__file__).parent / "gguf.py").is_file()
-    return (f"vLLM {vllm.__version__} has no GGUF support: 'gguf' is not in "
-            f"vllm.model_executor.layers.quantization.QUANTIZATION_METHODS ({len(methods)} methods) and "
-            f"quantization/gguf.py is {'present' if has_file else 'absent'}; the CUDA line runs GGUF "
-            "(vllm 0.20.2: docs/gpu/run_gguf.sh)")
-
-
 # -- gates -------------------------------------------------------------------------
 PASSING = ("pass", "pass (median)")
 
@@ -97,7 +81,7 @@ def gate(err: float, floor: float, dtype: str) -> tuple[float, str]:
     """(tolerance, status) of the worst-row test alone: ``tolerance(dtype, floor)`` on the row's own
     floor (the quant floor for the dequantized reference, the simulated run's dtype floor for the
     simulated one: the same rule, different floors).  Non-finite error or floor fails."""
-    from harness.references.tolerances import calibration_for, tolerance
+    from harness.comparison.tolerances import calibration_for, tolerance
 
     cal = calibration_for(dtype)
     if not (math.isfinite(err) and math.isfinite(floor)):
@@ -112,7 +96,7 @@ def decide(err: float, floor: float, median: float | None, floor_median: float |
     """One row's verdict from both statistics (module doc, "Decision"): ``{"tolerance",
     "tolerance_median", "status", "decided_by"}``.  ``median``/``floor_median`` None: not measured
     (the worst row alone decides)."""
-    from harness.references.tolerances import calibration_for, tolerance
+    from harness.comparison.tolerances import calibration_for, tolerance
 
     cal = calibration_for(dtype)
     tol, status = gate(err, floor, dtype)
@@ -268,7 +252,7 @@ def references(checkpoint: Path, gguf_path: Path, prompts: list[list[int]], hook
     from harness.quantized.gguf_weights import check_against, gguf_blocks
     from harness.quantized.simulated import TRUTH, floors, load_model, reference_run
     from harness.references.reference import round_weights
-    from harness.references.tolerances import TORCH_DTYPES
+    from harness.comparison.tolerances import TORCH_DTYPES
 
     t = time.perf_counter()
     blocks = gguf_blocks(gguf_path, AutoConfig.from_pretrained(str(checkpoint)))
@@ -307,8 +291,8 @@ def vllm_values(target, gguf_path: Path, prompts: list[list[int]], hooks: list[s
     from harness.comparison.conversions import convert
     from harness.comparison.shapes import subject_to_canonical
     from harness.engines.subject import capture_vllm
-    from harness.pipeline.plan import build_plan
-    from harness.pipeline.variant import Variant
+    from harness.values.plan import build_plan
+    from harness.values.variant import Variant
 
     variant = Variant.make(dtype=dtype, device=device)
     plan = build_plan(target, variant, hooks=set(hooks))
@@ -469,6 +453,7 @@ def run(report_dir: Path, dtype: str = "float32", device: str = "auto", referenc
     from harness.models.gguf_checkpoint import file_sha256, verified_file
     from harness.models.targets import target_for_family
     from harness.models.text_prompts import prompt_set
+    from harness.engines.vllm_compat import gguf_refusal, installed_vllm_version
     from harness.quantized.gguf_weights import tensor_types
 
     t0 = time.perf_counter()
@@ -483,9 +468,7 @@ def run(report_dir: Path, dtype: str = "float32", device: str = "auto", referenc
         types[key] = types.get(key, 0) + 1
     report["tensor_types"] = types
     try:
-        import vllm
-
-        report["vllm_version"] = vllm.__version__
+        report["vllm_version"] = installed_vllm_version()
         refusal = None if reference_only else gguf_refusal()
         if refusal:
             report.update(status="skipped", reason=refusal)

@@ -37,7 +37,7 @@ import torch
 from harness.comparison.compare import compare_tensors, top_k_mask
 from harness.quantized.q8_1 import BlockWeight, ggml_linear
 from harness.references.reference import decoder_layers
-from harness.references.tolerances import TORCH_DTYPES
+from harness.comparison.tolerances import TORCH_DTYPES
 
 TRUTH = {"float32": "float64", "bfloat16": "float32", "float16": "float32"}
 

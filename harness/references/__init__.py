@@ -1,1 +1,1 @@
-"""Reference engines (TransformerBridge, compatibility mode, HF) and their calibration: noise floors, tolerances, known reference bugs."""
+"""Reference engines (TransformerBridge, compatibility mode, HF) and what they produce: captures, noise floors, chaotic tokens, stored references.  The gate that reads them and its data (tolerances, known reference bugs) live in harness.comparison."""

@@ -6,12 +6,12 @@ Contract: :func:`capture_references` returns a :class:`ReferenceCapture`:
 
 * ``bridge[prompt][hook]``, ``compat[prompt][legacy]``, ``hf[prompt][hook]``,
   ``compat_processed[prompt][legacy]`` (compatibility mode with HookedTransformer's
-  default weight processing, see :mod:`harness.references.processing`)
+  default weight processing, see :mod:`harness.comparison.processing`)
   -- tensors in canonical layout (batch dim dropped, see :mod:`harness.comparison.shapes`);
 * ``logprobs[prompt]`` -- fp64 ``[T, V]`` log-softmax of HF's logits;
 * ``floors[engine][hook]`` -- the noise floor of that engine for that hook:
   the worst relative error (over prompts) between the engine in the run dtype
-  and the same engine in the truth dtype (see :mod:`harness.references.tolerances`).
+  and the same engine in the truth dtype (see :mod:`harness.comparison.tolerances`).
   Engines: ``bridge``, ``compat``, ``hf`` and ``processed`` -- processed compatibility mode against
   the truth run's compatibility-mode values in hooked coordinates: its weights are folded and then
   rounded to the run dtype, a rounding neither vLLM nor the unprocessed references share, so the
@@ -58,14 +58,15 @@ from harness.comparison.chaos import ChaoticToken, find_chaotic
 from harness.comparison.compare import all_finite, compare_tensors, top_k_mask
 from harness.comparison.set_aside import mask_from, set_aside
 from harness.comparison.derived import ignore_common_mask
-from harness.comparison.shapes import heads_first, reference_to_canonical
+from harness.comparison.shapes import reference_to_canonical
+from harness.vocab.hook_rules import heads_first
 from harness.engines.timing import profile_call
 from harness.phases import Phases
 from harness.memory import trim_heap
 from harness.spill import SpilledTensors
 from harness.vocab.hooks import layer_of
-from harness.references.processing import to_hooked_coordinates
-from harness.references.tolerances import TORCH_DTYPES, calibration_for
+from harness.comparison.processing import to_hooked_coordinates
+from harness.comparison.tolerances import TORCH_DTYPES, calibration_for
 
 
 @dataclass
@@ -214,7 +215,7 @@ def _bridge_and_compat(checkpoint, dtype, prompts, names, legacy, device, round_
 
 
 def _processed_captures(checkpoint, dtype, prompts, names, device, meta=None, spill: Path | None = None):
-    """Compatibility mode with HookedTransformer's default weight processing (harness.references.processing):
+    """Compatibility mode with HookedTransformer's default weight processing (harness.comparison.processing):
     its own boot, since processing rewrites the weights."""
     bridge = _boot_bridge(checkpoint, dtype, device)
     bridge.enable_compatibility_mode()
@@ -362,7 +363,7 @@ def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]]
                        spill_root: Path | None = None, logprob_k: int | None = None,
                        left_out: Mapping[str, torch.Tensor] | None = None) -> ReferenceCapture:
     """``logprob_k``: vLLM returns each row's top-k log-probs only (None: the whole vocabulary), and the
-    ``logprobs`` floor is measured on the truth's top-k entries, as the compared row is.  ``pos_axis``: the token axis of a hook's canonical value (harness.pipeline.plan.Plan.pos_axis),
+    ``logprobs`` floor is measured on the truth's top-k entries, as the compared row is.  ``pos_axis``: the token axis of a hook's canonical value (harness.values.plan.Plan.pos_axis),
     for setting chaotic tokens aside in the floors.  The captures go to disk as they are made
     (harness.spill), in a folder under ``spill_root`` (default: the system's temporary folder); each
     mapping deletes its shards when it is garbage-collected, and the last one the folder."""
@@ -462,7 +463,7 @@ class _Hooked(Mapping):
 
 def _hooked(truth_compat, processed, normalization_type) -> dict[int, Mapping]:
     """The truth run's compatibility-mode values, in hooked coordinates, for each prompt of ``processed``:
-    what processed compatibility mode computes in exact arithmetic (harness.references.processing)."""
+    what processed compatibility mode computes in exact arithmetic (harness.comparison.processing)."""
     return {p: _Hooked(truth_compat.get(p, {}), normalization_type) for p in processed}
 
 
@@ -494,7 +495,7 @@ def _time_hf(hf_model, tokens: list[int], device: str, repeats: int, meta: dict)
 def tf32_floors(checkpoint: Path, prompts: list[list[int]], hooks: list[str], device: str,
                 logprob_k: int | None = None) -> "ReferenceCapture":
     """The references' own distance from fp64 with their fp32 matmuls in TF32: the floors of the
-    ``float32-tf32`` gate (harness.references.tolerances).  TF32 error grows with depth and through
+    ``float32-tf32`` gate (harness.comparison.tolerances).  TF32 error grows with depth and through
     the softmax, so one constant cannot gate every hook; the compared references themselves stay IEEE."""
     matmul = torch.backends.cuda.matmul
     before = matmul.allow_tf32

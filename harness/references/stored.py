@@ -1,7 +1,7 @@
 """Stored references: the reference side of a run, computed once, saved with a manifest, reused.
 
 Contract: :func:`manifest(target, variant, plan, prompts)` says everything the reference captures
-and floors depend on -- the checkpoint (harness.pipeline.fingerprint.checkpoint_hash), the prompts'
+and floors depend on -- the checkpoint (harness.values.fingerprint.checkpoint_hash), the prompts'
 token ids, dtype, device, the gate key (TF32 floors), the hooks and the compatibility-mode names
 asked for, the reference code (``harness/references/*.py``, ``harness/comparison/chaos.py``) and
 the versions of torch, transformers and TransformerLens -- and :func:`key` hashes it.
@@ -45,7 +45,7 @@ def _reference_code_hash() -> str:
 def manifest(target, variant, plan, prompts: list[list[int]], versions: dict) -> dict:
     from harness.logprob_request import logprob_k
     from harness.kernel_path import cpu_kernel_path, label as kernel_label
-    from harness.pipeline.fingerprint import checkpoint_hash
+    from harness.values.fingerprint import checkpoint_hash
 
     return {
         "format": FORMAT, "model": target.name,

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.pipeline.variant import Variant
+from harness.values.variant import Variant
 
 SCHEMA_VERSION = 1
 
@@ -202,14 +202,14 @@ def to_markdown(result: dict) -> str:
             "`rel_err` = ||vLLM − reference|| / ||reference|| of the worst last-dim row (a token's vector, a head's "
             "vector, a query's attention row), worst prompt. `floor` = the reference's own "
             "distance from itself in the truth dtype; `tol` = max(multiple × floor, minimum) "
-            "(harness/references/tolerances.py); `margin` = rel_err / tol (< 1 passes). `median` = the median row's "
+            "(harness/comparison/tolerances.py); `margin` = rel_err / tol (< 1 passes). `median` = the median row's "
             "relative error and `scale` = the median of ||vLLM row|| / ||reference row|| − 1, each with its own floor "
             "and tolerance (harness/comparison/gate.py): a row fails when any statistic exceeds its tolerance, and is "
             "gated when the worst or the median row's tolerance is at or below the dtype's ceiling. "
             "`cos_min` = worst per-token cosine. "
             "References: `bridge` TransformerBridge, `compat` its compatibility mode, `hf` plain HF forward hooks, "
             "`bridge~hf` the two references against each other, `compat-processed` compatibility mode with "
-            "HookedTransformer's weight processing (harness/references/processing.py), `bridge-ragged` vLLM's ragged-batch run "
+            "HookedTransformer's weight processing (harness/comparison/processing.py), `bridge-ragged` vLLM's ragged-batch run "
             "(all prompts in one batch) against the bridge run alone. *(derived)*: computed host-side from "
             "captured hooks (harness/comparison/derived.py; entries masked on both sides ignored), not a tensor vLLM "
             "materialized.", "",
@@ -309,7 +309,7 @@ def _worst_token(row: dict) -> int | None:
     worst = row.get("worst") or {}
     if worst.get("token") is not None or not worst.get("index"):
         return worst.get("token")
-    from harness.comparison.shapes import heads_first
+    from harness.vocab.hook_rules import heads_first
 
     idx = worst["index"]
     return idx[1] if (row.get("derived") or heads_first(row["hook"])) and len(idx) > 1 else idx[0]

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from harness.comparison.gate import CROSS_REFERENCE, Band, Gate, margin
-from harness.pipeline.results import HookResult
+from harness.values.results import HookResult
 
 
 # -- margin --------------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def test_band_unmeasured_median_takes_the_worst_rows_tolerance_and_scale_the_min
 
 
 def test_unknown_dtype_gate_refuses():
-    from harness.references.tolerances import UnsupportedDtypeError
+    from harness.comparison.tolerances import UnsupportedDtypeError
 
     with pytest.raises(UnsupportedDtypeError, match="'float8' has no calibration"):
         Gate("float8", "float8", "X").ceiling

@@ -18,7 +18,7 @@ import torch
 
 from harness.comparison.gate import Band
 from harness.comparison.logits import greedy_agreement, logit_rows
-from harness.pipeline.plan import Case
+from harness.values.plan import Case
 
 LP = Case("hf", "logprobs", "log_softmax(logits)")
 AM = Case("hf", "argmax", "argmax(logits)")

@@ -19,7 +19,7 @@ import torch
 
 from harness.comparison.gate import Band
 from harness.comparison.rows import axes_of, compare_prompts, compared_row, nonfinite_logprobs, pairs_of
-from harness.pipeline.plan import Case
+from harness.values.plan import Case
 
 CASE = Case("bridge", "blocks.1.hook_out", "blocks.1.hook_out")
 BAND = Band(tolerance=1e-3, floor=1e-5, tolerance_median=1e-3, floor_median=1e-6, tolerance_scale=1e-3,

@@ -1,29 +1,14 @@
 """harness.comparison.shapes: the canonical layout the comparison sees.
 
-Contracts checked: heads_first is True exactly for the [heads, query, key] kinds (pattern and
-attention scores, at any layer); reference_to_canonical drops a batch dim of 1 (only of 1),
+Contracts checked (which hooks are heads-first: tests/unit/vocab/test_hook_rules.py):
+reference_to_canonical drops a batch dim of 1 (only of 1),
 detaches and moves to the CPU; subject_to_canonical keeps the request's first n_tokens rows.
 """
 from __future__ import annotations
 
-import pytest
 import torch
 
-from harness.comparison.shapes import HEADS_FIRST_KINDS, heads_first, reference_to_canonical, subject_to_canonical
-
-
-def test_heads_first_kinds():
-    assert HEADS_FIRST_KINDS == frozenset({"attn.hook_pattern", "attn.hook_attn_scores"})
-
-
-@pytest.mark.parametrize("hook, expected", [
-    ("blocks.0.attn.hook_pattern", True), ("blocks.17.attn.hook_attn_scores", True),
-    ("blocks.{i}.attn.hook_pattern", True),
-    ("blocks.0.attn.hook_q", False), ("blocks.0.attn.hook_z", False), ("blocks.0.hook_out", False),
-    ("unembed.hook_out", False),
-])
-def test_heads_first(hook, expected):
-    assert heads_first(hook) is expected
+from harness.comparison.shapes import reference_to_canonical, subject_to_canonical
 
 
 def test_reference_drops_a_batch_of_one():

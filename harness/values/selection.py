@@ -3,7 +3,7 @@
 Contract: :func:`parse_layers` / :func:`parse_kinds` turn the options' text into sets (a bad value
 raises ``argparse.ArgumentTypeError`` naming it, so both front ends stop before any engine boots);
 :class:`HookSelection` holds both and :meth:`HookSelection.resolve` turns them, for one model's
-offered hooks, into the set of hook names :func:`harness.pipeline.plan.build_plan` keeps (plus the
+offered hooks, into the set of hook names :func:`harness.values.plan.build_plan` keeps (plus the
 captured inputs of a kept derived hook).  A layer the model does not have, or a kind it does not
 offer, is a :class:`SelectionError` naming the input and what the model has.
 

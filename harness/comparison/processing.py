@@ -9,29 +9,18 @@ is unchanged; for LayerNorm models every tensor *written to* the residual
 stream -- ``hook_embed``, ``hook_resid_pre/mid/post``, ``hook_attn_out``,
 ``hook_mlp_out`` -- is centred over ``d_model`` (to 5e-7), because the
 writing weights are.  Other hooks move in other ways (``hook_v``/``hook_z``
-lose the folded value bias), so only the residual-stream hooks below get a
+lose the folded value bias), so only the residual-stream hooks get a
 ``compat-processed`` row: those are what SAE and probe users read.
 
-Contract: :func:`processed_hook(hook)` says whether a canonical hook gets a
-row; :func:`to_hooked_coordinates(x, normalization_type)` is the transform
+Contract: :func:`harness.vocab.hook_rules.processed_hook(hook)` says whether a canonical hook gets a
+row (the plan asks it); :func:`to_hooked_coordinates(x, normalization_type)` is the transform
 applied to vLLM's value before comparing.
 """
 from __future__ import annotations
 
 import torch
 
-from harness.vocab.hooks import template_of
-
-RESIDUAL_WRITES: frozenset[str] = frozenset({
-    "embed.hook_out", "blocks.{i}.hook_in", "blocks.{i}.hook_resid_mid", "blocks.{i}.hook_out",
-    "blocks.{i}.attn.hook_out", "blocks.{i}.mlp.hook_out",
-})
-
 CENTRED_NORMS = ("LN", "LNPre")
-
-
-def processed_hook(hook: str) -> bool:
-    return template_of(hook) in RESIDUAL_WRITES
 
 
 def to_hooked_coordinates(x: torch.Tensor, normalization_type: str | None) -> torch.Tensor:

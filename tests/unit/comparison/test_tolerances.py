@@ -1,4 +1,4 @@
-"""harness.references.tolerances: tolerance = max(multiple x floor, minimum) per dtype, and the
+"""harness.comparison.tolerances: tolerance = max(multiple x floor, minimum) per dtype, and the
 calibration table each number of which the docstring justifies.
 
 Contracts checked: the per-dtype multiples, minimums (floors ~0 get the minimum), truth dtypes and
@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from harness.references.tolerances import (CALIBRATION, TORCH_DTYPES, UnsupportedDtypeError, calibration_for,
+from harness.comparison.tolerances import (CALIBRATION, TORCH_DTYPES, UnsupportedDtypeError, calibration_for,
                                            reference_key, tolerance)
 
 

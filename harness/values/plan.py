@@ -18,11 +18,9 @@ from dataclasses import dataclass, field, replace
 
 from overlays import NoOverlayError
 from overlays.base import Derived, HookSpec, NonFiring, SwapAxes, config_get
-from harness.comparison.routing import GATE
-from harness.comparison.shapes import heads_first
-from harness.pipeline.selection import HookSelection
-from harness.references.processing import processed_hook
+from harness.values.selection import HookSelection
 from harness.vocab.hook_names import compat_alias, hf_hook
+from harness.vocab.hook_rules import GATE, heads_first, processed_hook
 from harness.vocab.hooks import expand_layers, hook_kind, layer_of
 
 LOGIT_CASES = (("hf", "logprobs", "log_softmax(logits)"), ("hf", "argmax", "argmax(logits)"))
@@ -181,7 +179,7 @@ def select_hooks(specs: dict[str, HookSpec], derived: dict[str, Derived], hooks:
 
 def build_plan(target, variant, hooks: set[str] | frozenset[str] | HookSelection | None = None) -> Plan:
     """The plan of ``target`` under ``variant``; ``hooks``: a selective run's hooks (plus derived inputs),
-    as names or as a :class:`~harness.pipeline.selection.HookSelection` (``--layers``, ``--hook-kinds``)."""
+    as names or as a :class:`~harness.values.selection.HookSelection` (``--layers``, ``--hook-kinds``)."""
     cfg = target.hf_config
     specs, derived, nonfiring = offered(target, variant)
     if isinstance(hooks, HookSelection):  # --layers / --hook-kinds: this model's hook names

@@ -1,4 +1,4 @@
-"""harness.pipeline.fingerprint: what a report was computed from, as one hash (--resume).
+"""harness.values.fingerprint: what a report was computed from, as one hash (--resume).
 
 Contracts checked: checkpoint_hash covers config.json's content and each weight file's name, size
 and mtime, plus the provenance (key order irrelevant); it does *not* read weight content (the
@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.pipeline.fingerprint import checkpoint_hash, code_hash, fingerprint
-from harness.pipeline.variant import Variant
+from harness.values.fingerprint import checkpoint_hash, code_hash, fingerprint
+from harness.values.variant import Variant
 
 VERSIONS = {"vllm": "0.32.0", "torch": "2.9.0", "transformers": "5.0.0", "transformer-lens": "4.3.0"}
 

@@ -1,4 +1,4 @@
-"""harness.references.known_issues: documented bugs of a reference engine, as data.
+"""harness.comparison.known_issues: documented bugs of a reference engine, as data.
 
 Contracts checked: known_issue(architecture, reference, hook) matches on the architecture, the
 references of the entry and the hook template (any layer, literal otherwise) and returns None
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness.references.known_issues import KNOWN_ISSUES, SIGNATURES, known_issue
+from harness.comparison.known_issues import KNOWN_ISSUES, SIGNATURES, known_issue
 
 SCORES = "blocks.2.attn.hook_attn_scores"
 

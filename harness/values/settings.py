@@ -1,7 +1,7 @@
-"""How a run is carried out, beside what is run (the :class:`~harness.pipeline.variant.Variant`).
+"""How a run is carried out, beside what is run (the :class:`~harness.values.variant.Variant`).
 
 Contract: :class:`RunSettings` is one frozen value built once by each front end
-(harness.frontends.cli, harness.frontends.pytest_plugin) and handed to
+(harness.frontends.options.run_settings, for the CLI and the pytest plugin) and handed to
 :func:`harness.pipeline.runner.run_model`.  Nothing here changes what is compared, so nothing here
 is in a report's fingerprint or name:
 
@@ -10,7 +10,7 @@ is in a report's fingerprint or name:
 * ``references_dir`` (``--references-dir``): where reference captures and floors are stored and
   reused (harness.references.stored); None computes them every time;
 * ``selection`` (``--layers``, ``--hook-kinds``): capture and compare only those hooks
-  (harness.pipeline.selection).  It changes how much is compared, not how: the run is a selective
+  (harness.values.selection).  It changes how much is compared, not how: the run is a selective
   run, whose report is ``...-selection`` (never a full report's name, left out of the matrix, never
   skipped by ``--resume``), so it needs no place in the fingerprint either.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.pipeline.selection import HookSelection
+from harness.values.selection import HookSelection
 
 
 @dataclass(frozen=True)
@@ -29,13 +29,3 @@ class RunSettings:
     engine_timeout_s: float = 900
     references_dir: Path | None = None
     selection: HookSelection | None = None
-
-    @classmethod
-    def from_options(cls, source) -> "RunSettings":
-        """From an argparse ``Namespace`` or a pytest ``Config`` (harness.frontends.options)."""
-        from harness.frontends.options import read
-
-        refs = read(source, "--references-dir")
-        layers, kinds = read(source, "--layers"), read(source, "--hook-kinds")
-        selection = HookSelection(layers, kinds) if layers is not None or kinds is not None else None
-        return cls(float(read(source, "--engine-timeout")), Path(refs) if refs else None, selection)

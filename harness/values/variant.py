@@ -117,7 +117,7 @@ class Variant:
     # -- what follows from it ------------------------------------------------------
     @property
     def gate_key(self) -> str:
-        """The calibration entry (harness.references.tolerances): fp32 under TF32 has its own."""
+        """The calibration entry (harness.comparison.tolerances): fp32 under TF32 has its own."""
         return f"{self.dtype}-tf32" if self.precision == "tf32" else self.dtype
 
     @property

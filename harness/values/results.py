@@ -36,10 +36,10 @@ class HookResult:
     cos_min: float = math.nan
     worst: dict = field(default_factory=dict)
     message: str = ""
-    floor: float | None = None  # the reference's own noise floor for this hook (harness.references.tolerances)
+    floor: float | None = None  # the reference's own noise floor for this hook (harness.comparison.tolerances)
     logit_metrics: dict = field(default_factory=dict)  # KL, top-1, top-k overlap (logprobs rows)
     derived: bool = False  # computed host-side from other hooks' captures (harness.comparison.derived)
-    known_issue: str | None = None  # a documented bug in the reference engine (harness.references.known_issues)
+    known_issue: str | None = None  # a documented bug in the reference engine (harness.comparison.known_issues)
     # the typical row beside the worst one (harness.comparison.gate): median row error and median signed
     # scale deviation, each with the floor run's own value and its calibrated tolerance
     rel_median: float = math.nan
@@ -67,7 +67,7 @@ class ModelResult:
     dtype: str
     seed: int | None
     device: str = "cpu"  # "cpu" or "cuda"
-    subject: str = "vllm"  # harness.pipeline.variant.SUBJECTS
+    subject: str = "vllm"  # harness.values.variant.SUBJECTS
     device_info: dict = field(default_factory=dict)  # GPU name, driver, CUDA, precision mode
     # which kernels computed the numbers (harness.kernel_path.label: "avx2", "avx512-bf16-amx",
     # "cuda-FLASH_ATTN-piecewise"): a verdict is a verdict of (model, variant, kernel path)
@@ -93,7 +93,7 @@ class ModelResult:
     skipped: str | None = None  # this (model, dtype) is not run, and why (a declared vLLM refusal)
     error: str | None = None
     wall_s: float = 0.0
-    fingerprint: str | None = None  # code, checkpoint, variant, versions (harness.pipeline.fingerprint)
+    fingerprint: str | None = None  # code, checkpoint, variant, versions (harness.values.fingerprint)
     provenance: dict = field(default_factory=dict)  # a packaged checkpoint's origin (package, file sha256, ...)
     # a serving run (harness.engines.serving): scheme, engine steps, generated tokens, and per prompt
     # where every position came from (harness.engines.stitch.Coverage); empty for the single shape
@@ -103,7 +103,7 @@ class ModelResult:
 
     @classmethod
     def start(cls, target: Any, variant: Any, overlay_name: str | None = None) -> "ModelResult":
-        """An empty result naming ``target`` and ``variant`` (harness.pipeline.variant.Variant)."""
+        """An empty result naming ``target`` and ``variant`` (harness.values.variant.Variant)."""
         return cls(target.name, target.architecture, overlay_name or (type(target.overlay).__name__ if target.overlay is not None else target.overlay_name), target.source,
                    str(target.checkpoint), variant.dtype, target.seed, device=variant.device,
                    subject=variant.subject, compiled=variant.compiled, device_info=dict(variant.run_info),
@@ -123,7 +123,7 @@ class ModelResult:
 class ModelRun:
     target: Any  # harness.models.targets.Target
     result: ModelResult
-    plan: Any = None  # harness.pipeline.plan.Plan
+    plan: Any = None  # harness.values.plan.Plan
     subject: Any = None  # harness.engines.subject.SubjectCapture
     refs: Any = None  # harness.references.reference.ReferenceCapture
 

@@ -1,0 +1,1 @@
+"""The value types of a run, below everything that uses them: the variant (what is run), the plan (what is compared), the run settings (how), hook selections, the result schema and the fingerprints that key stored results. Frozen values and pure functions; no engine is driven from here."""

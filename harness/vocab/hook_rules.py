@@ -1,0 +1,38 @@
+"""Rules that sort canonical hooks into groups by name alone: which hooks hold heads-first values,
+which write the residual stream (and so get a ``compat-processed`` row), which are router logits.
+
+Contract: pure predicates on hook names and the name sets behind them, declared once here so that
+the plan (harness.values.plan) and the comparisons that act on a group (harness.comparison.shapes,
+harness.comparison.routing, harness.references.processing) read the same rule.  Why each group
+exists is said where it is acted on; this module only names its members.
+
+Trap: a template is matched literally except for ``{i}`` (harness.vocab.hooks), so the router
+pattern ``blocks.{i}.mlp.gate.hook_out`` is not an ``mlp.hook_out``.
+"""
+from __future__ import annotations
+
+import re
+
+from harness.vocab.hooks import hook_kind, template_of
+
+# canonical values laid out [heads, query, key]: their token axis is 1, not 0
+HEADS_FIRST_KINDS = frozenset({"attn.hook_pattern", "attn.hook_attn_scores"})
+
+# tensors written to the residual stream: what HookedTransformer's weight processing centres
+RESIDUAL_WRITES: frozenset[str] = frozenset({
+    "embed.hook_out", "blocks.{i}.hook_in", "blocks.{i}.hook_resid_mid", "blocks.{i}.hook_out",
+    "blocks.{i}.attn.hook_out", "blocks.{i}.mlp.hook_out",
+})
+
+# a mixture-of-experts layer's router logits, the layer in group 1
+GATE = re.compile(r"^blocks\.(\d+)\.mlp\.gate\.hook_out$")
+
+
+def heads_first(hook: str) -> bool:
+    """Whether ``hook``'s canonical value is ``[heads, T, T]`` (token axis 1)."""
+    return hook_kind(hook) in HEADS_FIRST_KINDS
+
+
+def processed_hook(hook: str) -> bool:
+    """Whether ``hook`` writes the residual stream (gets a ``compat-processed`` row)."""
+    return template_of(hook) in RESIDUAL_WRITES
