@@ -1,7 +1,8 @@
 """Gated hooks per family and variant from a report folder: ``python scripts/gated_table.py reports/``.
 
 Prints a markdown table: family | variant | gated / compared hooks | inconclusive rows | verdict
-(recomputed by this code's rules, harness.reporting.report.summarize) | verdict stored in the file.
+(the one rule, harness.comparison.verdict.summarize, re-applied to the file's rows) | verdict the run
+stored: a diagnostic for report files written by older code.
 """
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from harness.reporting.report import SELECTION_SUFFIX, summarize, variant_of
+from harness.comparison.verdict import summarize
+from harness.reporting.naming import SELECTION_SUFFIX, variant_of
 
 
 def main(folder: str) -> None:
@@ -19,7 +21,7 @@ def main(folder: str) -> None:
         if path.stem.endswith(SELECTION_SUFFIX):
             continue
         r = json.loads(path.read_text())
-        s = summarize(r)
+        s = summarize(r)  # the rule re-applied to the file's rows, to compare with what it stored
         stored = (r.get("summary") or {}).get("verdict", "?")
         print(f"| {r['model']} | {variant_of(r)} | {s['hooks_gated']} / {s['hooks_compared']} | {s['inconclusive']} "
               f"| {s['verdict']} | {stored} |")

@@ -9,7 +9,7 @@ import torch
 from harness.comparison.compare import compare_tensors, failure_message
 from harness.comparison.conversions import stitch_calls
 from harness.comparison.derived import attention_pattern, attention_scores, derive, ignore_common_mask, visible_keys
-from harness.reporting.report import report_stem, variant_of
+from harness.reporting.naming import report_stem, variant_of
 from overlays.base import Derived
 
 

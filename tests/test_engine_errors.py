@@ -14,13 +14,13 @@ def test_tensor_parallelism_that_does_not_divide_the_heads_is_one_error_with_vll
     from harness.pipeline.runner import run_model
     from harness.values.variant import Variant
     from harness.reporting.matrix import build_matrix
-    from harness.reporting.report import summarize, write_report
+    from harness.reporting.report import write_report
 
     target = target_for_family(FAMILIES["smollm2"])  # 9 attention heads
     run = run_model(target, Variant.make("float32", "cpu", tp=2), work_root=tmp_path)
     error = run.result.error or ""
     assert "divisible" in error.splitlines()[0] and "2" in error.splitlines()[0], error[:2000]
-    assert not run.result.rows and summarize(run.result.to_dict())["verdict"] == "error"
+    assert not run.result.rows and run.result.summary["verdict"] == "error"
     write_report(run.result.to_dict(), tmp_path / "reports")
     (row,) = build_matrix(tmp_path / "reports")
     assert row["verdict"] == "error" and "divisible" in row["error"]

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from harness.phases import Phases, peak_memory
-from harness.reporting.report import phases_markdown, to_markdown, write_report
+from harness.reporting.markdown import phases_markdown, to_markdown
+from harness.reporting.report import write_report
 
 
 def test_phases_keep_start_order_nest_and_accumulate():

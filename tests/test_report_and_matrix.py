@@ -2,7 +2,9 @@
 import json
 
 from harness.reporting.matrix import build_matrix, write_matrix
-from harness.reporting.report import summarize, to_markdown, write_report
+from harness.comparison.verdict import summarize
+from harness.reporting.markdown import to_markdown
+from harness.reporting.report import write_report
 
 
 def _result(model, status="pass", rel=1e-6, error=None, dtype="float32"):

@@ -21,7 +21,7 @@ from harness.models.text_prompts import (
     tokenize_prompts,
     with_prompts,
 )
-from harness.reporting.report import to_markdown
+from harness.reporting.markdown import to_markdown
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -49,26 +49,26 @@ def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None, set
 
         torch.set_num_threads(threads)
     from harness.pipeline.runner import run_model
-    from harness.reporting.report import summarize
 
     target, variant = job
     from harness.values.settings import RunSettings
 
     result = run_model(target, variant, settings=settings or RunSettings()).result.to_dict()
-    return {"result": result, "summary": summarize(result)}
+    return {"result": result, "summary": result["summary"]}
 
 
 def _lost_job(job: tuple, exc: BaseException | str) -> dict:
     """The result of a job that never reported (its worker process died, or the run was interrupted):
     an error naming why, so the matrix shows it and ``--resume`` reruns it."""
+    from harness.comparison.verdict import summarize
     from harness.values.results import ModelResult
-    from harness.reporting.report import summarize
 
     target, variant = job
     result = ModelResult.start(target, variant)
     result.error = exc if isinstance(exc, str) else f"worker process lost: {type(exc).__name__}: {exc}"
+    result.summary = summarize(result.to_dict())  # the lost job's verdict (error), decided here once
     d = result.to_dict()
-    return {"result": d, "summary": summarize(d)}
+    return {"result": d, "summary": d["summary"]}
 
 
 def _current(job: tuple, report_dir: Path) -> bool:

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from overlays.base import DropBatch
 from harness.comparison.evaluate import evaluate
+from harness.comparison.verdict import summarize
 from harness.comparison.gate import Gate
 from harness.engines.subject import capture_vllm
 from harness.logprob_request import logprob_k
@@ -236,6 +237,7 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
         result.timings = {**result.timings, "phases": phases.seconds, "peak_memory": peak_memory(),
                           "memory": memory.summary()}
         result.wall_s = time.perf_counter() - t0
+        result.summary = summarize(result.to_dict())  # the model's verdict, decided once, here
     return run
 
 

@@ -23,7 +23,8 @@ from pathlib import Path
 Folders = Path | str | Sequence[Path | str]  # one folder, or several to merge
 
 from harness.reporting.matrix_html import write_html
-from harness.reporting.report import SELECTION_SUFFIX, summarize, variant_of
+from harness.comparison.verdict import summary_of
+from harness.reporting.naming import SELECTION_SUFFIX, variant_of
 
 
 def _folders(report_dir: Folders) -> list[Path]:
@@ -64,7 +65,7 @@ def build_matrix(report_dir: Folders, relative_to: Path | None = None) -> list[d
         except (OSError, json.JSONDecodeError) as exc:
             rows.append({"model": path.parent.name, "verdict": "error", "error": f"unreadable {path}: {exc}"})
             continue
-        s = summarize(r)  # recomputed: the verdict rules of this code, whatever wrote the file
+        s = summary_of(r)  # the verdict the run stored
         v = r.get("versions", {})
         rows.append({
             "model": r["model"], "architecture": r["architecture"], "overlay": r["overlay"],

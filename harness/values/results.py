@@ -100,6 +100,8 @@ class ModelResult:
     serving: dict = field(default_factory=dict)
     # stored references (--references-dir, harness.references.stored): loaded or computed, and where
     references_stored: dict = field(default_factory=dict)
+    # the model's verdict and counts, decided once when the run ends (harness.comparison.verdict)
+    summary: dict = field(default_factory=dict)
 
     @classmethod
     def start(cls, target: Any, variant: Any, overlay_name: str | None = None) -> "ModelResult":

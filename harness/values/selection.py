@@ -10,7 +10,7 @@ offer, is a :class:`SelectionError` naming the input and what the model has.
 What a selection means: fewer hooks captured (vLLM's reads, every reference's captures, the floor
 runs' captures) and compared; ``logprobs`` and ``argmax`` are always compared.  The run is a
 *selective* run: its report is ``...-selection`` and says which hooks, the matrix leaves it out,
-and ``--resume`` never skips it (harness.reporting.report, harness.frontends.cli).
+and ``--resume`` never skips it (harness.reporting.naming, harness.frontends.cli).
 
 Trap: ``--layers`` keeps the hooks outside the layers (``embed.*``, ``ln_final.*``,
 ``unembed.*``) unless ``--hook-kinds`` leaves them out; a kind is what

@@ -1,0 +1,88 @@
+"""A model's verdict: the one rule that turns a run's final rows into ``pass`` / ``partial`` / ``fail`` /
+``error`` / ``skipped`` and the counts behind it.
+
+Contract: :func:`summarize` is the rule; harness.pipeline.runner.run_model applies it once, when the
+run ends (a failed or refused run included), and stores it in the result (``ModelResult.summary``).
+Reports, the support matrix, the CLI's exit status and the pytest plugin read that stored summary
+through :func:`summary_of` and never decide a verdict themselves.  Rows are read, not re-gated: each
+row's status and margin were decided by harness.comparison.gate.Gate.finalize.
+
+Trap: a result written before summaries were stored (an older report file) has none; :func:`summary_of`
+summarizes it here, by the same rule, and says so (``computed_on_read``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+VERDICTS = ("pass", "partial", "fail", "error", "skipped")
+
+
+def summarize(result: dict) -> dict:
+    """The model/variant's verdict and counts.  ``pass`` only if every offered hook was *gated*
+    (at least one vLLM-vs-reference row compared it and passed or failed: not inconclusive, not
+    explained by a reference bug) and no row failed or errored; ``partial`` when some hooks were
+    not gated (listed in ``ungated_hooks``); ``fail`` when a row failed; ``error`` when a row or
+    the run could not be compared, or nothing was; ``skipped`` for a declared vLLM refusal."""
+    rows = result.get("rows", [])
+    known = [r for r in rows if r.get("known_issue") and r["status"] != "pass"]
+    inconclusive = sum(r["status"] == "inconclusive" for r in rows)
+    gated = [r for r in rows if r["kind"] != "argmax" and not r.get("known_issue") and r["status"] in ("pass", "fail")]
+    passed = sum(r["status"] == "pass" for r in rows)
+    failed = sum(r["status"] == "fail" and not r.get("known_issue") for r in rows)
+    errors = sum(r["status"] == "error" for r in rows)
+    # "worst" = closest to (or furthest past) its own tolerance: tolerances differ by hook
+    worst = max(gated, key=lambda r: stored_margin(r) if _finite(stored_margin(r)) else math.inf, default=None)
+    nonfiring = sum(len(n.get("hooks", [])) for n in result.get("nonfiring", []))
+    subject_rows = [r for r in rows if "~" not in r["reference"]]  # vLLM vs a reference
+    offered = list(dict.fromkeys(r["hook"] for r in subject_rows))
+    gated_hooks = {r["hook"] for r in subject_rows if r["status"] in ("pass", "fail") and not r.get("known_issue")}
+    ungated = [h for h in offered if h not in gated_hooks]
+    if result.get("skipped"):
+        verdict = "skipped"
+    elif result.get("error") or not offered:
+        verdict = "error"  # an engine failed, or nothing was compared (an overlay with no hooks)
+    elif failed:
+        verdict = "fail"
+    elif errors:
+        verdict = "error"
+    elif ungated:
+        verdict = "partial"
+    else:
+        verdict = "pass"
+    hooks = {r["hook"] for r in rows if r["reference"] != "hf"}
+    return {
+        "rows": len(rows), "passed": passed, "failed": failed, "errors": errors,
+        "known_issues": len(known),
+        "inconclusive": inconclusive,
+        "hooks_offered": len(hooks),
+        "hooks_passed": len(hooks - {r["hook"] for r in rows if r["reference"] != "hf" and r["status"] != "pass"}),
+        "hooks_gated": len(offered) - len(ungated), "hooks_compared": len(offered), "ungated_hooks": ungated,
+        "hook_kinds": len({r["kind"] for r in rows if r["reference"] != "hf"}),
+        "nonfiring": nonfiring,
+        "worst_rel_err": worst["rel_err"] if worst else None,
+        "worst_margin": stored_margin(worst) if worst else None,
+        "worst_where": f"{worst['hook']} vs {worst['reference']}" if worst else None,
+        "selection": result.get("selected_hooks") is not None,
+        "verdict": verdict,
+    }
+
+
+def stored_margin(row: dict) -> float:
+    """The margin the gate stored in the row (harness.comparison.gate.Gate.row_margin); NaN in a
+    report written before the gate stored it."""
+    m = row.get("margin")
+    return float(m) if isinstance(m, (int, float)) else math.nan
+
+
+def summary_of(result: dict) -> dict:
+    """The summary ``run_model`` stored in ``result``; for a result written before it stored one, the
+    same rule applied now (marked ``computed_on_read``)."""
+    stored = result.get("summary")
+    if stored:
+        return stored
+    return {**summarize(result), "computed_on_read": True}
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
