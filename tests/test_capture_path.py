@@ -8,7 +8,8 @@ import types
 import pytest
 import torch
 
-from harness.engines.vllm_worker import CaptureExtension, sum_terms
+from harness.engines.reads import sum_terms
+from harness.engines.vllm_worker import CaptureExtension
 
 
 class AddNorm(torch.nn.Module):

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from harness.engines.vllm_worker import eval_input, eval_output, natural_key, parse_read, resolve_module
+from harness.engines.reads import eval_input, eval_output, natural_key, parse_read, resolve_module
 from overlays.base import HookSpec
 
 
@@ -62,7 +62,7 @@ def test_a_shared_module_maps_calls_to_every_layer_it_serves_not_only_the_reques
     """vLLM shares one rotary embedding across layers: selecting layer 2 alone must not take layer 0's call."""
     import torch
 
-    from harness.engines.vllm_worker import sibling_paths
+    from harness.engines.reads import sibling_paths
 
     rotary = torch.nn.Identity()
 

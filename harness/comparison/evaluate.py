@@ -58,6 +58,34 @@ class _LayerCache(dict):
         return value
 
 
+class NoValue(Exception):
+    """A hook has no value; the message is the whole reason, as the row states it."""
+
+
+class _Values:
+    """hook -> its values per prompt, computed once and kept one layer at a time (:class:`_LayerCache`),
+    or the reason it has none (``failed``): the one "compute, else record why" rule of the evaluation."""
+
+    def __init__(self) -> None:
+        self.cache = _LayerCache()
+        self.failed: dict[str, str] = {}
+
+    def get(self, hook: str, compute, why) -> list[torch.Tensor] | None:
+        """The cached value, else ``compute()``; where it raises, ``why(exc)`` is recorded (a
+        :class:`NoValue`'s own message is the reason as it stands) and None returned, now and later."""
+        if hook in self.failed:
+            return None
+        if hook in self.cache:
+            return self.cache[hook]
+        try:
+            return self.cache.put(hook, compute())
+        except NoValue as exc:
+            self.failed[hook] = str(exc)
+        except Exception as exc:  # noqa: BLE001 -- a conversion or derivation that cannot apply is this hook's error
+            self.failed[hook] = why(exc)
+        return None
+
+
 class _Evaluation:
     """The state one evaluation builds: converted captures (on demand, one layer at a time), derived
     values, flips."""
@@ -65,14 +93,15 @@ class _Evaluation:
     def __init__(self, plan: Plan, subject, refs, prompts: list[list[int]], gate: Gate, model: str) -> None:
         self.plan, self.subject, self.refs, self.gate, self.model = plan, subject, refs, gate, model
         self.n, self.lengths = len(prompts), [len(t) for t in prompts]
-        self.values = _LayerCache()  # converted captures, also the inputs of derived hooks
-        self.failed: dict[str, str] = {}  # hook -> why its capture has no value
+        self.converted = _Values()  # converted captures, also the inputs of derived hooks
+        self.failed = self.converted.failed  # hook -> why its capture has no value
         self.bridge_floor = refs.floors.get("bridge", {})
         self.router_tol = {h: gate.tolerance("bridge", self.bridge_floor.get(h)) for h in plan.specs if GATE.match(h)}
         self.flips = self._routing_flips(self.value)
-        self.derived_values = _LayerCache()
-        self.derived_failed: dict[str, str] = {}
-        self.ragged_values, self.ragged_failed = _LayerCache(), {}
+        self.derived = _Values()
+        self.derived_failed = self.derived.failed
+        self.ragged_converted = _Values()
+        self.ragged_failed = self.ragged_converted.failed
         self.ragged_hooks = {c.hook for c in plan.cases if c.reference == "bridge-ragged"}
         self._first_bad: dict[str, str | None] = {}  # engine -> its first non-finite hook in forward order
         # the batched forward may flip other near-ties than the single-prompt ones
@@ -85,14 +114,13 @@ class _Evaluation:
     def value(self, hook: str) -> list[torch.Tensor] | None:
         """vLLM's converted value of ``hook`` per prompt; None where it failed (``self.failed`` says why)
         or the plan has no such read."""
-        if hook in self.values:
-            return self.values[hook]
         spec = self.plan.specs.get(hook)
-        if spec is None or hook in self.failed:
+        if spec is None and hook not in self.converted.cache:
             return None
-        return self._convert(hook, spec)
+        return self.converted.get(hook, lambda: self._convert(hook, spec),
+                                  lambda exc: f"{hook}: conversion failed: {exc}")
 
-    def _convert(self, hook: str, spec: HookSpec) -> list[torch.Tensor] | None:
+    def _convert(self, hook: str, spec: HookSpec) -> list[torch.Tensor]:
         out = []
         for p, n_tokens in enumerate(self.lengths):
             raw = self.subject.read(p, spec.raw_key)
@@ -102,14 +130,9 @@ class _Evaluation:
                     engine = (self.subject.meta.get("device_info") or {}).get("engine") or {}
                     problem += (f": no such module in vLLM's model tree ({engine.get('model_class', 'model class unknown')}"
                                 f"); the overlay describes another implementation of this architecture")
-                self.failed[hook] = problem
-                return None
-            try:
-                out.append(convert(spec, self._canonical(p, spec, raw, n_tokens), self.subject.params))
-            except Exception as exc:  # noqa: BLE001 -- a conversion that cannot apply is a mapping error
-                self.failed[hook] = f"{hook}: conversion failed: {exc}"
-                return None
-        return self.values.put(hook, out)
+                raise NoValue(problem)
+            out.append(convert(spec, self._canonical(p, spec, raw, n_tokens), self.subject.params))
+        return out
 
     def _canonical(self, p: int, spec: HookSpec, first: torch.Tensor, n_tokens: int) -> torch.Tensor:
         """The raw read of one prompt in ``[T, ...]`` rows: the first call's, or every call stitched."""
@@ -124,39 +147,33 @@ class _Evaluation:
         """A derived hook's value per prompt, from its inputs' converted values; None where an input
         is missing or the derivation fails (``self.derived_failed`` says why)."""
         spec = self.plan.derived.get(hook)
-        if spec is None or hook in self.derived_failed:
+        if spec is None:
             return None
-        if hook in self.derived_values:
-            return self.derived_values[hook]
-        inputs = {h: self.value(h) for h in spec.inputs}
-        missing = [f"input {h}: {self.failed.get(h, 'not captured')}" for h, v in inputs.items() if v is None]
-        try:
+
+        def compute() -> list[torch.Tensor]:
+            inputs = {h: self.value(h) for h in spec.inputs}
+            missing = [f"input {h}: {self.failed.get(h, 'not captured')}" for h, v in inputs.items() if v is None]
             if missing:
                 raise LookupError("; ".join(missing))
-            return self.derived_values.put(hook, [derive(spec, {h: v[p] for h, v in inputs.items()})
-                                                  for p in range(self.n)])
-        except Exception as exc:  # noqa: BLE001 -- a missing input or failed derivation is this hook's error
-            self.derived_failed[hook] = f"{hook} (derived {spec.describe()}): {exc}"
-            return None
+            return [derive(spec, {h: v[p] for h, v in inputs.items()}) for p in range(self.n)]
+
+        return self.derived.get(hook, compute, lambda exc: f"{hook} (derived {spec.describe()}): {exc}")
 
     def ragged(self, hook: str) -> list[torch.Tensor] | None:
         """vLLM's value of ``hook`` in the ragged-batch run, split per prompt; None where the plan has
         no ragged case for it, or it failed (``self.ragged_failed`` says why)."""
-        if hook not in self.ragged_hooks or hook in self.ragged_failed:
+        if hook not in self.ragged_hooks:
             return None
-        if hook in self.ragged_values:
-            return self.ragged_values[hook]
-        spec = self.plan.specs[hook]
-        row_dim = 1 if spec.convert and isinstance(spec.convert[0], DropBatch) else 0  # [1, T, ...] reads
-        raws = [self.subject.ragged_read(p, spec.raw_key, self.lengths, row_dim) for p in range(self.n)]
-        if any(r is None for r in raws):
-            self.ragged_failed[hook] = f"{hook}: no ragged-batch capture (vLLM did not report its batch layout)"
-            return None
-        try:
-            return self.ragged_values.put(hook, [convert(spec, r, self.subject.params) for r in raws])
-        except Exception as exc:  # noqa: BLE001
-            self.ragged_failed[hook] = f"{hook}: conversion failed: {exc}"
-            return None
+
+        def compute() -> list[torch.Tensor]:
+            spec = self.plan.specs[hook]
+            row_dim = 1 if spec.convert and isinstance(spec.convert[0], DropBatch) else 0  # [1, T, ...] reads
+            raws = [self.subject.ragged_read(p, spec.raw_key, self.lengths, row_dim) for p in range(self.n)]
+            if any(r is None for r in raws):
+                raise NoValue(f"{hook}: no ragged-batch capture (vLLM did not report its batch layout)")
+            return [convert(spec, r, self.subject.params) for r in raws]
+
+        return self.ragged_converted.get(hook, compute, lambda exc: f"{hook}: conversion failed: {exc}")
 
     def _routing_flips(self, value_of) -> list[Flip]:
         """Every token whose top-k expert set differs between vLLM's router logits (``value_of(hook)``)

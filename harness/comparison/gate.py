@@ -27,10 +27,10 @@ Traps:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.comparison.known_issues import known_issue
-from harness.comparison.tolerances import calibration_for, reference_key, tolerance
+from harness.comparison.tolerances import Calibration, calibration_for, reference_key
 
 CROSS_REFERENCE = "bridge~hf"  # the two references compared with each other, no vLLM involved
 
@@ -64,10 +64,24 @@ class Gate:
     key: str  # calibration key of vLLM's rows ("float32", "bfloat16", "float32-tf32", ...)
     dtype: str  # the run's dtype: its ceiling applies to every row
     architecture: str  # for documented reference bugs
+    # looked up once, here (a key without one raises UnsupportedDtypeError: before any engine boots)
+    calibration: Calibration = field(init=False, repr=False)  # vLLM's rows: multiple, minimum
+    cross_calibration: Calibration = field(init=False, repr=False)  # bridge~hf: the references never run in TF32
+    dtype_calibration: Calibration = field(init=False, repr=False)  # the run's dtype: ceiling, truth dtype
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "calibration", calibration_for(self.key))
+        object.__setattr__(self, "cross_calibration", calibration_for(reference_key(self.key)))
+        object.__setattr__(self, "dtype_calibration", calibration_for(self.dtype))
+
+    @classmethod
+    def for_run(cls, variant, architecture: str) -> "Gate":
+        """The gate of ``variant`` (harness.values.variant.Variant) on a model of ``architecture``."""
+        return cls(variant.gate_key, variant.dtype, architecture)
 
     def tolerance(self, reference: str, floor: float | None) -> float:
-        key = reference_key(self.key) if reference == CROSS_REFERENCE else self.key
-        return tolerance(key, floor)
+        cal = self.cross_calibration if reference == CROSS_REFERENCE else self.calibration
+        return cal.tolerance(floor)
 
     def band(self, reference: str, floor: float | None, floor_median: float | None = None,
              floor_scale: float | None = None) -> Band:
@@ -80,7 +94,7 @@ class Gate:
 
     @property
     def ceiling(self) -> float:
-        return calibration_for(self.dtype).ceiling
+        return self.dtype_calibration.ceiling
 
     def row_margin(self, row) -> float:
         """The row's margin on the statistics that gate it: the worst row where its tolerance is at
@@ -100,7 +114,7 @@ class Gate:
         tell a mapping bug from rounding); a row above its tolerance fails, whatever the ceiling.
         A failed row is explained by a documented reference bug only where the bug's signature
         holds in this run's reference captures (``refs``); an error is never explained."""
-        cal = calibration_for(self.dtype)
+        cal = self.dtype_calibration
         worst_gated = row.tolerance <= cal.ceiling
         median_gated = row.tolerance_median <= cal.ceiling  # NaN (not compared) is never gated
         if row.floor is not None and row.status == "pass" and not (worst_gated or median_gated):

@@ -58,6 +58,12 @@ class Calibration:
     # large to tell a bug from rounding there), never "pass".
     ceiling: float = 0.25
 
+    def tolerance(self, floor: float | None) -> float:
+        """The gate for one hook given its measured noise floor (None or NaN: not measured)."""
+        if floor is None or floor != floor:  # NaN
+            return self.minimum
+        return max(self.multiple * floor, self.minimum)
+
 
 CALIBRATION: dict[str, Calibration] = {
     "float32": Calibration(
@@ -108,8 +114,5 @@ def calibration_for(dtype: str) -> Calibration:
 
 def tolerance(dtype: str, floor: float | None) -> float:
     """The gate for one hook given its measured noise floor (None: not measured)."""
-    cal = calibration_for(dtype)
-    if floor is None or floor != floor:  # NaN
-        return cal.minimum
-    return max(cal.multiple * floor, cal.minimum)
+    return calibration_for(dtype).tolerance(floor)
 

@@ -7,7 +7,7 @@ op of harness.engines.vllm_worker, a piecewise splitting op) records nothing the
 xs, slot)``, a custom op with ``mutates_args=("counts",)`` and a fake implementation, which is no
 splitting op: it is captured inside full and piecewise graphs alike.  Its body runs Python only when
 the graph is *captured* or the compiled code runs without a graph; there it copies each read (the
-sink's ``copy_`` / ``torch.add(out=)``, :func:`harness.engines.vllm_worker.sum_terms`, so the bits are
+sink's ``copy_`` / ``torch.add(out=)``, :func:`harness.engines.reads.sum_terms`, so the bits are
 the eager sink's) into a static buffer owned by (hook slot, read, call of this forward) and adds 1
 to ``counts[slot]``.  Every replay repeats those kernels on the replay's inputs.
 

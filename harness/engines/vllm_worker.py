@@ -7,7 +7,9 @@ insecure serialization is needed.  Files, not tensors, cross the RPC boundary:
 ``vp_dump(path)`` writes a safetensors file per rank, which works the same for
 the in-process executor and for multi-process / tensor-parallel workers.
 
-Reads follow ``overlays.base.READ_GRAMMAR``.  The capture path, per forward:
+Reads follow ``overlays.base.READ_GRAMMAR``, evaluated by harness.engines.reads (which module, which
+argument or output element, how terms sum); this module is the worker side: the hooks, the tap ops,
+the sinks and their buffers, the ``vp_*`` entry points.  The capture path, per forward:
 
 * **One hook per module and side.**  Every read of a module's outputs is taken
   by one forward hook, every read of its inputs by one forward pre-hook, however
@@ -70,10 +72,7 @@ is sharded across tensor-parallel ranks) are reached through
 from __future__ import annotations
 
 import functools
-import inspect
 import math
-import re
-import sys
 import time
 from collections.abc import Callable
 from typing import Any, Optional
@@ -83,12 +82,12 @@ import torch
 from harness.vocab.capture_keys import call_key, read_key
 from harness.engines.tensor_parallel import in_parallel_region, tp_layout
 from harness.engines import graph_capture
+from harness.engines.reads import (group_reads, input_terms, natural_key, parse_read, pick_inputs, pick_outputs,
+                                   resolve_module, sibling_paths, sum_terms)
 from harness.engines.graph_capture import GraphBuffers, _tap_into_impl, buffer_rows, graph_mode, tokens_of
 from harness.engines.vllm_compat import (CAPTURE_OP, batch_layout, engine_info, kernel_path, replay_inputs,
                                          runner_model, track_batch_requests, wrap_forward_calls)
 
-_TERM = re.compile(r"^(out|in)(?:\[(\d+)\]|\.(\w+))?$")
-_ABSENT = sys.maxsize  # the position of a named input that is not a positional parameter
 _SINKS: list[Callable[[list], None]] = []  # slot -> sink of one hooked (module, side) of this process
 _CUDA = False  # set by vp_install: no torch.cuda query before the worker has chosen its device
 
@@ -124,102 +123,6 @@ def _mark_side_effects(op) -> None:
 _mark_side_effects(torch.ops.vllm_parity.tap.default)
 
 
-def resolve_module(root: torch.nn.Module, path: str) -> torch.nn.Module | None:
-    target: Any = root
-    for seg in path.split("."):
-        if seg == "":
-            continue
-        target = target[int(seg)] if seg.isdigit() else getattr(target, seg, None)
-        if target is None:
-            return None
-    return target
-
-
-def natural_key(path: str) -> list:
-    """``model.layers.10`` sorts after ``model.layers.9``."""
-    return [int(s) if s.isdigit() else s for s in re.split(r"(\d+)", path)]
-
-
-def parse_read(read: str) -> tuple[str, list[tuple[int | None, str | None]]]:
-    """``"in.hidden_states+in.residual"`` -> ("in", [(None, "hidden_states"), (None, "residual")])."""
-    sides, terms = set(), []
-    for term in read.split("+"):
-        m = _TERM.match(term)
-        if not m:
-            raise ValueError(f"bad read term {term!r} in {read!r}")
-        sides.add(m.group(1))
-        terms.append((int(m.group(2)) if m.group(2) is not None else None, m.group(3)))
-    if len(sides) != 1:
-        raise ValueError(f"read {read!r} mixes inputs and outputs; read them as two hooks")
-    return sides.pop(), terms
-
-
-# -- picking terms: runs inside the hook (traced under torch.compile), so pure ------------------
-def pick_outputs(output: Any, indices: tuple) -> list:
-    """Each term of a module's output: ``out`` (index None) or ``out[i]``; None where absent."""
-    picked = []
-    for index in indices:
-        if index is None:
-            picked.append(output)
-        elif isinstance(output, (tuple, list)):
-            picked.append(output[index])
-        elif index == 0:
-            picked.append(output)  # a norm called without residual returns a bare tensor
-        else:
-            picked.append(None)
-    return picked
-
-
-def pick_inputs(args: tuple, kwargs: dict, terms: tuple) -> list:
-    """Each term of a module's input; ``terms`` are ``(index, name, position of name)``."""
-    picked = []
-    for index, name, pos in terms:
-        if index is None and name in kwargs:
-            picked.append(kwargs[name])
-        else:
-            i = pos if index is None else index
-            picked.append(args[i] if i < len(args) else None)
-    return picked
-
-
-def input_terms(module: torch.nn.Module, terms: list) -> tuple:
-    """``terms`` of :func:`parse_read` with each name's positional slot, read once: dynamo
-    cannot trace ``inspect``'s binding inside a hook."""
-    names = parameter_names(module) if any(name for _, name in terms) else ()
-    return tuple((index, name, names.index(name) if name in names else _ABSENT) for index, name in terms)
-
-
-def parameter_names(module: torch.nn.Module) -> tuple[str, ...]:
-    """Names of ``module.forward``'s positional parameters, in order."""
-    return tuple(p.name for p in inspect.signature(module.forward).parameters.values()
-                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
-
-
-# -- copying a read: runs in the sink, eagerly ------------------------------------------------
-def _fresh(shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype, device=device)
-
-
-def sum_terms(values: list, read: str, alloc: Callable = _fresh) -> torch.Tensor:
-    """The read's value, copied once into ``alloc(shape, dtype, device)``: its term, or its
-    terms summed left to right; None terms count as zero (vLLM's first layer has no residual)."""
-    tensors = [v for v in values if v is not None]
-    if not tensors:
-        raise RuntimeError(f"read {read!r}: every term was None")
-    first = tensors[0]
-    if len(tensors) == 1:
-        return alloc(first.shape, first.dtype, first.device).copy_(first)
-    if all(t.shape == first.shape and t.dtype == first.dtype for t in tensors):
-        out = torch.add(first, tensors[1], out=alloc(first.shape, first.dtype, first.device))
-        for t in tensors[2:]:
-            out.add_(t)
-        return out
-    total = first + tensors[1]  # broadcasting or type promotion: torch's own rules, then the copy
-    for t in tensors[2:]:
-        total = total + t
-    return alloc(total.shape, total.dtype, total.device).copy_(total)
-
-
 class _Buffers:
     """One buffer per (read key, call), reused by every forward after a reset."""
 
@@ -239,53 +142,6 @@ class _Buffers:
                 flat = self._flat[slot] = torch.empty(numel, dtype=dtype, device=device)
         view = self._views[slot] = flat[:numel].view(shape)
         return view
-
-
-def eval_output(output: Any, terms: list, read: str) -> torch.Tensor:
-    """A read of ``output`` as a fresh copy (the sink's rule, outside a forward)."""
-    return sum_terms(pick_outputs(output, tuple(index for index, _ in terms)), read)
-
-
-def eval_input(module: torch.nn.Module, args: tuple, kwargs: dict, terms: list, read: str,
-               sig_cache: dict) -> torch.Tensor:
-    """A read of a call's inputs as a fresh copy; ``sig_cache`` keeps each module's term positions."""
-    slot = (id(module), tuple(terms))
-    picks = sig_cache.get(slot)
-    if picks is None:
-        picks = sig_cache[slot] = input_terms(module, terms)
-    return sum_terms(pick_inputs(args, kwargs, picks), read)
-
-
-def sibling_paths(model: torch.nn.Module, module: torch.nn.Module, paths: list[str]) -> list[str]:
-    """``paths`` plus every other layer's path that resolves to the same module object (vLLM shares
-    one rotary embedding across layers): ``model.layers.5.self_attn.rotary_emb`` -> the same path at
-    every index of ``model.layers`` that is that very module."""
-    out = set(paths)
-    for path in paths:
-        m = re.match(r"^(.*?)\.(\d+)\.(.*)$", path)
-        if m is None:
-            continue
-        container = resolve_module(model, m.group(1))
-        for i in range(len(container) if isinstance(container, torch.nn.ModuleList) else 0):
-            cand = f"{m.group(1)}.{i}.{m.group(3)}"
-            if resolve_module(model, cand) is module:
-                out.add(cand)
-    return sorted(out)
-
-
-def group_reads(model: torch.nn.Module, reads: list[list[str]]) -> tuple[dict, list[str]]:
-    """``[module path, read]`` pairs -> ``({(id(module), side): (module, side, {read: [paths]})}, missing)``,
-    in the order the pairs first name them."""
-    groups: dict[tuple[int, str], tuple[torch.nn.Module, str, dict[str, list[str]]]] = {}
-    missing = []
-    for module_path, read in reads:
-        module = resolve_module(model, module_path)
-        if module is None:
-            missing.append(module_path)
-            continue
-        side, _ = parse_read(read)
-        groups.setdefault((id(module), side), (module, side, {}))[2].setdefault(read, []).append(module_path)
-    return groups, missing
 
 
 def _deliver(values: list, slot: int, sink: Callable[[list], None]) -> None:

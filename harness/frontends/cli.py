@@ -105,7 +105,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.models.targets import TargetError, targets_from_options
     from harness.models.text_prompts import with_prompts
     from harness.values.variant import VariantError, split_list, variants
-    from harness.comparison.tolerances import UnsupportedDtypeError, calibration_for
     from harness.reporting.matrix import write_matrix
     from harness.reporting.report import write_report
 
@@ -119,10 +118,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise VariantError(f"--jobs {args.jobs}: must be 1 or more")
         runs = variants(split_list(args.dtype), args.device, split_list(args.precision), modes, args.tp,
                         args.subject, split_list(args.runner), split_list(args.serving), args.executor)
-        for v in runs:
-            calibration_for(v.gate_key)
         targets = with_prompts(targets_from_options(args.model, args.model_path), args.prompts)
-    except (TargetError, UnsupportedDtypeError, ValueError) as exc:
+    except (TargetError, ValueError) as exc:  # VariantError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.shard is not None:

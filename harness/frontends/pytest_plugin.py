@@ -119,7 +119,6 @@ def pytest_configure(config: pytest.Config) -> None:
     from harness.models.families import UnknownFamilyError, resolve_families
     from harness.models.targets import TargetError, target_for_path
     from harness.values.variant import Variant
-    from harness.comparison.tolerances import UnsupportedDtypeError, calibration_for
 
     try:
         resolve_families(config.getoption("--model"))
@@ -130,14 +129,13 @@ def pytest_configure(config: pytest.Config) -> None:
                                config.getoption("--tp"), config.getoption("--subject"),
                                config.getoption("--runner"), serving=config.getoption("--serving"),
                                executor=config.getoption("--executor"))
-        calibration_for(variant.gate_key)
         if config.getoption("--prompts") is not None:  # every selected checkpoint can tokenize them, now
             from harness.models.targets import targets_from_options
             from harness.models.text_prompts import with_prompts
 
             with_prompts(targets_from_options(config.getoption("--model"), config.getoption("--model-path")),
                          config.getoption("--prompts"))
-    except (UnknownFamilyError, TargetError, UnsupportedDtypeError, ValueError) as exc:
+    except (UnknownFamilyError, TargetError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
     config.addinivalue_line("markers", "parity: runs real vLLM and reference engines")
     config.addinivalue_line("markers", "slow: boots vLLM compiled (about a minute); still runs in CI")

@@ -111,8 +111,8 @@ def prepare(target: Target, variant: Variant, hooks: set[str] | frozenset[str] |
     t0 = time.perf_counter()
     plan = build_plan(target, variant, hooks)
     prompts = list(prompts_for(target).values())
-    refs = capture_reference_side(target, variant, plan, prompts)
-    gate = Gate(variant.gate_key, variant.dtype, target.architecture)
+    gate = Gate.for_run(variant, target.architecture)
+    refs = capture_reference_side(target, variant, plan, prompts, gate)
     return Baseline(target, variant, plan, prompts, refs, gate, reference_s=time.perf_counter() - t0)
 
 

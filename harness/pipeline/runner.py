@@ -57,7 +57,7 @@ from harness.values.results import ModelResult, ModelRun
 from harness.values.settings import RunSettings
 from harness.values.variant import Variant
 from harness.references.reference import capture_references, tf32_floors
-from harness.comparison.tolerances import TORCH_DTYPES, calibration_for
+from harness.comparison.tolerances import TORCH_DTYPES
 
 
 def versions() -> dict:
@@ -102,13 +102,15 @@ def prompts_for(target: Target, prompts_file=None) -> dict[str, list[int]]:
     return prompt_set(target, prompts_file)
 
 
-def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]],
+def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]], gate: Gate,
                            phases: Phases | None = None):
     """The references' captures and floors for ``plan`` (floors from their own TF32 run under
     ``--precision tf32``): once per (target, variant), however many subjects are compared with it.
-    ``phases``: where the reference engines' sub-phases are timed (harness.references.reference)."""
+    ``gate``: the run's (its dtype's calibration: truth dtype, ceiling); ``phases``: where the reference
+    engines' sub-phases are timed (harness.references.reference)."""
     hooks_all = [*plan.specs, *plan.derived]
-    refs = capture_references(target.checkpoint, dtype=variant.dtype, prompts=prompts, hooks=hooks_all,
+    refs = capture_references(target.checkpoint, dtype=variant.dtype, calibration=gate.dtype_calibration,
+                              prompts=prompts, hooks=hooks_all,
                               compat_names=list(plan.compat_names), device=variant.device,
                               processed_names=list(plan.processed_names), phases=phases,
                               pos_axis=plan.pos_axis, logprob_k=logprob_k(target.vocab_size),
@@ -153,7 +155,7 @@ def left_out_masks(plan: Plan, checkpoint: Path, dtype: str) -> dict:
 
 
 def _references(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]], phases: Phases,
-                settings: RunSettings, result: ModelResult):
+                settings: RunSettings, result: ModelResult, gate: Gate):
     """The reference side: from ``settings.references_dir`` where an entry for exactly this
     manifest is stored (harness.references.stored), else computed (and stored there when set).
     Without a store, a later run in this process whose manifest is the same (the same checkpoint,
@@ -169,7 +171,7 @@ def _references(target: Target, variant: Variant, plan: Plan, prompts: list[list
             _memo.move_to_end(memo_key)
             result.references_stored = {"action": "reused from an earlier run in this process", "path": memo_key}
             return _memo[memo_key]
-        refs = capture_reference_side(target, variant, plan, prompts, phases.child("references"))
+        refs = capture_reference_side(target, variant, plan, prompts, gate, phases.child("references"))
         _memo[memo_key] = refs
         while len(_memo) > MEMO_SIZE:
             _memo.popitem(last=False)
@@ -181,7 +183,7 @@ def _references(target: Target, variant: Variant, plan: Plan, prompts: list[list
     if refs is not None:
         result.references_stored = {"action": "loaded", "path": str(store.path(man))}
         return refs
-    refs = capture_reference_side(target, variant, plan, prompts, phases.child("references"))
+    refs = capture_reference_side(target, variant, plan, prompts, gate, phases.child("references"))
     result.references_stored = {"action": "computed and stored", "path": str(store.save(refs, man))}
     return refs
 
@@ -247,7 +249,7 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
     target, result = run.target, run.result
     try:
         with phases("plan"):
-            calibration_for(variant.gate_key)  # a bad dtype or precision fails before any engine boots
+            gate = Gate.for_run(variant, target.architecture)  # a dtype without calibration fails before any boot
             run.plan = plan = build_plan(target, variant, hooks)
             if plan.overlay_name:
                 result.overlay = plan.overlay_name
@@ -271,9 +273,8 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
             result.serving = {k: v for k, v in serving.items() if k != "sequences"}
             result.prompts = prompts = serving["sequences"]
         with phases("references"):
-            run.refs = _references(target, variant, plan, prompts, phases, settings, result)
+            run.refs = _references(target, variant, plan, prompts, phases, settings, result, gate)
         with phases("compare"):
-            gate = Gate(variant.gate_key, variant.dtype, target.architecture)
             result.rows, flips = evaluate(plan, run.subject, run.refs, prompts, gate, target.name)
             result.routing_flips = [f.to_dict() for f in flips]
             result.chaotic_tokens = [c.to_dict() for c in run.refs.chaos]

@@ -66,7 +66,7 @@ from harness.memory import trim_heap
 from harness.spill import SpilledTensors
 from harness.vocab.hooks import layer_of
 from harness.comparison.processing import to_hooked_coordinates
-from harness.comparison.tolerances import TORCH_DTYPES, calibration_for
+from harness.comparison.tolerances import TORCH_DTYPES, Calibration, calibration_for
 
 
 @dataclass
@@ -355,93 +355,128 @@ def _floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, 
     return worst, median, scale
 
 
-def capture_references(checkpoint: Path, *, dtype: str, prompts: list[list[int]], hooks: list[str],
-                       compat_names: list[str], device: str = "cpu", timing_repeats: int = 5,
+def capture_references(checkpoint: Path, *, dtype: str, calibration: Calibration, prompts: list[list[int]],
+                       hooks: list[str], compat_names: list[str], device: str = "cpu", timing_repeats: int = 5,
                        processed_names: list[str] = (),
                        calibrate: bool = True, phases: Phases | None = None,
                        pos_axis: Callable[[str], int] = default_pos_axis,
                        spill_root: Path | None = None, logprob_k: int | None = None,
                        left_out: Mapping[str, torch.Tensor] | None = None) -> ReferenceCapture:
-    """``logprob_k``: vLLM returns each row's top-k log-probs only (None: the whole vocabulary), and the
+    """``calibration``: the run dtype's (harness.comparison.gate.Gate.dtype_calibration): its truth dtype
+    and ceiling.  ``logprob_k``: vLLM returns each row's top-k log-probs only (None: the whole vocabulary), and the
     ``logprobs`` floor is measured on the truth's top-k entries, as the compared row is.  ``pos_axis``: the token axis of a hook's canonical value (harness.values.plan.Plan.pos_axis),
     for setting chaotic tokens aside in the floors.  The captures go to disk as they are made
     (harness.spill), in a folder under ``spill_root`` (default: the system's temporary folder); each
     mapping deletes its shards when it is garbage-collected, and the last one the folder."""
     spill = Path(tempfile.mkdtemp(prefix="vp-refs-", dir=spill_root))
-    return _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device, timing_repeats,
-                               processed_names, calibrate, phases, pos_axis, spill, logprob_k, left_out)
-
-
-def _capture_references(checkpoint, dtype, prompts, hooks, compat_names, device, timing_repeats, processed_names,
-                        calibrate, phases, pos_axis, spill: Path, logprob_k: int | None = None,
-                        left_out: Mapping[str, torch.Tensor] | None = None) -> ReferenceCapture:
-    tdtype = TORCH_DTYPES[dtype]
-    truth_dtype = TORCH_DTYPES[calibration_for(dtype).truth_dtype]
-    clock = phases or Phases()
-    meta: dict = {"truth_dtype": calibration_for(dtype).truth_dtype}
+    job = _Job(checkpoint, TORCH_DTYPES[dtype], TORCH_DTYPES[calibration.truth_dtype], calibration.ceiling, prompts,
+               device, spill, phases or Phases(), pos_axis, logprob_k, left_out)
+    job.meta["truth_dtype"] = calibration.truth_dtype
     want, legacy = set(hooks), set(compat_names)
     if calibrate:  # every layer's residual output: where the floor run finds chaotic tokens
         want |= {f"blocks.{i}.hook_out" for i in range(_n_layers(checkpoint))}
-
-    bridge, compat = _bridge_and_compat(checkpoint, tdtype, prompts, want, legacy, device, phases=clock, spill=spill)
-    # bridge_s (boot and every forward, compatibility mode included): older reports' key, kept
-    meta["bridge_s"] = sum(clock.own().get(k, 0.0) for k in ("bridge_boot", "bridge_forward", "compat"))
-    meta["bridge_boot_s"] = clock.own().get("bridge_boot")
-    processed: dict = {}
-    try:
-        if processed_names:
-            with clock("processed"):
-                processed = _processed_captures(checkpoint, tdtype, prompts, set(processed_names), device, meta=meta,
-                                                spill=spill)
-    except Exception as exc:  # noqa: BLE001 -- processing unsupported for this architecture: rows say so
-        processed, meta["processed_error"] = {}, f"{type(exc).__name__}: {exc}"
+    bridge, compat, processed = _run_dtype_bridge_side(job, want, legacy, set(processed_names))
     floors: dict[str, dict[str, float]] = {}
     stats: dict[str, dict[str, dict[str, float]]] = {"median": {}, "scale": {}}
     chaos: list[ChaoticToken] = []
     if calibrate:
-        truth_clock = clock.child("truth_bridge")
-        with clock("truth_bridge"):
-            truth, truth_compat = _bridge_and_compat(checkpoint, truth_dtype, prompts, want, legacy, device,
-                                                     round_through=tdtype, phases=truth_clock, spill=spill,
-                                                     tag="truth")
-            with truth_clock("floors"):
-                chaos = find_chaotic(bridge, truth, calibration_for(dtype).ceiling)
-                floors["bridge"], stats["median"]["bridge"], stats["scale"]["bridge"] = _floors(
-                    bridge, truth, chaos, pos_axis, left_out=left_out)
-                if legacy:  # compatibility mode computes some hooks its own way: its own noise floor
-                    floors["compat"], stats["median"]["compat"], stats["scale"]["compat"] = _floors(
-                        compat, truth_compat, chaos, pos_axis, left_out=left_out)
-                if processed:  # processed weights are rounded after folding: their own floor (module doc)
-                    floors["processed"], stats["median"]["processed"], stats["scale"]["processed"] = _floors(
-                        processed, _hooked(truth_compat, processed, meta.get("normalization_type")), chaos,
-                        pos_axis, left_out=left_out)
-            del truth, truth_compat
+        chaos = _bridge_side_floors(job, want, legacy, bridge, compat, processed, floors, stats)
+    hf, logprobs, n_layers = _run_dtype_hf(job, timing_repeats)
+    if calibrate:
+        _hf_floors(job, hf, logprobs, n_layers, chaos, floors, stats)
+    job.meta["phases"] = job.clock.own()
+    return ReferenceCapture(bridge, compat, logprobs, hf, floors, job.meta, compat_processed=processed,
+                            floor_stats=stats, chaos=chaos)
 
-    with clock("hf"):
-        hf_model = _load_hf(checkpoint, tdtype, device)
+
+@dataclass
+class _Job:
+    """What every step of one reference capture reads: the inputs, the clock, the spill folder, and
+    the ``meta`` each step adds to."""
+
+    checkpoint: Path
+    dtype: torch.dtype
+    truth_dtype: torch.dtype
+    ceiling: float
+    prompts: list[list[int]]
+    device: str
+    spill: Path
+    clock: Phases
+    pos_axis: Callable[[str], int]
+    logprob_k: int | None
+    left_out: Mapping[str, torch.Tensor] | None
+    meta: dict = field(default_factory=dict)
+
+
+def _run_dtype_bridge_side(job: _Job, want: set[str], legacy: set[str], processed_names: set[str]):
+    """The bridge, compatibility mode and processed compatibility mode, in the run's dtype."""
+    bridge, compat = _bridge_and_compat(job.checkpoint, job.dtype, job.prompts, want, legacy, job.device,
+                                        phases=job.clock, spill=job.spill)
+    # bridge_s (boot and every forward, compatibility mode included): older reports' key, kept
+    job.meta["bridge_s"] = sum(job.clock.own().get(k, 0.0) for k in ("bridge_boot", "bridge_forward", "compat"))
+    job.meta["bridge_boot_s"] = job.clock.own().get("bridge_boot")
+    processed: dict = {}
+    try:
+        if processed_names:
+            with job.clock("processed"):
+                processed = _processed_captures(job.checkpoint, job.dtype, job.prompts, processed_names, job.device,
+                                                meta=job.meta, spill=job.spill)
+    except Exception as exc:  # noqa: BLE001 -- processing unsupported for this architecture: rows say so
+        processed, job.meta["processed_error"] = {}, f"{type(exc).__name__}: {exc}"
+    return bridge, compat, processed
+
+
+def _bridge_side_floors(job: _Job, want, legacy, bridge, compat, processed, floors, stats) -> list[ChaoticToken]:
+    """The bridge side's truth-dtype run: the chaotic tokens (the bridge's own run-dtype error above the
+    ceiling) and the bridge, compatibility-mode and processed floors, into ``floors`` / ``stats``."""
+    truth_clock = job.clock.child("truth_bridge")
+    with job.clock("truth_bridge"):
+        truth, truth_compat = _bridge_and_compat(job.checkpoint, job.truth_dtype, job.prompts, want, legacy,
+                                                 job.device, round_through=job.dtype, phases=truth_clock,
+                                                 spill=job.spill, tag="truth")
+        with truth_clock("floors"):
+            chaos = find_chaotic(bridge, truth, job.ceiling)
+            floors["bridge"], stats["median"]["bridge"], stats["scale"]["bridge"] = _floors(
+                bridge, truth, chaos, job.pos_axis, left_out=job.left_out)
+            if legacy:  # compatibility mode computes some hooks its own way: its own noise floor
+                floors["compat"], stats["median"]["compat"], stats["scale"]["compat"] = _floors(
+                    compat, truth_compat, chaos, job.pos_axis, left_out=job.left_out)
+            if processed:  # processed weights are rounded after folding: their own floor (module doc)
+                floors["processed"], stats["median"]["processed"], stats["scale"]["processed"] = _floors(
+                    processed, _hooked(truth_compat, processed, job.meta.get("normalization_type")), chaos,
+                    job.pos_axis, left_out=job.left_out)
+        del truth, truth_compat
+    return chaos
+
+
+def _run_dtype_hf(job: _Job, timing_repeats: int):
+    """Plain HF in the run's dtype: every prompt's hooks and log-probs, then its forward latency."""
+    with job.clock("hf"):
+        hf_model = _load_hf(job.checkpoint, job.dtype, job.device)
         n_layers = int(getattr(hf_model.config, "num_hidden_layers", 0) or 0)
         hf, logprobs = {}, {}
-        for p, toks in enumerate(prompts):
-            hf[p], logprobs[p] = _hf_run(hf_model, toks, device, n_layers)
-    with clock("hf_timing"):
-        _time_hf(hf_model, prompts[0], device, timing_repeats, meta)
+        for p, toks in enumerate(job.prompts):
+            hf[p], logprobs[p] = _hf_run(hf_model, toks, job.device, n_layers)
+    with job.clock("hf_timing"):
+        _time_hf(hf_model, job.prompts[0], job.device, timing_repeats, job.meta)
     del hf_model  # before the truth-dtype model loads: one reference model resident at a time
     _free()
-    if calibrate:
-        with clock("truth_hf"):
-            truth_model = _load_hf(checkpoint, truth_dtype, device, round_through=tdtype)
-            truth_hf = {}
-            for p, toks in enumerate(prompts):
-                truth_hf[p], lp = _hf_run(truth_model, toks, device, n_layers)
-                truth_hf[p]["logprobs"] = lp
-            del truth_model
-            _free()
-            floors["hf"], stats["median"]["hf"], stats["scale"]["hf"] = _floors(
-                {p: {**hf[p], "logprobs": logprobs[p]} for p in hf}, truth_hf, chaos, pos_axis, logprob_k, left_out)
+    return hf, logprobs, n_layers
 
-    meta["phases"] = clock.own()
-    return ReferenceCapture(bridge, compat, logprobs, hf, floors, meta, compat_processed=processed, floor_stats=stats,
-                            chaos=chaos)
+
+def _hf_floors(job: _Job, hf, logprobs, n_layers: int, chaos, floors, stats) -> None:
+    """HF's truth-dtype run and the ``hf`` floors (log-probs included), into ``floors`` / ``stats``."""
+    with job.clock("truth_hf"):
+        truth_model = _load_hf(job.checkpoint, job.truth_dtype, job.device, round_through=job.dtype)
+        truth_hf = {}
+        for p, toks in enumerate(job.prompts):
+            truth_hf[p], lp = _hf_run(truth_model, toks, job.device, n_layers)
+            truth_hf[p]["logprobs"] = lp
+        del truth_model
+        _free()
+        floors["hf"], stats["median"]["hf"], stats["scale"]["hf"] = _floors(
+            {p: {**hf[p], "logprobs": logprobs[p]} for p in hf}, truth_hf, chaos, job.pos_axis, job.logprob_k,
+            job.left_out)
 
 
 class _Hooked(Mapping):
@@ -501,7 +536,8 @@ def tf32_floors(checkpoint: Path, prompts: list[list[int]], hooks: list[str], de
     before = matmul.allow_tf32
     matmul.allow_tf32 = True
     try:
-        return capture_references(checkpoint, dtype="float32", prompts=prompts, hooks=hooks, compat_names=[],
+        return capture_references(checkpoint, dtype="float32", calibration=calibration_for("float32"), prompts=prompts,
+                                  hooks=hooks, compat_names=[],
                                   device=device, timing_repeats=1, logprob_k=logprob_k)
     finally:
         matmul.allow_tf32 = before

@@ -25,6 +25,7 @@ import pytest
 import torch
 
 from harness.comparison.gate import CROSS_REFERENCE, Band, Gate, margin
+from harness.comparison.tolerances import calibration_for
 from harness.values.results import HookResult
 
 
@@ -94,7 +95,7 @@ def test_unknown_dtype_gate_refuses():
     from harness.comparison.tolerances import UnsupportedDtypeError
 
     with pytest.raises(UnsupportedDtypeError, match="'float8' has no calibration"):
-        Gate("float8", "float8", "X").ceiling
+        Gate("float8", "float8", "X")
 
 
 # -- finalize ----------------------------------------------------------------------------------
@@ -266,3 +267,17 @@ def test_known_issue_is_per_architecture():
     row = _opt_row("fail")
     Gate("float32", "float32", "LlamaForCausalLM").finalize(row, _opt_refs(equal=True))
     assert row.known_issue is None
+
+
+def test_every_variant_the_front_ends_accept_has_a_calibration():
+    """The front ends validate a variant once (Variant.make); the gate built from any variant they
+    accept finds its calibrations, so no second dtype check is needed before an engine boots."""
+    from itertools import product
+
+    from harness.values.variant import DTYPES, PRECISIONS, Variant
+
+    for dtype, precision in product(DTYPES, PRECISIONS):
+        variant = Variant(dtype, "cuda", precision if dtype == "float32" else "ieee")  # what make() keeps
+        gate = Gate.for_run(variant, "LlamaForCausalLM")
+        assert gate.calibration is calibration_for(variant.gate_key)
+        assert gate.dtype_calibration is calibration_for(dtype)
