@@ -220,7 +220,7 @@ class NonFiring:
 class Overlay:
     """The contract callers use.  Every registered overlay is an :class:`overlays.tree.TreeOverlay`
     (a declared row, expanded by one builder); subclass this directly only to wrap an overlay
-    (tests/test_fault_injection.py plants bugs that way): implement :meth:`hook_specs` and
+    (tests/engine/test_fault_injection.py plants bugs that way): implement :meth:`hook_specs` and
     :meth:`nonfiring`."""
 
     name = "base"

@@ -213,7 +213,7 @@ class Tree:
     # vLLM multiplies the embedding module's output by this before the stream (Gemma's sqrt(d_model)
     # normalizer, Granite's embedding_multiplier): embed.hook_out is then read as layer 0's hidden_states
     # input, the engine's own scaled value -- an embed_tokens read times the config's factor would hide a
-    # wrong normalizer in the engine (planted in tests/test_engine_faults.py on Gemma-3-270M)
+    # wrong normalizer in the engine (planted in tests/engine/test_planted_faults.py on Gemma-3-270M)
     embed_scale: Scale | None = None
     layers: str = "layers"  # layer i is {root}.{layers}.{i}
     attention: Attention = Attention()

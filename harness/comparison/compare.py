@@ -58,7 +58,7 @@ def _masked(s: torch.Tensor, r: torch.Tensor, general: bool = False):
     entries of r and of s flattened, whether every entry is compared).  A reference with no NaN and
     no infinity (the common case) takes a path without the masks' passes (about half of
     ``compare_tensors``' time on SmolLM2's hooks); ``general=True`` forces the masked path, which
-    gives the same values (tests/test_compare.py checks it bitwise)."""
+    gives the same values (tests/unit/comparison/test_compare.py checks it bitwise)."""
     if not general and all_finite(r):
         diff = (s - r).abs()
         if not all_finite(s):

@@ -33,7 +33,7 @@ tolerances ~0.05..0.15 with vLLM's bf16 errors at about a quarter of them.
 Each reference is calibrated by its own floor on the entries its rows compare: processed
 compatibility mode by its own (its folded weights are rounded again), the ``logprobs`` row on the
 top-k entries vLLM returns (harness.logprob_request); measured on an AVX2 CPU, where a borrowed
-floor false-alarmed (docs/numerics.md).  Planted mapping bugs (tests/test_fault_injection.py) sit >= 3.6e3x above the
+floor false-alarmed (docs/numerics.md).  Planted mapping bugs (tests/engine/test_fault_injection.py) sit >= 3.6e3x above the
 fp32 tolerance and >= 18x above the bf16 one.  Mixture-of-experts models in
 bf16 flip expert choices at near-tie tokens, which moves those tokens by O(1)
 in *both* engines: their worst rows are then above the ceiling, and the median

@@ -39,7 +39,7 @@ Traps:
   graph records their copies too; outside a capture they take the eager sink as before.
 - CPU has no CUDA graphs: graph mode is off there (the eager / compiled sink keeps its bits), and
   ``VLLM_PARITY_CAPTURE=graph`` forces it on only for the unit tests of the op under
-  ``torch.compile`` (tests/test_capture_graphs.py).
+  ``torch.compile`` (tests/unit/engines/test_graph_capture.py).
 """
 from __future__ import annotations
 

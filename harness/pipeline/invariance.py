@@ -6,7 +6,7 @@ engine configuration and returns an :class:`InvarianceResult`: the NaN pattern m
 match, every other entry must be bitwise equal (compared as int64 bit patterns, so
 ``-0.0`` vs ``0.0`` or a one-ulp difference counts), and each prompt's greedy token
 (argmax of its last row) must agree.  Pure: no engine, no I/O -- the parity test
-(tests/test_capture_invariance.py) boots the engines, :func:`capture_off_plan` gives the
+(tests/engine/test_capture_invariance.py) boots the engines, :func:`capture_off_plan` gives the
 "off" side of a plan (no reads, no parameters: the subject installs no capture hook,
 only the forward timers every subject run has).
 

@@ -26,7 +26,7 @@ must never share a subject's output files); the subject's captures are read from
 removed with them (harness.spill), and kept, with the engine's log, when the engine fails (the
 error names it).
 Planted bugs for fault injection live in the overlay a test hands in
-(tests/test_fault_injection.py), never in this module.
+(tests/engine/test_fault_injection.py), never in this module.
 """
 from __future__ import annotations
 

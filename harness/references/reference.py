@@ -157,7 +157,7 @@ def _run_cache(bridge, tokens: list[int], names: set[str], device: str, store: S
     a forward holds at most about ``SPILL_GROUP_BYTES`` of captures.  A layer's size comes from
     ``size`` (learnt on an earlier prompt of the same pass); without one the first forward takes one
     layer (and the hooks outside the layers) and measures it.  The forwards compute the same values
-    (a hook only records; tests/test_spill.py checks it bitwise), so this changes memory, not results."""
+    (a hook only records; tests/unit/test_spill.py checks it bitwise), so this changes memory, not results."""
     layers, other = _layer_groups(names)
     size = size or _LayerSize()
     ids = torch.tensor([tokens], device=device)

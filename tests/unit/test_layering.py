@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from harness.paths import REPO_ROOT as REPO
 
 # lowest first; packages on one line share a level and may not import each other
 LEVELS: tuple[tuple[str, ...], ...] = (

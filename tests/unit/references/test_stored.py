@@ -1,5 +1,6 @@
 """harness.references.stored: the reference side stored under a manifest's key and reused
-(the full round trip is in tests/test_stored_references.py; this checks the key and the refusals).
+(the engines' round trip is tests/engine/test_stored_references.py; this checks the key, the refusals
+and an exact round trip on small tensors).
 
 Contracts checked: key() is a 20-hex sha256 of the manifest, independent of dict order and
 changed by any value; ReferenceStore.path is root/<model>/<key>; load returns None where nothing
@@ -14,6 +15,7 @@ import math
 import pytest
 import torch
 
+from harness.comparison.chaos import ChaoticToken
 from harness.references.reference import ReferenceCapture
 from harness.references.stored import FORMAT, ReferenceStore, key
 
@@ -65,3 +67,36 @@ def test_nan_floor_round_trips_as_nan(tmp_path):
     store = ReferenceStore(tmp_path)
     store.save(_refs(floor=math.nan), MAN)
     assert math.isnan(store.load(MAN).floors["bridge"]["blocks.0.hook_out"])
+
+
+def _full_refs() -> ReferenceCapture:
+    """Every field filled, aliases and all, as a real reference side holds them."""
+    t = lambda *s: torch.randn(*s)  # noqa: E731
+    out = ReferenceCapture(
+        bridge={0: {"blocks.0.hook_out": t(3, 4)}, 1: {"blocks.0.hook_out": t(5, 4)}},
+        compat={0: {"blocks.0.hook_resid_post": t(3, 4)}}, logprobs={0: t(3, 7).double(), 1: t(5, 7).double()},
+        hf={0: {"model.layers.0": t(3, 4).bfloat16()}}, floors={"bridge": {"blocks.0.hook_out": 1.25e-7}},
+        meta={"bridge_boot_s": 1.5, "not_json": object()},
+        floor_stats={"median": {"bridge": {"blocks.0.hook_out": 3e-8}}},
+        compat_processed={1: {"blocks.0.hook_resid_post": t(5, 4)}},
+        chaos=[ChaoticToken(1, 0, 2, 0.5, 0.25, "floor")])
+    out.bridge[0]["blocks.1.hook_in"] = out.bridge[0]["blocks.0.hook_out"]  # an alias, as the bridge holds them
+    return out
+
+
+def test_round_trip_is_exact_and_a_different_manifest_is_a_miss(tmp_path):
+    refs, man = _full_refs(), {"model": "toy", "dtype": "float32", "prompts": [[1, 2, 3], [4, 5, 6, 7, 8]]}
+    store = ReferenceStore(tmp_path)
+    assert store.load(man) is None
+    folder = store.save(refs, man)
+    assert folder.name == key(man) and not list(folder.parent.glob(".tmp-*"))
+    back = store.load(man)
+    for name in ("bridge", "compat", "hf", "compat_processed"):
+        mine, theirs = getattr(refs, name), getattr(back, name)
+        assert mine.keys() == theirs.keys()
+        for p in mine:
+            assert all(torch.equal(mine[p][h], theirs[p][h]) and mine[p][h].dtype == theirs[p][h].dtype for h in mine[p])
+    assert all(torch.equal(refs.logprobs[p], back.logprobs[p]) for p in refs.logprobs)
+    assert back.floors == refs.floors and back.floor_stats == refs.floor_stats and back.chaos == refs.chaos
+    assert back.meta["bridge_boot_s"] == 1.5 and "not_json" not in back.meta and back.meta["stored"] == str(folder)
+    assert store.load({**man, "dtype": "bfloat16"}) is None  # another manifest, another key

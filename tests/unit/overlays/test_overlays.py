@@ -4,7 +4,7 @@ import pytest
 from harness.models.families import FAMILIES
 from harness.vocab.hook_names import compat_alias
 from overlays import OVERLAYS, NoOverlayError, get_overlay
-from overlays.base import READ_GRAMMAR, Mul, UnfoldNorm, expand_layers, hook_kind, layer_of
+from overlays.base import READ_GRAMMAR, UnfoldNorm, expand_layers, hook_kind, layer_of
 
 
 def test_unknown_architecture_names_known_ones():

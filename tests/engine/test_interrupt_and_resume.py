@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.parity
-REPO = Path(__file__).resolve().parent.parent
+from harness.paths import REPO_ROOT as REPO
 
 
 def _run(report_dir: Path, *extra: str, interrupt_after_first: bool = False) -> tuple[int, str]:

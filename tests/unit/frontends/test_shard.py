@@ -13,7 +13,7 @@ import pytest
 from harness.frontends.shard import COST, Shard, assign, cost, parse_shard
 from harness.models.families import DEFAULT_FAMILIES
 
-REPO = Path(__file__).resolve().parent.parent
+from harness.paths import REPO_ROOT as REPO
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5])

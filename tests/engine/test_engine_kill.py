@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.parity
-REPO = Path(__file__).resolve().parent.parent
+from harness.paths import REPO_ROOT as REPO
 
 
 # --- processes, from /proc -----------------------------------------------------------

@@ -24,7 +24,7 @@ from harness.models.gguf_checkpoint import (
 
 SPEC = FAMILIES["smollm2"]
 PC = SPEC.packaged
-REPO = Path(__file__).resolve().parent.parent
+from harness.paths import REPO_ROOT as REPO
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Serving shapes, the pure parts: stitching a serving run's captures back into positions
 (harness.engines.stitch), the greedy-token check of decode runs, the scheme table and the
-variant's names.  Small tensors, no engine (tests/test_serving_axes.py runs the engines)."""
+variant's names.  Small tensors, no engine (tests/engine/test_serving_axes.py runs the engines)."""
 from __future__ import annotations
 
 import pytest

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.parity
-REPO = Path(__file__).resolve().parent.parent
+from harness.paths import REPO_ROOT as REPO
 
 
 def test_smollm2_on_a_prompts_file_with_equal_lengths_and_a_duplicate(tmp_path):

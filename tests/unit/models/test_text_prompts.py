@@ -23,7 +23,7 @@ from harness.models.text_prompts import (
 )
 from harness.reporting.markdown import to_markdown
 
-REPO = Path(__file__).resolve().parent.parent
+from harness.paths import REPO_ROOT as REPO
 
 
 class WordTokenizer:

@@ -33,7 +33,7 @@ from harness.models.gguf_checkpoint import (
 
 SPEC = FAMILIES["gemma3_270m"]
 PC = SPEC.packaged
-REPO = Path(__file__).resolve().parent.parent
+from harness.paths import REPO_ROOT as REPO
 REAL = {PC.package: "the metapackage", **{d: f for d, f in PC.parts}}
 FIBONACCI = "def fibonacci(n):\n    a, b = 0, 1\n"
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+from harness.paths import REPO_ROOT as REPO
 WORKFLOWS = REPO / ".github" / "workflows"
 CPU, GPU = WORKFLOWS / "parity-cpu.yml", WORKFLOWS / "parity-gpu.yml"
 SELF_HOSTED_LABELS = ["gpu"]
@@ -70,7 +70,7 @@ def test_reports_uploaded_and_summarized(path: Path) -> None:
         "the support matrix must be appended to $GITHUB_STEP_SUMMARY even when the tests fail"
 
 
-CPU_UNIT = '.venv/bin/python -m pytest tests -m "not parity" --junitxml=junit/unit.xml'
+CPU_UNIT = '.venv/bin/python -m pytest tests/unit --junitxml=junit/unit.xml'
 CPU_ENGINE = (".venv/bin/python -m pytest ${{ matrix.tests }} -m parity "
               "--junitxml=junit/engine-${{ matrix.group }}.xml")
 CPU_SHARD = (".venv/bin/python -m pytest parity_tests --shard ${{ matrix.shard }}/${{ strategy.job-total }} "
@@ -101,13 +101,13 @@ def test_cpu_unit_tests_run_once_and_every_shard_runs_the_parity_suite() -> None
     jobs = _load(CPU)["jobs"]
     pytest_runs = {name: [s["run"].strip() for s in job["steps"] if "-m pytest" in s.get("run", "")]
                    for name, job in jobs.items()}
-    # tests/ without engines in exactly one job, not a matrix (it would run once per shard)
+    # tests/unit (no engine) in exactly one job, not a matrix (it would run once per shard)
     assert pytest_runs["unit"] == [CPU_UNIT] and "strategy" not in jobs["unit"]
-    # tests/ with engines: every test file in exactly one group (the last group takes the rest)
+    # tests/engine: every test file in exactly one group (the last group takes the rest)
     groups = jobs["engine"]["strategy"]["matrix"]["include"]
     named = [t for g in groups[:-1] for t in g["tests"].split()]
     rest = groups[-1]["tests"].split()
-    assert rest[0] == "tests" and sorted(a.split("=", 1)[1] for a in rest[1:]) == sorted(named)
+    assert rest[0] == "tests/engine" and sorted(a.split("=", 1)[1] for a in rest[1:]) == sorted(named)
     assert jobs["engine"]["strategy"].get("fail-fast") is False
     shards = jobs["parity"]["strategy"]["matrix"]["shard"]
     assert shards == list(range(1, len(shards) + 1)) and len(shards) > 1

@@ -1,9 +1,8 @@
 """Bad input fails at once with a message naming the input and the fix."""
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from harness.paths import REPO_ROOT as REPO
 
 
 def _pytest(*args):

@@ -2,7 +2,7 @@
 buffers that the worker drains after each forward, so full CUDA graphs (vLLM's default
 ``FULL_AND_PIECEWISE``) record decode steps too.
 
-On the toy model of tests/test_capture_path.py (in-place add-norm and rotary kernels, one rotary
+On the toy model of tests/unit/engines/test_vllm_worker.py (in-place add-norm and rotary kernels, one rotary
 module shared by every layer), with its top module left uncompiled as vLLM's is:
 
 * CPU: the graph path under ``torch.compile`` (``aot_eager``: bitwise; inductor) records what the
@@ -21,7 +21,7 @@ import torch
 
 from harness.engines import graph_capture
 from harness.engines.vllm_worker import CaptureExtension
-from test_capture_path import READS, Toy, _reference  # tests/ is on sys.path under pytest
+from test_vllm_worker import READS, Toy, _reference  # this folder is on sys.path under pytest
 
 CUDA = torch.cuda.is_available()
 READS_IN = [[f"inner.{m}", r] for m, r in READS]

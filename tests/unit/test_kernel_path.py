@@ -1,5 +1,5 @@
 """harness.kernel_path: the kernel path's name, oneDNN's effective ISA, and the AVX2 emulation's
-refusals (pure; the emulated engine run is tests/test_numerics.py's)."""
+refusals (pure; the emulated engine run is tests/engine/test_numerics.py's)."""
 from __future__ import annotations
 
 import pytest
