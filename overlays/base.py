@@ -142,6 +142,30 @@ Conversion = Mul | UnfoldNorm | Cols | Heads | DropBatch | SwapAxes | DeInterlea
 
 
 @dataclass(frozen=True)
+class Routing:
+    """How a mixture-of-experts router's logits choose each token's experts, where the rule is more than
+    the top-k logits: what the comparison needs to tell a near-tie flip from a routing bug
+    (harness.comparison.routing).  Declared on the router-logits hook (``mlp.gate.hook_out``).
+
+    ``scoring``: ``"softmax"`` or ``"sigmoid"`` scores of the logits; plus ``bias`` (the engine's and the
+    checkpoint's name of ``e_score_correction_bias``, added to the scores for the choice only) where
+    set; then ``topk_group`` of ``n_group`` expert groups by group score (the top two scores summed
+    with a bias, the best score without), then the top-k experts inside them: vLLM's CPU
+    ``_grouped_topk`` and HF's DeepSeek-V3 / GLM-4-MoE routers compute the same choice."""
+
+    scoring: str = "softmax"
+    n_group: int = 1
+    topk_group: int = 1
+    bias: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.scoring not in ("softmax", "sigmoid"):
+            raise ValueError(f"Routing.scoring {self.scoring!r} is neither 'softmax' nor 'sigmoid'")
+        if not 1 <= self.topk_group <= self.n_group:
+            raise ValueError(f"Routing: topk_group {self.topk_group} outside 1..n_group {self.n_group}")
+
+
+@dataclass(frozen=True)
 class HookSpec:
     module: str
     read: str = "out"
@@ -161,6 +185,9 @@ class HookSpec:
     # hooks, compared nowhere (GPT-NeoX's rotated q/k, which TransformerBridge
     # does not expose).  The overlay's docstring must say why.
     references: tuple[tuple[str, str | None], ...] = ()
+    # A router-logits hook's choice rule where it is not the top-k logits (:class:`Routing`); its bias
+    # parameter is read from the engine with the hook's other parameters.
+    routing: Routing | None = None
 
     def __post_init__(self) -> None:
         if not READ_GRAMMAR.match(self.read):
@@ -181,7 +208,9 @@ class HookSpec:
         return read_key(self.module, self.read)
 
     def params(self) -> list[str]:
-        return [p for c in self.convert if isinstance(c, UnfoldNorm) for p in (c.param, c.bias) if p]
+        """The engine parameters this hook's conversion and comparison read."""
+        out = [p for c in self.convert if isinstance(c, UnfoldNorm) for p in (c.param, c.bias) if p]
+        return out + ([self.routing.bias] if self.routing is not None and self.routing.bias else [])
 
     def with_convert(self, *convert: Conversion) -> "HookSpec":
         return replace(self, convert=tuple(convert))
@@ -266,5 +295,5 @@ def config_get(cfg: Any, *names: str, default: Any = None) -> Any:
     return default
 
 
-__all__ = ["READ_GRAMMAR", "Cols", "Conversion", "DeInterleave", "Derived", "DropBatch", "Heads", "HookSpec", "Mul",
+__all__ = ["READ_GRAMMAR", "Cols", "Conversion", "DeInterleave", "Derived", "DropBatch", "Heads", "HookSpec", "Mul", "Routing",
            "NonFiring", "Overlay", "SwapAxes", "UnfoldNorm", "config_get", "expand_layers", "hook_kind", "layer_of"]

@@ -57,7 +57,7 @@ from dataclasses import replace
 from .base import NonFiring
 from .decoder_only import DECODER
 from .mixtral import MOE_NONFIRING
-from .tree import MLA, MOE, Attention, Mlp, TreeOverlay
+from .tree import FROM_CONFIG, MLA, MOE, Attention, Mlp, TreeOverlay
 
 _NO_K = ("MLA: the full per-head key [k_nope | rope key] is concatenated inside vLLM's MLA backend (prefill) or "
          "never formed (decode absorbs kv_b_proj into the query, W_UK_T): no module boundary holds it (its parts "
@@ -68,7 +68,8 @@ _NO_SCORES = ("vLLM's MLA attention kernel fuses QK^T, mask and softmax, and the
 DEEPSEEK_V3 = replace(
     DECODER, name="deepseek_v3",
     attention=Attention(qkv_layout=MLA, rope_deinterleave_key="rope_interleave"),
-    mlp=Mlp(kind=MOE, module="mlp", shared="shared_experts"), dense_layers="first_k_dense_replace", dense_mlp=Mlp(),
+    mlp=Mlp(kind=MOE, module="mlp", shared="shared_experts", routing=FROM_CONFIG), dense_layers="first_k_dense_replace",
+    dense_mlp=Mlp(),
     score_inputs=None,
     nonfiring=(NonFiring("blocks.{i}.attn.hook_k", _NO_K),
                NonFiring("blocks.{i}.attn.hook_attn_scores", _NO_SCORES),

@@ -42,7 +42,7 @@ from dataclasses import replace
 from .base import NonFiring
 from .decoder_only import DECODER
 from .mixtral import MOE_NONFIRING
-from .tree import MOE, PLAIN_STREAM, QK_PER_HEAD, Mlp, TreeOverlay, transformers_backend
+from .tree import MOE, PLAIN_STREAM, QK_PER_HEAD, SIGMOID_BIAS, Mlp, TreeOverlay, transformers_backend
 
 _NO_ROTATED_QK = (
     "HF's apply_rotary_pos_emb (a function, not a module) rotates q/k inside GlmAttention.forward under "
@@ -62,7 +62,8 @@ GLM4 = replace(DECODER, name="glm4",
                norms=replace(DECODER.norms, ln1_post="post_self_attn_layernorm", ln2_post="post_mlp_layernorm"))
 
 GLM4_MOE = replace(DECODER, name="glm4_moe", attention=replace(DECODER.attention, qk_norm=QK_PER_HEAD),
-                   mlp=Mlp(kind=MOE, module="mlp"), dense_layers="first_k_dense_replace", dense_mlp=Mlp(),
+                   mlp=Mlp(kind=MOE, module="mlp", routing=SIGMOID_BIAS), dense_layers="first_k_dense_replace",
+                   dense_mlp=Mlp(),
                    nonfiring=MOE_NONFIRING)
 
 

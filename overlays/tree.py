@@ -51,7 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from .base import (Conversion, Cols, DeInterleave, Derived, DropBatch, Heads, HookSpec, Mul, NonFiring, Overlay,
+from .base import (Conversion, Cols, DeInterleave, Derived, DropBatch, Heads, HookSpec, Mul, NonFiring, Overlay, Routing,
                    SwapAxes, UnfoldNorm, config_get, expand_layers, hook_kind)
 
 # qkv layouts
@@ -63,6 +63,7 @@ MLA = "mla"  # multi-head latent attention (DeepSeek-V2/V3): compressed q / kv l
 QK_PER_HEAD = "per_head"  # RMSNorm over head_dim on [T, heads, head_dim] (Qwen3, Gemma-3)
 QK_WHOLE = "whole"  # norm over the whole q / k projection, flat (OLMo-2)
 # MLP kinds
+TOP_K, SIGMOID_BIAS, FROM_CONFIG = "top-k", "sigmoid-bias", "from-config"  # Mlp.routing
 GATED = "gated"  # fused [gate | up] projection, then down
 PLAIN = "plain"  # up projection -> activation -> down projection, no gate
 MOE = "moe"  # sparse mixture of experts: router + fused experts
@@ -195,9 +196,15 @@ class Mlp:
     # MOE: shared experts, a gated MLP (``gate_up_proj`` / ``down_proj``) every token runs, offered as
     # mlp.shared_experts.hook_* where the reference names them; width moe_intermediate_size x n_shared_experts
     shared: str | None = None
+    # MOE: how the router chooses experts (overlays.base.Routing): TOP_K (the top-k logits: Mixtral, Qwen3-MoE),
+    # SIGMOID_BIAS (always sigmoid scores plus e_score_correction_bias over n_group / topk_group groups:
+    # GLM-4-MoE, whose config does not say so), FROM_CONFIG (DeepSeek: scoring_func, and the bias where
+    # topk_method is "noaux_tc")
+    routing: str = "top-k"
 
     def __post_init__(self) -> None:
         _check("Mlp.kind", self.kind, (GATED, PLAIN, MOE))
+        _check("Mlp.routing", self.routing, (TOP_K, SIGMOID_BIAS, FROM_CONFIG))
         if self.module is None and self.kind == MOE:
             raise ValueError("Mlp: a MoE block is a module (module=None is for projections on the layer)")
 
@@ -405,9 +412,25 @@ class TreeOverlay(Overlay):
 
     # -- the builder ------------------------------------------------------------------------------------
     def _add(self, specs: dict[str, HookSpec], hook: str, module: str, read: str, convert: tuple, width: int,
-             references: References = ()) -> None:
+             references: References = (), routing: Routing | None = None) -> None:
         references = dict(self.tree.references).get(hook_kind(hook), references)
-        specs[hook] = HookSpec(module, read, (*self.tree.batch, *convert), width, references=references)
+        specs[hook] = HookSpec(module, read, (*self.tree.batch, *convert), width, references=references,
+                               routing=routing)
+
+    @staticmethod
+    def _routing(mlp: Mlp, cfg: Any, router: str) -> Routing | None:
+        """The router's choice rule (overlays.base.Routing), None for the plain top-k logits."""
+        if mlp.routing == TOP_K:
+            return None
+        n_group = int(config_get(cfg, "n_group", default=1) or 1)
+        topk_group = int(config_get(cfg, "topk_group", default=1) or 1)
+        if mlp.routing == SIGMOID_BIAS:
+            return Routing("sigmoid", n_group, topk_group, f"{router}.e_score_correction_bias")
+        scoring = str(config_get(cfg, "scoring_func", default="softmax"))
+        biased = config_get(cfg, "topk_method") == "noaux_tc"
+        if scoring == "softmax" and n_group == 1 and not biased:
+            return None  # the top-k of the softmax is the top-k of the logits
+        return Routing(scoring, n_group, topk_group, f"{router}.e_score_correction_bias" if biased else None)
 
     def _layer(self, specs: dict[str, HookSpec], i: int, d: dict[str, int], residual_scale: tuple | None,
                mlp: Mlp, cfg: Any) -> None:
@@ -420,8 +443,8 @@ class TreeOverlay(Overlay):
         qh, kh = Heads(d["n_heads"], d["head_dim"]), Heads(n_kv, d["head_dim"])
 
         def add(kind: str, module: str, read: str, convert: tuple = (), width: int = D,
-                references: References = ()) -> None:
-            self._add(specs, f"{b}.{kind}", module, read, convert, width, references)
+                references: References = (), routing: Routing | None = None) -> None:
+            self._add(specs, f"{b}.{kind}", module, read, convert, width, references, routing)
 
         def norm(kind: str, attr: str, read: str) -> None:
             add(kind, f"{L}.{attr}", read, (self.unfold(f"{L}.{attr}"),))
@@ -475,7 +498,8 @@ class TreeOverlay(Overlay):
         up, down = f"{M or L}.{mlp.up}", f"{M or L}.{mlp.down}"
         add("mlp.hook_in", M or up, "in[0]")  # no MLP module (OPT): its projections' input / output
         if mlp.kind == MOE:
-            add("mlp.gate.hook_out", f"{M}.{mlp.router}", "out[0]", (), d["n_experts"])
+            add("mlp.gate.hook_out", f"{M}.{mlp.router}", "out[0]", (), d["n_experts"],
+                routing=self._routing(mlp, cfg, f"{M}.{mlp.router}"))
             if mlp.shared:  # a gated MLP of its own, run on every token
                 S, ds = f"{M}.{mlp.shared}", int(config_get(cfg, "moe_intermediate_size")) * int(
                     config_get(cfg, "n_shared_experts"))

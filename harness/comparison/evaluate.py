@@ -90,8 +90,10 @@ class _Evaluation:
     """The state one evaluation builds: converted captures (on demand, one layer at a time), derived
     values, flips."""
 
-    def __init__(self, plan: Plan, subject, refs, prompts: list[list[int]], gate: Gate, model: str) -> None:
+    def __init__(self, plan: Plan, subject, refs, prompts: list[list[int]], gate: Gate, model: str,
+                 reference_params=None) -> None:
         self.plan, self.subject, self.refs, self.gate, self.model = plan, subject, refs, gate, model
+        self.reference_params = reference_params or {}
         self.n, self.lengths = len(prompts), [len(t) for t in prompts]
         self.converted = _Values()  # converted captures, also the inputs of derived hooks
         self.failed = self.converted.failed  # hook -> why its capture has no value
@@ -176,8 +178,8 @@ class _Evaluation:
         return self.ragged_converted.get(hook, compute, lambda exc: f"{hook}: conversion failed: {exc}")
 
     def _routing_flips(self, value_of) -> list[Flip]:
-        """Every token whose top-k expert set differs between vLLM's router logits (``value_of(hook)``)
-        and the bridge's."""
+        """Every token whose chosen expert set differs between vLLM's router logits (``value_of(hook)``)
+        and the bridge's, each chosen by the router's own rule (harness.comparison.routing.chosen)."""
         k = self.plan.routing_k
         if not k:
             return []
@@ -187,10 +189,14 @@ class _Evaluation:
             subj = value_of(hook) if m else None
             if subj is None or pairs_of(subj, self.refs.bridge, hook, self.n) is None:
                 continue
+            routing = self.plan.specs[hook].routing
+            bias = routing.bias if routing is not None else None
             for p in range(self.n):
                 tol = self.router_tol[hook]
                 out += find_flips(subj[p], self.refs.bridge[p][hook], int(k), p, int(m.group(1)), tol,
-                                  gated=tol <= self.gate.ceiling)
+                                  gated=tol <= self.gate.ceiling, routing=routing,
+                                  subject_bias=(self.subject.params or {}).get(bias) if bias else None,
+                                  reference_bias=self.reference_params.get(bias) if bias else None)
         return out
 
     def _references_disagree(self) -> list[ChaoticToken]:
@@ -421,10 +427,12 @@ class _Evaluation:
         am.message = (am.message + note).lstrip("; ")
 
 
-def evaluate(plan: Plan, subject, refs, prompts: list[list[int]], gate: Gate, model: str
-             ) -> tuple[list[HookResult], list[Flip]]:
-    """One final row per planned case, in plan order, and every routing flip found (single and ragged runs)."""
-    ev = _Evaluation(plan, subject, refs, prompts, gate, model)
+def evaluate(plan: Plan, subject, refs, prompts: list[list[int]], gate: Gate, model: str,
+             reference_params=None) -> tuple[list[HookResult], list[Flip]]:
+    """One final row per planned case, in plan order, and every routing flip found (single and ragged runs).
+    ``reference_params``: the checkpoint's values of the engine parameters the comparison itself reads
+    (a router's correction bias: harness.comparison.routing), by the engine's names."""
+    ev = _Evaluation(plan, subject, refs, prompts, gate, model, reference_params)
     rows = [ev.row(c) for c in plan.cases if c.hook not in ("logprobs", "argmax")] + ev.logit_rows()
     for row in rows:  # say how vLLM's value was obtained, so a failing mapping can be read off the message
         spec = plan.specs.get(row.hook)

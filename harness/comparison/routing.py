@@ -25,10 +25,17 @@ tolerance cannot tell that from a mapping bug; this rule can:
   tolerance at or below the dtype's ceiling): an uncapped bf16 router tolerance
   (1.3-2.6 measured on Mixtral) would explain almost any flip.
 
+* The choice is the model's own rule (:func:`chosen`, the router hook's ``overlays.base.Routing``):
+  the top-k logits (Mixtral, Qwen3-MoE), or sigmoid scores plus a correction bias over expert groups
+  (GLM-4-MoE, DeepSeek-V3), which can flip a whole group where raw logits show no near-tie.  Each
+  side's choice uses its own bias (vLLM's parameter, the checkpoint's), and a flip is explained only
+  where the two biases agree within the router's tolerance: a wrong bias is a routing bug.
+
 The router-logit hooks themselves (``mlp.gate.hook_out``) are always compared.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import torch
@@ -49,12 +56,14 @@ class Flip:
     rel_err: float  # ||vLLM - reference|| / ||reference|| of that token's router logits
     tolerance: float  # the router hook's calibrated tolerance
     gated: bool = True  # that tolerance is at or below the dtype's ceiling: the router row itself is gated
+    bias_rel_err: float = 0.0  # ||vLLM bias - checkpoint bias|| / ||checkpoint bias|| (0: no bias in the rule)
 
     @property
     def explained(self) -> bool:
         """Rounding explains the flip only where the router logits are right *and* their own row is
-        gated: an inconclusive router row (tolerance above the ceiling) explains nothing."""
-        return self.gated and self.rel_err <= self.tolerance
+        gated (an inconclusive router row, tolerance above the ceiling, explains nothing) *and* both
+        sides chose with the same correction bias."""
+        return self.gated and self.rel_err <= self.tolerance and self.bias_rel_err <= self.tolerance
 
     why = "expert routing flipped at a near-tie upstream"
 
@@ -62,29 +71,69 @@ class Flip:
         return after_routing(hook, self.layer)
 
     def describe(self) -> str:
+        bias = f", correction-bias rel err {self.bias_rel_err:.1e}" if self.bias_rel_err else ""
         return (f"prompt {self.prompt}, layer {self.layer}, token {self.token}: reference top-k gap "
                 f"{self.gap:.2e}, max router-logit difference {self.noise:.2e}, router rel err "
-                f"{self.rel_err:.1e} (tolerance {self.tolerance:.1e}{'' if self.gated else ', above the ceiling'}): "
+                f"{self.rel_err:.1e} (tolerance {self.tolerance:.1e}{'' if self.gated else ', above the ceiling'}){bias}: "
                 f"{'explained by rounding' if self.explained else 'NOT explained'}")
 
     def to_dict(self) -> dict:
         return {**asdict(self), "explained": self.explained}
 
 
+def chosen(logits: torch.Tensor, k: int, routing=None, bias: torch.Tensor | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The experts each token's router chooses, ``[T, n_experts]`` booleans, and how near the choice is
+    to a tie (``[T]``, in the rule's score space: the smallest gap between a chosen group and the best
+    group left out, or a chosen expert and the best allowed expert left out).  ``routing``: the router
+    hook's ``overlays.base.Routing`` (None: the top-k logits); ``bias``: its correction bias."""
+    x = logits.double()
+    if routing is None:
+        ranked = x.sort(dim=-1, descending=True).values
+        mask = torch.zeros_like(x, dtype=torch.bool).scatter_(-1, x.topk(k, dim=-1).indices, True)
+        return mask, ranked[:, k - 1] - ranked[:, k]
+    scores = x.sigmoid() if routing.scoring == "sigmoid" else x.softmax(dim=-1)
+    if bias is not None:
+        scores = scores + bias.double().reshape(1, -1)
+    t, groups = scores.shape[0], routing.n_group
+    per_group = scores.view(t, groups, -1)
+    group_scores = per_group.topk(2, dim=-1).values.sum(-1) if bias is not None else per_group.amax(-1)
+    inf = torch.full((t,), math.inf, dtype=x.dtype)
+    ranked_groups = group_scores.sort(dim=-1, descending=True).values
+    group_gap = (ranked_groups[:, routing.topk_group - 1] - ranked_groups[:, routing.topk_group]
+                 if routing.topk_group < groups else inf)
+    keep = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(
+        -1, group_scores.topk(routing.topk_group, dim=-1).indices, True)
+    allowed = scores.masked_fill(~keep.repeat_interleave(scores.shape[-1] // groups, dim=-1), -math.inf)
+    ranked = allowed.sort(dim=-1, descending=True).values
+    expert_gap = ranked[:, k - 1] - ranked[:, k] if k < allowed.shape[-1] else inf
+    expert_gap = torch.where(torch.isfinite(expert_gap), expert_gap, inf)
+    mask = torch.zeros_like(x, dtype=torch.bool).scatter_(-1, allowed.topk(k, dim=-1).indices, True)
+    return mask, torch.minimum(group_gap, expert_gap)
+
+
 def find_flips(subject: torch.Tensor, reference: torch.Tensor, k: int, prompt: int, layer: int,
-               tolerance: float, gated: bool = True) -> list[Flip]:
-    """Tokens of one prompt whose top-``k`` expert set differs; router logits ``[T, n_experts]``;
-    ``tolerance``: the router hook's calibrated tolerance (row-wise relative error)."""
+               tolerance: float, gated: bool = True, routing=None, subject_bias: torch.Tensor | None = None,
+               reference_bias: torch.Tensor | None = None) -> list[Flip]:
+    """Tokens of one prompt whose chosen expert set differs; router logits ``[T, n_experts]``;
+    ``tolerance``: the router hook's calibrated tolerance (row-wise relative error); ``routing``,
+    ``subject_bias``, ``reference_bias``: the choice rule and each side's correction bias (:func:`chosen`)."""
     s, r = subject.double(), reference.double()
     if s.shape != r.shape or s.ndim != 2 or not 0 < k < s.shape[-1]:
         return []
-    s_set = torch.zeros_like(s, dtype=torch.bool).scatter_(-1, s.topk(k, dim=-1).indices, True)
-    r_set = torch.zeros_like(r, dtype=torch.bool).scatter_(-1, r.topk(k, dim=-1).indices, True)
-    ranked = r.sort(dim=-1, descending=True).values
-    gap = ranked[:, k - 1] - ranked[:, k]
+    s_set, _ = chosen(s, k, routing, subject_bias)
+    r_set, gap = chosen(r, k, routing, reference_bias)
     noise = (s - r).abs().amax(dim=-1)
     rel = (s - r).norm(dim=-1) / r.norm(dim=-1).clamp_min(torch.finfo(torch.float64).tiny)
-    return [Flip(prompt, layer, int(t), float(gap[t]), float(noise[t]), float(rel[t]), float(tolerance), gated)
+    bias_err = 0.0
+    if routing is not None and routing.bias:
+        if subject_bias is None or reference_bias is None or subject_bias.shape != reference_bias.shape:
+            bias_err = math.inf  # one side's bias unknown: nothing is explained
+        else:
+            sb, rb = subject_bias.double(), reference_bias.double()
+            bias_err = float((sb - rb).norm() / rb.norm().clamp_min(torch.finfo(torch.float64).tiny))
+    return [Flip(prompt, layer, int(t), float(gap[t]), float(noise[t]), float(rel[t]), float(tolerance), gated,
+                 bias_err)
             for t in torch.nonzero((s_set != r_set).any(-1)).flatten().tolist()]
 
 

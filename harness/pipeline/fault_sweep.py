@@ -128,7 +128,10 @@ def run_fault(base: Baseline, fault: EngineFault | None, work_root: Path | None 
     work = Path(tempfile.mkdtemp(dir=root, prefix=f"{base.target.name}-fault-"))
     subject = capture_subject(base.target, base.variant, base.plan, base.prompts, work,
                                fault.env() if fault is not None else None)  # its captures own ``work``
-    rows, _flips = evaluate(base.plan, subject, base.refs, base.prompts, base.gate, base.target.name)
+    from harness.pipeline.runner import routing_params
+
+    rows, _flips = evaluate(base.plan, subject, base.refs, base.prompts, base.gate, base.target.name,
+                            routing_params(base.plan, Path(base.target.checkpoint), base.variant.dtype))
     return FaultRun(fault, rows, base.order, boot_s=subject.meta.get("boot_s"),
                     wall_s=time.perf_counter() - t0, meta={"vllm_version": subject.meta.get("vllm_version")})
 

@@ -126,23 +126,36 @@ MEMO_SIZE = 3  # reference sides this process keeps for later runs of the same m
 _memo: "OrderedDict[str, object]" = OrderedDict()
 
 
+def checkpoint_params(checkpoint: Path, names, dtype: str) -> dict:
+    """The checkpoint's tensors of these names (the engine's names for them), cast to the run's dtype
+    (what the engine holds); a name the checkpoint lacks is left out."""
+    from safetensors import safe_open
+
+    wanted, params = set(names), {}
+    for path in sorted(Path(checkpoint).glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as f:
+            for name in wanted & set(f.keys()):
+                params[name] = f.get_tensor(name).to(TORCH_DTYPES[dtype])
+    return params
+
+
+def routing_params(plan: Plan, checkpoint: Path, dtype: str) -> dict:
+    """The routers' correction biases the flip rule reads on the reference side (harness.comparison.routing)."""
+    names = [s.routing.bias for s in plan.specs.values() if s.routing is not None and s.routing.bias]
+    return checkpoint_params(checkpoint, names, dtype) if names else {}
+
+
 def left_out_masks(plan: Plan, checkpoint: Path, dtype: str) -> dict:
     """hook (canonical and compatibility-mode names) -> the last-dim entries its rows leave out: a
     un-fold whose divisor is 0 (harness.comparison.conversions.left_out, the rule the rows use on the
     engine's parameters), here on the checkpoint's weights cast to the run's dtype -- what the engine
     holds: a weight of -0.9999 is -1 in bf16 -- read by the overlay's parameter names; the floors leave
     them out too.  A parameter the checkpoint does not name gives no mask: the floor spans every dim."""
-    from safetensors import safe_open
-
     from harness.comparison.conversions import left_out
     from overlays.base import UnfoldNorm
 
     wanted = {c.param for s in plan.specs.values() for c in s.convert if isinstance(c, UnfoldNorm)}
-    params: dict = {}
-    for path in sorted(Path(checkpoint).glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as f:
-            for name in wanted & set(f.keys()):
-                params[name] = f.get_tensor(name).to(TORCH_DTYPES[dtype])
+    params = checkpoint_params(checkpoint, wanted, dtype)
     out: dict = {}
     for hook, spec in plan.specs.items():
         dead = left_out(spec, params)
@@ -275,7 +288,8 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
         with phases("references"):
             run.refs = _references(target, variant, plan, prompts, phases, settings, result, gate)
         with phases("compare"):
-            result.rows, flips = evaluate(plan, run.subject, run.refs, prompts, gate, target.name)
+            result.rows, flips = evaluate(plan, run.subject, run.refs, prompts, gate, target.name,
+                                          routing_params(plan, Path(target.checkpoint), variant.dtype))
             result.routing_flips = [f.to_dict() for f in flips]
             result.chaotic_tokens = [c.to_dict() for c in run.refs.chaos]
         sm = run.subject.meta

@@ -83,3 +83,40 @@ def test_tokens_at_and_after_the_flip_are_set_aside_not_the_prompt():
     flips = find_flips(_logits([3.0, 1.0005, 1.0, -2.0], [3.0, 0.9995, 1.0, -2.0]), ref_l, 2, prompt=0, layer=0,
                        tolerance=TOL)
     assert set_aside("blocks.0.hook_out", flips)[0].token == 1
+
+
+# -- the router's own rule (overlays.base.Routing) ---------------------------------------------------
+def test_grouped_rule_chooses_groups_first_then_experts_with_the_bias():
+    from harness.comparison.routing import chosen
+    from overlays.base import Routing
+
+    rule = Routing("sigmoid", n_group=2, topk_group=1, bias="b")
+    # group 0 = experts 0..1, group 1 = experts 2..3; by raw logits expert 2 is best, but with the bias
+    # group 0 (two strong experts) wins: the choice is experts 0 and 1
+    logits = torch.tensor([[1.0, 0.9, 1.2, -3.0]])
+    bias = torch.tensor([0.0, 0.0, 0.0, 0.0])
+    mask, gap = chosen(logits, 2, rule, bias)
+    assert mask.tolist() == [[True, True, False, False]] and float(gap[0]) > 0
+    mask, _ = chosen(logits, 2, rule, torch.tensor([0.0, 0.0, 0.0, 2.0]))  # a bias moves the whole group
+    assert mask.tolist() == [[False, False, True, True]]
+    plain, plain_gap = chosen(logits, 2)  # no rule: the top-2 logits, gap in logits
+    assert plain.tolist() == [[True, False, True, False]] and float(plain_gap[0]) == pytest.approx(0.1)
+
+
+def test_a_group_flip_is_found_and_a_wrong_bias_explains_nothing():
+    from harness.comparison.routing import find_flips
+    from overlays.base import Routing
+
+    rule = Routing("sigmoid", n_group=2, topk_group=1, bias="b")
+    ref = torch.tensor([[0.50, 0.50, 0.502, 0.499]])  # group scores nearly tie: group 1 by a hair
+    sub = torch.tensor([[0.503, 0.50, 0.50, 0.499]])  # rounding tips group 0
+    bias = torch.zeros(4)
+    (flip,) = find_flips(sub, ref, 2, prompt=0, layer=1, tolerance=0.05, routing=rule,
+                         subject_bias=bias, reference_bias=bias)
+    assert flip.explained and flip.bias_rel_err == 0.0 and flip.gap < 1e-2
+    assert not find_flips(ref, ref, 2, 0, 1, 0.05, routing=rule, subject_bias=bias, reference_bias=bias)
+    shifted = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    (flip,) = find_flips(ref, ref, 2, 0, 1, 0.05, routing=rule, subject_bias=shifted, reference_bias=torch.full((4,), 0.1))
+    assert not flip.explained and flip.bias_rel_err > 0.05  # right logits, wrong bias: a routing bug
+    (flip,) = find_flips(sub, ref, 2, 0, 1, 0.05, routing=rule, subject_bias=None, reference_bias=bias)
+    assert not flip.explained and flip.bias_rel_err == float("inf")  # the engine's bias unknown

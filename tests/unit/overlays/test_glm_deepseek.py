@@ -22,6 +22,13 @@ def _cfg(family):
     return target_for_family(FAMILIES[family]).hf_config
 
 
+def _specs(family):
+    from harness.models.targets import target_for_family
+
+    target = target_for_family(FAMILIES[family])
+    return get_overlay(target.architecture).hook_specs(target.hf_config)
+
+
 def _nonfiring(ov, cfg):
     return {h for nf in ov.nonfiring_for(cfg) for h in expand_layers(nf.template, cfg.num_hidden_layers)}
 
@@ -163,9 +170,9 @@ def test_deepseek_v2_keeps_vllms_pair_order_and_v2_lite_has_no_q_latent():
 
 
 def test_held_out_families_run_only_when_named():
-    assert set(HELD_OUT) == {"glm4_moe", "deepseek_v2", "deepseek_v2_lite", "deepseek_v3"}
+    assert set(HELD_OUT) == {"deepseek_v2", "deepseek_v2_lite", "deepseek_v3"}
     assert not set(HELD_OUT) & set(DEFAULT_FAMILIES)
-    assert {"glm", "glm4"} <= set(DEFAULT_FAMILIES)
+    assert {"glm", "glm4", "glm4_moe"} <= set(DEFAULT_FAMILIES)
     assert [s.name for s in resolve_families("deepseek_v3,glm4_moe")] == ["deepseek_v3", "glm4_moe"]
     for name, why in HELD_OUT.items():
         assert len(why) > 40, name  # a reason, with the measurement behind it
@@ -185,3 +192,19 @@ def test_the_score_correction_bias_buffer_is_randomized(tmp_path):
     biases = {k: v for k, v in weights.items() if k.endswith("e_score_correction_bias")}
     assert sorted(biases) == [f"model.layers.{i}.mlp.gate.e_score_correction_bias" for i in (1, 2)]
     assert all(float(b.abs().min()) > 0 for b in biases.values())  # HF initializes it to zeros
+
+
+def test_grouped_routers_declare_their_rule_and_plain_ones_do_not():
+    """GLM-4-MoE's router hook carries sigmoid + bias over 4 groups (its config does not say so: the tree
+    does); DeepSeek-V3 reads scoring_func / topk_method; DeepSeek-V2's softmax over one group, and
+    Mixtral's top-k, need no rule."""
+    from overlays.base import Routing
+
+    def rule(name, layer=1):
+        return _specs(name)[f"blocks.{layer}.mlp.gate.hook_out"].routing
+
+    bias = "model.layers.1.mlp.gate.e_score_correction_bias"
+    assert rule("glm4_moe") == Routing("sigmoid", 4, 2, bias)
+    assert rule("deepseek_v3") == Routing("sigmoid", 4, 2, bias)
+    assert rule("deepseek_v2") is None and rule("mixtral") is None
+    assert bias in _specs("glm4_moe")["blocks.1.mlp.gate.hook_out"].params()  # the engine dumps it
