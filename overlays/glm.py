@@ -30,8 +30,11 @@
   block's output (``mlp.hook_out``) is the routed experts' weighted sum times ``routed_scaling_factor``
   plus the shared experts' output.  Routing: sigmoid scores plus ``e_score_correction_bias``, the top
   ``topk_group`` of ``n_group`` groups first (by the sum of each group's top-2), then the top-k experts,
-  renormalized; it shows in ``mlp.hook_out`` only (routing hooks non-firing, :data:`overlays.mixtral.
-  MOE_NONFIRING`, on the sparse layers only: ``Tree.dense_layers``).  TransformerLens's glm4_moe adapter
+  renormalized, the routed output times ``routed_scaling_factor``: the choice is read at the experts'
+  runner (``mlp.gate.hook_expert_weights`` / ``hook_expert_indices``, :mod:`overlays.mixtral`), and
+  the router hook declares the rule (``overlays.base.Routing``) that tells a near-tie flip from a bug;
+  per-expert hooks non-firing (:data:`overlays.mixtral.MOE_NONFIRING`, sparse layers only:
+  ``Tree.dense_layers``).  TransformerLens's glm4_moe adapter
   has no bridge on ``shared_experts``, so no shared-expert hook is offered here (DeepSeek's has one:
   :mod:`overlays.deepseek`).
 """

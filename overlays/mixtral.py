@@ -21,12 +21,14 @@ with 3-D ``w13`` / ``w2`` expert weights).  Hook by hook:
   the fused-MoE kernel, never as one tensor.  (TransformerBridge's
   ``MoEBridge`` aliases ``mlp.hook_pre`` / ``hook_post`` to the block's
   ``hook_in`` / ``hook_out``, which are compared under those names.)
-- Non-firing, routing: ``mlp.gate.hook_expert_weights`` /
-  ``hook_expert_indices`` (and the block-level aliases) are the softmax /
-  top-k / renormalize results.  vLLM computes them in
-  ``FusedMoERouter.select_experts``, a plain method of a non-module router
-  object called inside ``MoERunner``: no module boundary ever holds them.
-  The router logits they are computed from *are* compared.
+- The router's choice: ``mlp.gate.hook_expert_weights`` (``[T, n_experts]``,
+  each chosen expert's weight at its id, 0 elsewhere) and
+  ``mlp.gate.hook_expert_indices`` (``[T, k]``, ids sorted ascending: compared as
+  sets).  vLLM computes them in ``router.select_experts``, a method of a plain
+  (non-module) router object inside ``MoERunner``; the worker routes that
+  call through a child module of the runner, ``experts.vp_route``
+  (harness.engines.route_tap), whose output the hooks read.  The block-level
+  aliases (``mlp.hook_expert_*``) are non-firing: the same tensors.
 """
 from __future__ import annotations
 
@@ -39,15 +41,13 @@ from .tree import MOE, Mlp, TreeOverlay
 _PER_EXPERT = ("per expert: vLLM's fused-MoE kernel computes gate/up/activation per (token, selected expert) pair "
                "from 3-D expert weights; no single [T, d_mlp] tensor exists (TransformerBridge's MoEBridge aliases "
                "this name to the MoE block's hook_in/hook_out, compared as mlp.hook_in/mlp.hook_out)")
-_ROUTING = ("vLLM's top-k routing runs in FusedMoERouter.select_experts, a method of a plain (non-nn.Module) "
-            "router object inside MoERunner: the routing weights / expert ids never cross a module boundary "
-            "(the router logits they come from are compared as mlp.gate.hook_out)")
+_ALIAS = ("TransformerBridge's block-level alias of the router's mlp.gate.hook_expert_weights / "
+          "hook_expert_indices (the same tensor), compared under the router's name")
 
 # every sparse-MoE row declares these (the dense MLP's inner hooks and the routing results)
 MOE_NONFIRING = (
     *(NonFiring(f"blocks.{{i}}.mlp.{h}", _PER_EXPERT) for h in ("hook_pre", "hook_pre_linear", "hook_post")),
-    *(NonFiring(f"blocks.{{i}}.mlp.{h}", _ROUTING) for h in ("gate.hook_expert_weights", "gate.hook_expert_indices",
-                                                             "hook_expert_weights", "hook_expert_indices")),
+    *(NonFiring(f"blocks.{{i}}.mlp.{h}", _ALIAS) for h in ("hook_expert_weights", "hook_expert_indices")),
 )
 
 MIXTRAL = replace(DECODER, name="mixtral", mlp=Mlp(kind=MOE, module="block_sparse_moe"), nonfiring=MOE_NONFIRING)

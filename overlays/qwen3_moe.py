@@ -5,7 +5,8 @@ fused ``(delta, residual)`` return; its MoE block is ``mlp``
 (``Qwen3MoeSparseMoeBlock``: router ``gate`` + ``experts``, a ``MoERunner``
 that calls the gate module itself).  Every MoE hook and non-firing reason is
 :data:`overlays.mixtral.MIXTRAL`'s (block input / output, router
-logits ``mlp.gate.hook_out``; per-expert and routing hooks non-firing).  The
+logits ``mlp.gate.hook_out``, the router's choice ``mlp.gate.hook_expert_*``; per-expert hooks
+non-firing).  The
 architecture's own conversions:
 
 - q/k norms.  vLLM runs ``self_attn.q_norm`` / ``k_norm`` on
@@ -30,12 +31,14 @@ _ROUTER_IN_FUSED_OP = (
     "(mlp.gate) to FusedMoE, whose vllm::moe_forward custom op calls it inside the op, out of dynamo's "
     "sight; the op is captured into the CUDA graph, so the router's hook runs at graph capture only and "
     "never on replays (measured on the H200: never fired); splitting the graph at vllm::moe_forward fails "
-    "in vLLM 0.20's piecewise codegen.  Eager mode captures the router logits")
+    "in vLLM 0.20's piecewise codegen.  Eager mode captures the router logits and the router's choice "
+    "(its select_experts runs inside the same op)")
 
 QWEN3_MOE = replace(
     MIXTRAL, name="qwen3_moe", mlp=replace(MIXTRAL.mlp, module="mlp"),
     attention=replace(MIXTRAL.attention, qk_norm=QK_PER_HEAD),
-    cuda_graph_nonfiring=(NonFiring("blocks.{i}.mlp.gate.hook_out", _ROUTER_IN_FUSED_OP),),
+    cuda_graph_nonfiring=tuple(NonFiring(f"blocks.{{i}}.mlp.gate.{h}", _ROUTER_IN_FUSED_OP)
+                               for h in ("hook_out", "hook_expert_weights", "hook_expert_indices")),
 )
 
 

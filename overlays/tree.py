@@ -64,6 +64,7 @@ QK_PER_HEAD = "per_head"  # RMSNorm over head_dim on [T, heads, head_dim] (Qwen3
 QK_WHOLE = "whole"  # norm over the whole q / k projection, flat (OLMo-2)
 # MLP kinds
 TOP_K, SIGMOID_BIAS, FROM_CONFIG = "top-k", "sigmoid-bias", "from-config"  # Mlp.routing
+ROUTE_TAP = "vp_route"  # harness.engines.route_tap.TAP: the child module the worker gives a MoE runner
 GATED = "gated"  # fused [gate | up] projection, then down
 PLAIN = "plain"  # up projection -> activation -> down projection, no gate
 MOE = "moe"  # sparse mixture of experts: router + fused experts
@@ -193,6 +194,8 @@ class Mlp:
     up: str = "gate_up_proj"  # GATED: fused [gate | up]; PLAIN: the input projection (hook_pre is its output)
     down: str = "down_proj"  # its input is hook_post
     router: str = "gate"  # MOE: the router, whose logits are mlp.gate.hook_out
+    # MOE: the experts' runner, whose router's choice harness.engines.route_tap exposes at <experts>.vp_route
+    experts: str = "experts"
     # MOE: shared experts, a gated MLP (``gate_up_proj`` / ``down_proj``) every token runs, offered as
     # mlp.shared_experts.hook_* where the reference names them; width moe_intermediate_size x n_shared_experts
     shared: str | None = None
@@ -500,6 +503,9 @@ class TreeOverlay(Overlay):
         if mlp.kind == MOE:
             add("mlp.gate.hook_out", f"{M}.{mlp.router}", "out[0]", (), d["n_experts"],
                 routing=self._routing(mlp, cfg, f"{M}.{mlp.router}"))
+            tap = f"{M}.{mlp.experts}.{ROUTE_TAP}"  # the router's choice (harness.engines.route_tap)
+            add("mlp.gate.hook_expert_weights", tap, "out[0]", (), d["n_experts"])
+            add("mlp.gate.hook_expert_indices", tap, "out[1]", (), int(config_get(cfg, "num_experts_per_tok")))
             if mlp.shared:  # a gated MLP of its own, run on every token
                 S, ds = f"{M}.{mlp.shared}", int(config_get(cfg, "moe_intermediate_size")) * int(
                     config_get(cfg, "n_shared_experts"))

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import torch
 
+from harness.vocab.hook_rules import sorted_per_token
+
 
 def reference_to_canonical(name: str, tensor: torch.Tensor) -> torch.Tensor:
-    """Drop the batch dim of a single-prompt reference capture."""
+    """Drop the batch dim of a single-prompt reference capture; a per-token set (expert ids:
+    harness.vocab.hook_rules.sorted_per_token) sorted ascending, the order vLLM's side is read in."""
     if tensor.ndim >= 1 and tensor.shape[0] == 1:
         tensor = tensor[0]
+    if sorted_per_token(name):
+        tensor = tensor.sort(dim=-1).values
     return tensor.detach().cpu()
 
 

@@ -81,7 +81,7 @@ import torch
 
 from harness.vocab.capture_keys import call_key, read_key
 from harness.engines.tensor_parallel import in_parallel_region, tp_layout
-from harness.engines import graph_capture
+from harness.engines import graph_capture, route_tap
 from harness.engines.reads import (group_reads, input_terms, natural_key, parse_read, pick_inputs, pick_outputs,
                                    resolve_module, sibling_paths, sum_terms)
 from harness.engines.graph_capture import GraphBuffers, _tap_into_impl, buffer_rows, graph_mode, tokens_of
@@ -215,6 +215,7 @@ class CaptureExtension:
         self._vp_replays = 0  # forwards that were full-graph replays (graph path), since the last reset
         _SINKS.clear()
         graph_capture._GRAPH_SINKS.clear()
+        route_tap.install_for(model, [path for path, _ in reads])  # harness.engines.route_tap: only where read
         groups, missing = group_reads(model, reads)
         self._vp_graph: GraphBuffers | None = None
         if graph_mode(self):

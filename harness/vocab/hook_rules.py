@@ -24,6 +24,9 @@ RESIDUAL_WRITES: frozenset[str] = frozenset({
     "blocks.{i}.attn.hook_out", "blocks.{i}.mlp.hook_out",
 })
 
+# expert ids chosen per token, compared as sets: canonical order ascending on every side
+SORTED_KINDS = frozenset({"mlp.gate.hook_expert_indices", "mlp.hook_expert_indices"})
+
 # a mixture-of-experts layer's router logits, the layer in group 1
 GATE = re.compile(r"^blocks\.(\d+)\.mlp\.gate\.hook_out$")
 
@@ -31,6 +34,11 @@ GATE = re.compile(r"^blocks\.(\d+)\.mlp\.gate\.hook_out$")
 def heads_first(hook: str) -> bool:
     """Whether ``hook``'s canonical value is ``[heads, T, T]`` (token axis 1)."""
     return hook_kind(hook) in HEADS_FIRST_KINDS
+
+
+def sorted_per_token(hook: str) -> bool:
+    """Whether ``hook``'s canonical value is a set per token, held sorted ascending (expert ids)."""
+    return hook_kind(hook) in SORTED_KINDS
 
 
 def processed_hook(hook: str) -> bool:

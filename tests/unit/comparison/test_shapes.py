@@ -36,3 +36,10 @@ def test_subject_keeps_the_requests_rows():
     out = subject_to_canonical(t, 7)
     assert out.shape == (7, 4) and torch.equal(out, t[:7])
     assert subject_to_canonical(t, 10).shape == (10, 4)
+
+
+def test_a_reference_set_of_expert_ids_is_sorted_like_vllms():
+    ids = torch.tensor([[[3, 1], [0, 2]]])  # [batch 1, T, k] in the router's score order
+    assert reference_to_canonical("blocks.1.mlp.gate.hook_expert_indices", ids).tolist() == [[1, 3], [0, 2]]
+    w = torch.tensor([[[0.2, 0.8]]])
+    assert torch.equal(reference_to_canonical("blocks.1.mlp.gate.hook_expert_weights", w), w[0])  # not a set

@@ -132,8 +132,8 @@ def test_get_overlay_follows_the_implementation():
 
 
 def test_cuda_graph_nonfiring_hooks_leave_the_plan_only_under_cuda_graphs():
-    """Qwen3-MoE's router runs inside vLLM 0.20's fused-MoE op: offered in eager mode, declared
-    non-firing (with the reason) when vLLM runs compiled with CUDA graphs."""
+    """Qwen3-MoE's router and its choice run inside vLLM 0.20's fused-MoE op: offered in eager mode,
+    declared non-firing (with the reason) when vLLM runs compiled with CUDA graphs."""
     from harness.models.targets import target_for_family
     from harness.values.plan import offered
     from harness.values.variant import Variant
@@ -144,7 +144,9 @@ def test_cuda_graph_nonfiring_hooks_leave_the_plan_only_under_cuda_graphs():
     graphs, _, nf_graphs = offered(t, cuda_graphs)
     assert "blocks.0.mlp.gate.hook_out" in eager and "blocks.0.mlp.gate.hook_out" not in graphs
     added = [nf for nf in nf_graphs if nf not in nf_eager]
-    assert [nf.template for nf in added] == ["blocks.{i}.mlp.gate.hook_out"] and "moe_forward" in added[0].reason
+    assert [nf.template for nf in added] == [f"blocks.{{i}}.mlp.gate.{h}" for h in (
+        "hook_out", "hook_expert_weights", "hook_expert_indices")]  # the router, and its choice, in the op
+    assert all("moe_forward" in nf.reason for nf in added)
     m = target_for_family(FAMILIES["mixtral"])  # Mixtral calls its router in the traced forward
     assert offered(m, cuda_graphs)[0].keys() == offered(m, Variant())[0].keys()
 

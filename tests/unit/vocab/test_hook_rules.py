@@ -61,3 +61,10 @@ def test_gate_matches_router_logits(hook, layer):
                                   "blocks.0.mlp.hook_pre", "mlp.gate.hook_out"])
 def test_gate_matches_nothing_else(hook):
     assert GATE.match(hook) is None
+
+
+def test_only_expert_ids_are_sets_per_token():
+    from harness.vocab.hook_rules import sorted_per_token
+
+    assert sorted_per_token("blocks.0.mlp.gate.hook_expert_indices") and sorted_per_token("blocks.3.mlp.hook_expert_indices")
+    assert not sorted_per_token("blocks.0.mlp.gate.hook_expert_weights") and not sorted_per_token("blocks.0.mlp.gate.hook_out")
