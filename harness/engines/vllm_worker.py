@@ -393,6 +393,37 @@ class CaptureExtension:
         for counter in self._vp_counters:
             counter[0] = 0
 
+    # -- measuring the capture itself (benchmarks/: capture cost against the bare forward) -----------
+    def vp_uninstall(self) -> None:
+        """Remove every hook this extension installed (the forward timers too): the bare forward."""
+        for handle in getattr(self, "_vp_handles", []):
+            handle.remove()
+        self._vp_handles = []
+
+    def vp_take(self) -> dict:
+        """Record count and bytes since the last reset, and the hooks installed; then reset."""
+        records = [t for ts in getattr(self, "_vp_records", {}).values() for t in ts]
+        out = {"records": len(records), "bytes": sum(t.numel() * t.element_size() for t in records),
+               "hooks": max(len(getattr(self, "_vp_handles", [])) - 2, 0)}  # minus the two forward timers
+        self.vp_reset()
+        return out
+
+    def vp_copy_floor(self, reps: int = 5) -> float:
+        """Seconds to copy every current record once into a twin buffer, nothing else running in this
+        process (best of ``reps``): what the captured bytes alone cost on this machine."""
+        records = [t for ts in getattr(self, "_vp_records", {}).values() for t in ts]
+        twins = [torch.empty_like(t) for t in records]
+        sync = torch.cuda.synchronize if any(t.is_cuda for t in records) else (lambda: None)
+        best = float("inf")
+        for _ in range(reps):
+            sync()
+            t0 = time.perf_counter()
+            for dst, src in zip(twins, records):
+                dst.copy_(src)
+            sync()
+            best = min(best, time.perf_counter() - t0)
+        return best
+
     def vp_dump(self, path: str) -> dict:
         """Write this rank's records to ``path`` (+ rank suffix); return a summary."""
         from safetensors.torch import save_file
