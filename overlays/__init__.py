@@ -48,6 +48,7 @@ from .gpt2 import GPT2Overlay
 from .gpt_neox import GPTNeoXOverlay, GPTNeoXTransformersOverlay
 from .granite import GraniteOverlay
 from .mamba2 import Mamba2Overlay
+from .nemotron_h import NemotronHOverlay
 from .mixtral import MixtralOverlay
 from .olmo2 import Olmo2Overlay, Olmo2TransformersOverlay
 from .opt import OPTOverlay
@@ -79,6 +80,7 @@ OVERLAYS: dict[str, TreeOverlay] = {
     "MixtralForCausalLM": MixtralOverlay(),  # sparse MoE (block_sparse_moe)
     "Qwen3MoeForCausalLM": Qwen3MoeOverlay(),  # sparse MoE (mlp), q/k norms
     "Mamba2ForCausalLM": Mamba2Overlay(),  # attention-free SSM mixer (overlays/mamba2.py, no Tree row)
+    "NemotronHForCausalLM": NemotronHOverlay(),  # hybrid: a mixer kind per layer (overlays/nemotron_h.py)
     "GlmForCausalLM": GlmOverlay(),  # native; see VARIANTS
     "Glm4ForCausalLM": Glm4Overlay(),  # post-sublayer norms, interleaved partial rotary
     "DeepseekV2ForCausalLM": DeepseekV2Overlay(),  # MLA, dense then MoE layers, shared experts

