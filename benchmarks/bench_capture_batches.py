@@ -492,6 +492,28 @@ def _targets(res: dict) -> list[str]:
     return out
 
 
+def render_or_run(ap: argparse.ArgumentParser, args: argparse.Namespace, run, to_markdown) -> int:
+    """The benchmarks' common ending: ``--render JSON`` rewrites the .md of ``--out`` alone; otherwise
+    ``run(args, on_round=...)`` (``--checkpoint`` required), with the .json and .md rewritten after every
+    round, so a run cut short keeps what it measured.  Prints the table."""
+    if args.render:
+        res = json.loads(args.render.read_text())
+    else:
+        if not args.checkpoint:
+            ap.error("--checkpoint is required (unless --render)")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+
+        def write(res: dict) -> None:
+            args.out.with_suffix(".json").write_text(json.dumps(res, indent=1))
+            args.out.with_suffix(".md").write_text(to_markdown(res))
+        res = run(args, on_round=write)
+        args.out.with_suffix(".json").write_text(json.dumps(res, indent=1))
+    md = to_markdown(res)
+    args.out.with_suffix(".md").write_text(md)
+    print(md)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint", help="HF checkpoint directory (e.g. from benchmarks.shaped_checkpoint)")
@@ -512,23 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/capture_batches"),
                     help="output stem (.json, .md; rewritten after every round)")
     ap.add_argument("--render", type=Path, default=None, help="only rewrite the .md of --out from this JSON")
-    args = ap.parse_args(argv)
-    if args.render:
-        res = json.loads(args.render.read_text())
-    else:
-        if not args.checkpoint:
-            ap.error("--checkpoint is required (unless --render)")
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-
-        def write(res: dict) -> None:
-            args.out.with_suffix(".json").write_text(json.dumps(res, indent=1))
-            args.out.with_suffix(".md").write_text(to_markdown(res))
-        res = run(args, on_round=write)
-        args.out.with_suffix(".json").write_text(json.dumps(res, indent=1))
-    md = to_markdown(res)
-    args.out.with_suffix(".md").write_text(md)
-    print(md)
-    return 0
+    return render_or_run(ap, ap.parse_args(argv), run, to_markdown)
 
 
 if __name__ == "__main__":

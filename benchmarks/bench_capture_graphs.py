@@ -92,7 +92,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bench_capture_batches import EXT, _device_kwargs, _gpu_driver, _memory, _shaped
+from benchmarks.bench_capture_batches import EXT, _device_kwargs, _gpu_driver, _memory, _shaped, render_or_run
 from benchmarks.bench_capture_overhead import _cpu_model, _paired, _stats, _versions, read_sets
 
 MODES = ("none", "residual", "all")
@@ -746,23 +746,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/capture_graphs"),
                     help="output stem (.json, .md; rewritten after every round)")
     ap.add_argument("--render", type=Path, default=None, help="only rewrite the .md of --out from this JSON")
-    args = ap.parse_args(argv)
-    if args.render:
-        res = json.loads(args.render.read_text())
-    else:
-        if not args.checkpoint:
-            ap.error("--checkpoint is required (unless --render)")
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-
-        def write(res: dict) -> None:
-            args.out.with_suffix(".json").write_text(json.dumps(res, indent=1))
-            args.out.with_suffix(".md").write_text(to_markdown(res))
-        res = run(args, on_round=write)
-        args.out.with_suffix(".json").write_text(json.dumps(res, indent=1))
-    md = to_markdown(res)
-    args.out.with_suffix(".md").write_text(md)
-    print(md)
-    return 0
+    return render_or_run(ap, ap.parse_args(argv), run, to_markdown)
 
 
 if __name__ == "__main__":

@@ -96,6 +96,26 @@ def ssm_sizes(cfg: Any) -> tuple[int, int, int]:
     return inner, conv_dim, int(config_get(cfg, "num_heads"))
 
 
+def mixer_specs(b: str, mixer: str, inner: int, conv_dim: int, heads: int) -> dict[str, HookSpec]:
+    """A Mamba-2 mixer's inner hooks at vLLM module path ``mixer`` for block ``b`` (``blocks.{i}``), in
+    forward order: ``in_proj``'s output and its xBC / dt columns, the gated norm's input, gate and
+    output, each with its HF row (module doc).  Shared by every tree with Mamba-2 layers
+    (:mod:`overlays.nemotron_h`)."""
+    return {
+        f"{b}.mixer.in_proj.hook_out": HookSpec(f"{mixer}.in_proj", "out[0]", (), inner + conv_dim + heads,
+                                                references=(("hf", f"{b}.mixer.in_proj.hook_out"),)),
+        f"{b}.mixer.in_proj.hook_xBC": HookSpec(
+            f"{mixer}.in_proj", "out[0]", (Cols(inner, inner + conv_dim),), conv_dim,
+            references=_BRIDGE_ONLY_HF + (("hf", f"{b}.mixer.in_proj.hook_xBC"),)),
+        f"{b}.mixer.in_proj.hook_dt": HookSpec(
+            f"{mixer}.in_proj", "out[0]", (Cols(inner + conv_dim, inner + conv_dim + heads),), heads,
+            references=_BRIDGE_ONLY_HF + (("hf", f"{b}.mixer.in_proj.hook_dt"),)),
+        **{f"{b}.mixer.inner_norm.{name}": HookSpec(f"{mixer}.norm", read, (), inner,
+                                                    references=(("hf", f"{b}.mixer.inner_norm.{name}"),))
+           for name, read in (("hook_in", "in[0]"), ("hook_gate", "in[1]"), ("hook_out", "out"))},
+    }
+
+
 class Mamba2Overlay(Overlay):
     """Mamba-2: embeddings, mixer-only blocks with fused residual pairs, final norm, logits."""
 
@@ -115,20 +135,7 @@ class Mamba2Overlay(Overlay):
                                                           (UnfoldNorm(f"{layer}.norm.weight"),), d_model)
             specs[f"{b}.mixer.hook_in"] = HookSpec(mixer, "in.hidden_states", (), d_model,
                                                    references=(("hf", f"{b}.mixer.hook_in"),))
-            specs[f"{b}.mixer.in_proj.hook_out"] = HookSpec(f"{mixer}.in_proj", "out[0]", (), inner + conv_dim + heads,
-                                                            references=(("hf", f"{b}.mixer.in_proj.hook_out"),))
-            specs[f"{b}.mixer.in_proj.hook_xBC"] = HookSpec(
-                f"{mixer}.in_proj", "out[0]", (Cols(inner, inner + conv_dim),), conv_dim, references=_BRIDGE_ONLY_HF
-                + (("hf", f"{b}.mixer.in_proj.hook_xBC"),))
-            specs[f"{b}.mixer.in_proj.hook_dt"] = HookSpec(
-                f"{mixer}.in_proj", "out[0]", (Cols(inner + conv_dim, inner + conv_dim + heads),), heads,
-                references=_BRIDGE_ONLY_HF + (("hf", f"{b}.mixer.in_proj.hook_dt"),))
-            specs[f"{b}.mixer.inner_norm.hook_in"] = HookSpec(f"{mixer}.norm", "in[0]", (), inner,
-                                                              references=(("hf", f"{b}.mixer.inner_norm.hook_in"),))
-            specs[f"{b}.mixer.inner_norm.hook_gate"] = HookSpec(
-                f"{mixer}.norm", "in[1]", (), inner, references=(("hf", f"{b}.mixer.inner_norm.hook_gate"),))
-            specs[f"{b}.mixer.inner_norm.hook_out"] = HookSpec(
-                f"{mixer}.norm", "out", (), inner, references=(("hf", f"{b}.mixer.inner_norm.hook_out"),))
+            specs.update(mixer_specs(b, mixer, inner, conv_dim, heads))
             specs[f"{b}.mixer.hook_out"] = HookSpec(mixer, "out", (), d_model,
                                                     references=(("hf", f"{b}.mixer.hook_out"),))
             specs[f"{b}.hook_out"] = HookSpec(layer, "out[0]+out[1]", (), d_model)
@@ -141,4 +148,4 @@ class Mamba2Overlay(Overlay):
         return list(NONFIRING)
 
 
-__all__ = ["NONFIRING", "Mamba2Overlay", "ssm_sizes"]
+__all__ = ["NONFIRING", "Mamba2Overlay", "mixer_specs", "ssm_sizes"]

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Cols, HookSpec, NonFiring, Overlay, UnfoldNorm, config_get
-from .mamba2 import NONFIRING as _MAMBA2_NONFIRING
+from .base import HookSpec, NonFiring, Overlay, UnfoldNorm, config_get
+from .mamba2 import NONFIRING as _MAMBA2_NONFIRING, mixer_specs
 
 _KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 _MIXER_INPUT = {"M": "in.hidden_states", "*": "in.hidden_states", "-": "in.x", "E": "in.hidden_states"}
@@ -88,18 +88,7 @@ class NemotronHOverlay(Overlay):
             specs[f"{b}.mixer.hook_in"] = HookSpec(mixer, _MIXER_INPUT[kind], (), d_model,
                                                    references=hf(f"{b}.mixer.hook_in"))
             if kind == "M":
-                specs[f"{b}.mixer.in_proj.hook_out"] = HookSpec(
-                    f"{mixer}.in_proj", "out[0]", (), inner + conv_dim + heads,
-                    references=(("hf", f"{b}.mixer.in_proj.hook_out"),))
-                specs[f"{b}.mixer.in_proj.hook_xBC"] = HookSpec(
-                    f"{mixer}.in_proj", "out[0]", (Cols(inner, inner + conv_dim),), conv_dim,
-                    references=(("bridge", None), ("hf", f"{b}.mixer.in_proj.hook_xBC")))
-                specs[f"{b}.mixer.in_proj.hook_dt"] = HookSpec(
-                    f"{mixer}.in_proj", "out[0]", (Cols(inner + conv_dim, inner + conv_dim + heads),), heads,
-                    references=(("bridge", None), ("hf", f"{b}.mixer.in_proj.hook_dt")))
-                for name, read in (("hook_in", "in[0]"), ("hook_gate", "in[1]"), ("hook_out", "out")):
-                    specs[f"{b}.mixer.inner_norm.{name}"] = HookSpec(
-                        f"{mixer}.norm", read, (), inner, references=(("hf", f"{b}.mixer.inner_norm.{name}"),))
+                specs.update(mixer_specs(b, mixer, inner, conv_dim, heads))
             specs[f"{b}.mixer.hook_out"] = HookSpec(mixer, "out", (), d_model, references=hf(f"{b}.mixer.hook_out"))
             specs[f"{b}.hook_out"] = HookSpec(layer, "out[0]+out[1]", (), d_model)
         specs["ln_final.hook_normalized"] = HookSpec("model.norm_f", "out[0]",
