@@ -47,6 +47,7 @@ from .glm import Glm4MoeOverlay, Glm4Overlay, GlmOverlay, GlmTransformersOverlay
 from .gpt2 import GPT2Overlay
 from .gpt_neox import GPTNeoXOverlay, GPTNeoXTransformersOverlay
 from .granite import GraniteOverlay
+from .mamba import MambaOverlay
 from .mamba2 import Mamba2Overlay
 from .nemotron_h import NemotronHOverlay
 from .mixtral import MixtralOverlay
@@ -79,6 +80,7 @@ OVERLAYS: dict[str, TreeOverlay] = {
     "Olmo2ForCausalLM": Olmo2Overlay(),  # post-norms; native, see VARIANTS
     "MixtralForCausalLM": MixtralOverlay(),  # sparse MoE (block_sparse_moe)
     "Qwen3MoeForCausalLM": Qwen3MoeOverlay(),  # sparse MoE (mlp), q/k norms
+    "MambaForCausalLM": MambaOverlay(),  # Mamba-1, CUDA only (overlays/mamba.py, no Tree row)
     "Mamba2ForCausalLM": Mamba2Overlay(),  # attention-free SSM mixer (overlays/mamba2.py, no Tree row)
     "NemotronHForCausalLM": NemotronHOverlay(),  # hybrid: a mixer kind per layer (overlays/nemotron_h.py)
     "GlmForCausalLM": GlmOverlay(),  # native; see VARIANTS

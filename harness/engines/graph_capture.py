@@ -36,7 +36,13 @@ Traps:
   rotary module serving every layer is called once per layer).
 - Hooks outside dynamo's sight (a module called inside another custom op, or the uncompiled top
   module) run Python at capture: while a stream is captured they call the body directly, so the
-  graph records their copies too; outside a capture they take the eager sink as before.
+  graph records their copies too.  Inside a model forward (:meth:`GraphBuffers.begin` ..
+  :meth:`~GraphBuffers.drain`: :attr:`GraphBuffers.open`) they call the body too: a module called
+  inside a *splitting* op runs eagerly between the pieces of a piecewise replay, while the full graph
+  of the same ``T`` recorded its copies at capture, so both paths must count it (Mamba-1's mixer, all
+  inside ``vllm::mamba_mixer``, measured on an H200: with the eager sink there, a piecewise forward
+  of 8 tokens counted 0 calls of the slots its capture had recorded once).  Outside a forward (the
+  logits processor, called after the model) they take the eager sink.
 - CPU has no CUDA graphs: graph mode is off there (the eager / compiled sink keeps its bits), and
   ``VLLM_PARITY_CAPTURE=graph`` forces it on only for the unit tests of the op under
   ``torch.compile`` (tests/unit/engines/test_graph_capture.py).
@@ -131,6 +137,8 @@ class GraphBuffers:
         # T -> {(slot, call): [shape or None (not requested) or "over" (T > rows), per read]}
         self.table: dict[int, dict[tuple[int, int], list]] = {}
         self.captured = False
+        # inside a model forward (begin .. drain): a Python hook there takes the op's body, not the eager sink
+        self.open = False
 
     def begin(self, tokens: int | None) -> None:
         """A forward of ``tokens`` (padded) tokens starts: reset the call index and the counts (a
@@ -139,6 +147,7 @@ class GraphBuffers:
         self.tokens = tokens
         self.calls = [0] * len(self.calls)
         self.counts.zero_()
+        self.open = True
 
     def _view(self, key: tuple[int, int, int], shape: torch.Size, dtype: torch.dtype,
               device: torch.device, tokens: int) -> torch.Tensor:
@@ -181,6 +190,7 @@ class GraphBuffers:
         (None: capture off, only reset); return the number of hook calls read.  Raises when a
         hook ran a different number of times than the graph recorded, or the forward exceeded
         the buffers."""
+        self.open = False
         counts = self.counts.tolist()
         self.counts.zero_()
         if record is None:

@@ -151,21 +151,23 @@ def _deliver(values: list, slot: int, sink: Callable[[list], None]) -> None:
         sink(values)
 
 
-def _deliver_graph(values: list, slot: int, sink: Callable[[list], None], counts: torch.Tensor) -> None:
+def _deliver_graph(values: list, slot: int, sink: Callable[[list], None], graph: GraphBuffers) -> None:
     """Graph path (harness.engines.graph_capture): traced -> the graph-safe op; a Python hook while a
-    stream is captured -> the op's body directly (its copies join the graph); otherwise the eager sink."""
+    stream is captured, or inside a model forward (a module inside a splitting op runs eagerly between
+    piecewise graphs) -> the op's body directly (its copies join the graph, or the forward's drain);
+    otherwise (outside any forward: the logits processor) the eager sink."""
     if torch.compiler.is_compiling():
-        torch.ops.vllm_parity.tap_into(counts, values, slot)
-    elif _capturing():
-        _tap_into_impl(counts, values, slot)
+        torch.ops.vllm_parity.tap_into(graph.counts, values, slot)
+    elif _capturing() or graph.open:
+        _tap_into_impl(graph.counts, values, slot)
     else:
         sink(values)
 
 
-def _pre_hook(terms: tuple, slot: int, sink: Callable[[list], None], counts: torch.Tensor | None = None) -> Callable:
-    if counts is not None:
+def _pre_hook(terms: tuple, slot: int, sink: Callable[[list], None], graph: GraphBuffers | None = None) -> Callable:
+    if graph is not None:
         def pre_graph(mod, args, kwargs):
-            _deliver_graph(pick_inputs(args, kwargs, terms), slot, sink, counts)
+            _deliver_graph(pick_inputs(args, kwargs, terms), slot, sink, graph)
         return pre_graph
 
     def pre(mod, args, kwargs):
@@ -173,10 +175,10 @@ def _pre_hook(terms: tuple, slot: int, sink: Callable[[list], None], counts: tor
     return pre
 
 
-def _post_hook(indices: tuple, slot: int, sink: Callable[[list], None], counts: torch.Tensor | None = None) -> Callable:
-    if counts is not None:
+def _post_hook(indices: tuple, slot: int, sink: Callable[[list], None], graph: GraphBuffers | None = None) -> Callable:
+    if graph is not None:
         def post_graph(mod, args, output):
-            _deliver_graph(pick_outputs(output, indices), slot, sink, counts)
+            _deliver_graph(pick_outputs(output, indices), slot, sink, graph)
         return post_graph
 
     def post(mod, args, output):
@@ -253,16 +255,14 @@ class CaptureExtension:
         _SINKS.append(sink)
         self._vp_plans.append(tuple(plan))
         graph = self._vp_graph
-        counts = None
         if graph is not None:
             graph_capture._GRAPH_SINKS.append(
                 functools.partial(graph.write, slot, tuple(plan), add=sum_terms))
-            counts = graph.counts
         if side == "in":
-            hook = _pre_hook(input_terms(module, terms), slot, sink, counts)
+            hook = _pre_hook(input_terms(module, terms), slot, sink, graph)
             self._vp_handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
         else:
-            hook = _post_hook(tuple(index for index, _ in terms), slot, sink, counts)
+            hook = _post_hook(tuple(index for index, _ in terms), slot, sink, graph)
             self._vp_handles.append(module.register_forward_hook(hook))
 
     def _vp_sink(self, plan: tuple, counter: list[int]) -> Callable[[list], None]:
@@ -344,6 +344,8 @@ class CaptureExtension:
 
         def t1(mod, args, out):
             if _capturing():
+                if graph is not None:
+                    graph.open = False  # a full-graph capture forward: no drain, but the forward is over
                 return
             if _CUDA:
                 torch.cuda.synchronize()

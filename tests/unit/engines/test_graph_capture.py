@@ -104,6 +104,51 @@ def test_graph_path_matches_the_reads_taken_by_hand(monkeypatch):
         assert len(records) == 1 and torch.equal(records[0], want[key.removeprefix("inner.")][0]), key
 
 
+class Split(Outer):
+    """A module the compiled graph does not hold, called eagerly *inside* the forward (as vLLM runs a
+    module inside a splitting op between piecewise graphs: Mamba-1's mixer), and a head called after
+    the forward returns (as vLLM's logits processor is)."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__(inner)
+        self.mid = torch.nn.Linear(4, 4)
+        self.head = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.mid(self._run[0](x))
+
+
+def test_a_python_hook_inside_the_forward_goes_through_the_buffers_and_one_after_it_to_the_sink(monkeypatch):
+    """Inside a forward (begin .. drain) an eager hook takes the graph op's body: it is counted, its
+    shape enters the table of this token count, and the drain hands over its rows, so a later replay
+    of the same token count (whose full graph recorded that body at capture) counts it the same way.
+    After the forward (the head) the eager sink records it directly.  Both equal the sink path's."""
+    torch.manual_seed(0)
+    xs = [torch.randn(5, 4), torch.randn(3, 4), torch.randn(5, 4)]
+    reads = READS_IN + [["mid", "out"], ["head", "out"]]
+    got = {}
+    for path in ("sink", "graph"):
+        torch.manual_seed(1)
+        model = Split(Toy())
+        ext = _ext(model, reads, path, monkeypatch)
+        model.compile_inner("aot_eager")
+        with torch.inference_mode():
+            for x in xs:
+                model.head(model(x))
+        got[path] = _records(ext)
+        if path == "graph":
+            graph = ext._vp_graph
+            mid_slot = next(i for i, plan in enumerate(ext._vp_plans) if plan[0][0] == ("mid|out",))
+            head_slot = next(i for i, plan in enumerate(ext._vp_plans) if plan[0][0] == ("head|out",))
+            assert (mid_slot, 0) in graph.table[5] and (mid_slot, 0) in graph.table[3]
+            assert all((head_slot, 0) not in entries for entries in graph.table.values())
+            assert not graph.open and graph.counts.sum().item() == 0
+    assert got["graph"].keys() == got["sink"].keys()
+    for key, records in got["sink"].items():
+        assert [r.shape[0] for r in got["graph"][key]] == [5, 3, 5], key
+        assert all(torch.equal(a, b) for a, b in zip(got["graph"][key], records)), key
+
+
 def test_a_forward_larger_than_the_buffers_raises_while_capture_is_on(monkeypatch):
     torch.manual_seed(0)
     model = Outer(Toy())

@@ -37,9 +37,13 @@ def test_a_refusal_applies_on_its_devices_only_and_the_plan_says_there_is_no_ove
     from harness.pipeline.refusals import applies
     from overlays import NoOverlayError
 
-    mamba = target_for_family(FAMILIES["mamba"])
-    assert mamba.overlay is None and mamba.architecture == "MambaForCausalLM"
-    assert applies(mamba, Variant()) and not applies(mamba, Variant(device="cuda"))
+    jamba = target_for_family(FAMILIES["jamba"])
+    assert jamba.overlay is None and jamba.architecture == "JambaForCausalLM"
+    assert applies(jamba, Variant()) and not applies(jamba, Variant(device="cuda"))
     with pytest.raises(NoOverlayError, match="declared refused on cpu only, and runs on cuda"):
-        build_plan(mamba, Variant(device="cuda"))
+        build_plan(jamba, Variant(device="cuda"))
+    # Mamba-1 has its overlay (overlays/mamba.py): refused on CPU, planned on CUDA
+    mamba = target_for_family(FAMILIES["mamba"])
+    assert mamba.overlay is not None and applies(mamba, Variant()) and not applies(mamba, Variant(device="cuda"))
+    assert build_plan(mamba, Variant(device="cuda")).cases
     assert not applies(target_for_family(FAMILIES["qwen3"]), Variant())
