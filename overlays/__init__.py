@@ -39,6 +39,7 @@ How to add an architecture:
 from __future__ import annotations
 
 from .base import HookSpec, NonFiring, Overlay
+from .bert import BertOverlay
 from .decoder_only import DecoderOnlyOverlay
 from .deepseek import DeepseekV2Overlay, DeepseekV3Overlay
 from .gemma import GemmaOverlay
@@ -83,6 +84,7 @@ OVERLAYS: dict[str, TreeOverlay] = {
     "MambaForCausalLM": MambaOverlay(),  # Mamba-1, CUDA only (overlays/mamba.py, no Tree row)
     "Mamba2ForCausalLM": Mamba2Overlay(),  # attention-free SSM mixer (overlays/mamba2.py, no Tree row)
     "NemotronHForCausalLM": NemotronHOverlay(),  # hybrid: a mixer kind per layer (overlays/nemotron_h.py)
+    "BertForMaskedLM": BertOverlay(),  # encoder: post-LN, pooling runner (overlays/bert.py, no Tree row)
     "GlmForCausalLM": GlmOverlay(),  # native; see VARIANTS
     "Glm4ForCausalLM": Glm4Overlay(),  # post-sublayer norms, interleaved partial rotary
     "DeepseekV2ForCausalLM": DeepseekV2Overlay(),  # MLA, dense then MoE layers, shared experts
@@ -127,7 +129,7 @@ def get_overlay(architecture: str, implementation: str = "native") -> TreeOverla
 def norm_weight_offset(architecture: str) -> float:
     """What ``architecture``'s norms add to their stored weight before multiplying (1.0 for Gemma's
     ``(1 + w)``, else 0.0): the un-fold's offset, declared once in the overlay row."""
-    # an overlay that is no Tree row (overlays/mamba2.py) declares its norm_weight_offset itself
+    # an overlay that is no Tree row (overlays/mamba2.py, overlays/bert.py) declares its norm_weight_offset itself
     offsets = {(ov.tree.norms.kind.offset if hasattr(ov, "tree") else ov.norm_weight_offset)
                for ov in (get_overlay(architecture, impl) for impl in implementations(architecture))}
     (offset,) = offsets  # every implementation of one architecture has the same norms

@@ -183,7 +183,10 @@ class HookSpec:
     # residual multiplier; HF's embedding module output lacks the embedding
     # multiplier).  ("bridge", None): captured only as the input of derived
     # hooks, compared nowhere (GPT-NeoX's rotated q/k, which TransformerBridge
-    # does not expose).  The overlay's docstring must say why.
+    # does not expose).  ("compat-processed", None): no processed compatibility-mode row, where
+    # HookedTransformer's weight processing does not move this hook into the centred coordinates
+    # harness.comparison.processing assumes (BERT's post-LN stream, overlays/bert.py).
+    # The overlay's docstring must say why.
     references: tuple[tuple[str, str | None], ...] = ()
     # A router-logits hook's choice rule where it is not the top-k logits (:class:`Routing`); its bias
     # parameter is read from the engine with the hook's other parameters.
@@ -194,7 +197,7 @@ class HookSpec:
             raise ValueError(f"HookSpec.read {self.read!r} does not match the read grammar")
         if self.calls not in ("first", "all"):
             raise ValueError(f"HookSpec.calls {self.calls!r} is neither 'first' nor 'all'")
-        unknown = {ref for ref, _ in self.references} - {"bridge", "compat", "hf"}
+        unknown = {ref for ref, _ in self.references} - {"bridge", "compat", "compat-processed", "hf"}
         if unknown:
             raise ValueError(f"HookSpec.references names unknown reference(s) {sorted(unknown)}")
 
@@ -234,10 +237,53 @@ class Derived:
     scale: float
     window: int | None = None
     softcap: float | None = None
+    # False: bidirectional attention (an encoder, :class:`Encoder`): every query sees every key, no mask
+    causal: bool = True
 
     def describe(self) -> str:
         extra = "".join(f", {n}={v:g}" for n, v in (("window", self.window), ("softcap", self.softcap)) if v)
-        return f"{self.kind}({', '.join(self.inputs)}; scale={self.scale:.6g}{extra})"
+        return f"{self.kind}({', '.join(self.inputs)}; scale={self.scale:.6g}{extra}{'' if self.causal else ', bidirectional'})"
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """The model is an encoder (BERT's masked LM), not a causal decoder: what the harness does
+    differently, declared once on the overlay (:attr:`Overlay.encoder`) and read by the plan, the
+    subject, the references and the pipeline -- never an ``if name == ...``.
+
+    * vLLM runs it with its pooling runner (``LLM(runner="pooling")``) and returns the head's
+      per-token output from ``LLM.encode(..., pooling_task=pooling_task)``, with the pooler's
+      activation off: the MLM logits ``[T, vocab]``, compared as the log-prob and argmax rows;
+      there is no ``generate`` and no sampler.
+    * attention is bidirectional: derived scores / pattern are unmasked (``Derived.causal``), and a
+      chaotic token sets its whole prompt aside (every position attends to it).
+    * the references are built with ``hf_class`` (``AutoModelForMaskedLM``), not a causal LM.
+    * ``second_segment``: token type 1 from position ``floor(T * second_segment)`` on, type 0 before
+      (:meth:`token_types`): vLLM takes token types only as "zeros, then ones" (its pooling params'
+      ``compressed_token_type_ids``: the position of the first 1); ``None``: type 0 everywhere.
+    * ``not_applicable``: serving shapes (``--serving``, harness.engines.serving) that do not exist
+      for this model, with the reason: the run is reported skipped with it, never run or passed.
+    """
+
+    pooling_task: str = "token_classify"
+    hf_class: str = "AutoModelForMaskedLM"
+    second_segment: float | None = 0.5
+    not_applicable: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.second_segment is not None and not 0.0 < self.second_segment < 1.0:
+            raise ValueError(f"Encoder.second_segment {self.second_segment!r} is not in (0, 1)")
+
+    def token_types(self, n_tokens: int) -> list[int] | None:
+        """One prompt's token type ids (``None``: the model's default, type 0 everywhere)."""
+        if self.second_segment is None:
+            return None
+        first = min(max(int(n_tokens * self.second_segment), 1), n_tokens)
+        return [0] * first + [1] * (n_tokens - first)
+
+    def why_not(self, serving: str) -> str | None:
+        """Why serving shape ``serving`` does not apply to this model (None: it applies)."""
+        return dict(self.not_applicable).get(serving)
 
 
 @dataclass(frozen=True)
@@ -253,6 +299,8 @@ class Overlay:
     :meth:`nonfiring`."""
 
     name = "base"
+    # Set: an encoder-only model run by vLLM's pooling runner (:class:`Encoder`); None: a causal LM
+    encoder: Encoder | None = None
 
     def hook_specs(self, hf_config: Any) -> dict[str, HookSpec]:
         raise NotImplementedError
@@ -295,5 +343,5 @@ def config_get(cfg: Any, *names: str, default: Any = None) -> Any:
     return default
 
 
-__all__ = ["READ_GRAMMAR", "Cols", "Conversion", "DeInterleave", "Derived", "DropBatch", "Heads", "HookSpec", "Mul", "Routing",
+__all__ = ["READ_GRAMMAR", "Cols", "Conversion", "DeInterleave", "Derived", "DropBatch", "Encoder", "Heads", "HookSpec", "Mul", "Routing",
            "NonFiring", "Overlay", "SwapAxes", "UnfoldNorm", "config_get", "expand_layers", "hook_kind", "layer_of"]

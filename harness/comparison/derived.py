@@ -10,7 +10,8 @@ tokens, with q ``[T, n_heads, d_head]`` and k ``[T, n_kv, d_head]``:
   ``h // group`` as HF's ``repeat_kv`` does), then ``cap * tanh(s / cap)``
   where the config soft-caps, then the mask: key ``j`` is visible from query
   ``i`` iff ``j <= i`` and, with a sliding window ``w``, ``i - j < w`` (HF's
-  ``kv_idx > q_idx - w``).  Masked entries are ``-inf``.
+  ``kv_idx > q_idx - w``).  Masked entries are ``-inf``.  A bidirectional
+  spec (``Derived.causal`` False: an encoder) masks nothing: every key is visible.
 * ``pattern`` -> ``[n_heads, T, T]``: softmax of the scores over keys.
 
 Arithmetic runs in fp64 and the result is cast to the inputs' dtype promoted
@@ -37,18 +38,18 @@ import torch
 from overlays.base import Derived
 
 
-def visible_keys(n_tokens: int, window: int | None = None) -> torch.Tensor:
-    """``[T, T]`` bool: query ``i`` sees key ``j``."""
+def visible_keys(n_tokens: int, window: int | None = None, causal: bool = True) -> torch.Tensor:
+    """``[T, T]`` bool: query ``i`` sees key ``j`` (``causal`` False: every key, an encoder's attention)."""
     i = torch.arange(n_tokens).unsqueeze(1)
     j = torch.arange(n_tokens).unsqueeze(0)
-    seen = j <= i
+    seen = j <= i if causal else torch.ones(n_tokens, n_tokens, dtype=torch.bool)
     if window is not None:
         seen &= (i - j) < window
     return seen
 
 
 def attention_scores(q: torch.Tensor, k: torch.Tensor, *, scale: float, window: int | None = None,
-                     softcap: float | None = None) -> torch.Tensor:
+                     softcap: float | None = None, causal: bool = True) -> torch.Tensor:
     if q.ndim != 3 or k.ndim != 3 or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
         raise ValueError(f"attention_scores needs q [T, H, D] and k [T, KV, D]; got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}")
@@ -60,7 +61,7 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, *, scale: float, window: 
     scores = torch.einsum("ihd,jhd->hij", q.to(torch.float64), k) * scale
     if softcap:
         scores = softcap * torch.tanh(scores / softcap)
-    scores = scores.masked_fill(~visible_keys(q.shape[0], window), -torch.inf)
+    scores = scores.masked_fill(~visible_keys(q.shape[0], window, causal), -torch.inf)
     return scores.to(out_dtype)
 
 
@@ -81,7 +82,7 @@ def derive(spec: Derived, values: Mapping[str, torch.Tensor]) -> torch.Tensor:
     if missing:
         raise KeyError(f"derived {spec.kind} needs {', '.join(missing)}, which was not captured")
     q, k = (values[h] for h in spec.inputs)
-    return fn(q, k, scale=spec.scale, window=spec.window, softcap=spec.softcap)
+    return fn(q, k, scale=spec.scale, window=spec.window, softcap=spec.softcap, causal=spec.causal)
 
 
 def is_masked(x: torch.Tensor) -> torch.Tensor:

@@ -61,6 +61,15 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         "are -inf. vLLM's hook_pattern derived from the same q and k passes against both references.",
         signature="scores_equal_pattern",
     ),
+    KnownIssue(
+        "BertForMaskedLM", ("bridge", "compat"), "blocks.{i}.attn.hook_attn_scores",
+        "TransformerLens 4.3.0 bug, as for OPT: its BERT adapter wraps HF's BertAttention in the generic "
+        "AttentionBridge, which fires hook_attn_scores with HF's post-softmax attention weights, so the "
+        "bridge's hook_attn_scores equals its hook_pattern (torch.equal is True; measured on the synthetic "
+        "bert checkpoint, where q @ k^T / sqrt(d_head) is not the pattern). vLLM's hook_pattern derived from "
+        "the same q and k (bidirectional, no mask) passes against both references.",
+        signature="scores_equal_pattern",
+    ),
 )
 
 

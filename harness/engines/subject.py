@@ -188,12 +188,15 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
                  env: dict[str, str] | None = None, ragged: bool = True,
                  enforce_eager: bool = True, device: str = "cpu", tp: int = 1, serving: str = "single",
                  row_dims: dict[str, int] | None = None,
-                 llm_overrides: dict | None = None, executor: str = "mp") -> SubjectCapture:
+                 llm_overrides: dict | None = None, executor: str = "mp",
+                 pooling_task: str | None = None, token_types: list[list[int]] | None = None) -> SubjectCapture:
     """``device`` picks the engine's arguments (harness.engines.vllm_compat); ``tp``: tensor-parallel ranks,
     started by vLLM's ``executor`` (``mp`` or ``ray``: harness.values.variant);
     ``serving``: how the engine is driven (harness.engines.serving), its captures stitched back by
     position in the engine's process (``row_dims``: read key -> token dim, for ``[1, T, ...]`` reads);
-    ``timeout_s``: the engine process's limit (``--engine-timeout``), past which it is killed."""
+    ``timeout_s``: the engine process's limit (``--engine-timeout``), past which it is killed;
+    ``pooling_task``: an encoder, run by vLLM's pooling runner and ``LLM.encode`` with this task instead of
+    ``generate`` (overlays.base.Encoder), with ``token_types`` per prompt (None: none passed)."""
     from safetensors.torch import load_file
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -207,6 +210,8 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
         "serving": serving, "row_dims": row_dims or {},
         "llm_overrides": llm_overrides or {},  # merged into LLM(...) last (a GGUF file's tokenizer, quantization)
     }
+    if pooling_task is not None:  # an encoder (harness.engines.subject_vllm: the pooling path); else unchanged
+        request.update(pooling_task=pooling_task, token_types=token_types)
     launch_subject("harness.engines.subject_vllm", request, work_dir, "subject", env, timeout_s)
     logprobs = {int(k): v for k, v in load_file(str(out_dir / "logprobs.safetensors")).items()}
     raw = SpilledTensors(out_dir, owns=work_dir)  # read one tensor at a time; owns the work folder (harness.spill)

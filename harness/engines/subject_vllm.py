@@ -14,6 +14,12 @@ engine, and writes into the request's ``out_dir``:
 * ``meta.json``            -- versions, boot time, forward latency, top kernels,
   call counts, missing modules.
 
+An encoder (request ``pooling_task``, overlays.base.Encoder): the engine is vLLM's pooling runner
+(``LLM(runner="pooling")``) and every forward is an ``LLM.encode`` with that task, the pooler's
+activation off and the prompt's token types packed (harness.engines.vllm_compat.pooling_kwargs); the
+head's per-token output (a masked LM's logits ``[T, V]``) is what ``logprobs.safetensors`` holds,
+log-softmaxed in fp64, every row returned.  No ``generate``, no sampler, no serving scheme.
+
 Serving shapes (request ``serving``, harness.engines.serving): other than ``single``, the prompts
 are served the scheme's way (prefix cache, chunked prefill, decode, preemption), every forward is
 captured with its batch layout, and the captures are stitched back into each prompt's positions
@@ -216,6 +222,30 @@ def _check_scheme(scheme, coverage, cached: dict, generated: list) -> None:
                            f"crossed into a new block while decoding")
 
 
+def _encode(llm, req: dict, prompts: list[int]) -> list:
+    """The pooling runner's outputs for ``req["prompts"][p]`` (``p`` in ``prompts``), one ``LLM.encode``
+    call (one forward for a batch that fits), each with its own token types."""
+    from vllm.pooling_params import PoolingParams
+
+    from harness.engines.vllm_compat import pooling_kwargs
+
+    types = req.get("token_types") or [None] * len(req["prompts"])
+    return llm.encode([{"prompt_token_ids": req["prompts"][p]} for p in prompts],
+                      [PoolingParams(**pooling_kwargs(req["pooling_task"], types[p])) for p in prompts],
+                      pooling_task=req["pooling_task"], use_tqdm=False)
+
+
+def _encoded_logprobs(out, vocab: int, n_tokens: int):
+    """An encoder's per-token head output as the log-prob matrix: fp64 log-softmax of every row."""
+    import torch
+
+    data = torch.as_tensor(out.outputs.data)
+    if tuple(data.shape) != (n_tokens, vocab):
+        raise RuntimeError(f"encode returned {tuple(data.shape)} for {n_tokens} tokens; expected per-token logits "
+                           f"[{n_tokens}, {vocab}] (pooling task token_classify)")
+    return torch.log_softmax(data.double(), dim=-1)
+
+
 def _save_captures(raw: dict, out_dir: Path, batch: str) -> None:
     """One batch's captures to ``captures-{batch}.safetensors`` as soon as they are made: the
     engine process never holds every prompt's (the host reads the shards one tensor at a time,
@@ -257,11 +287,15 @@ def main(request_path: str) -> int:
     from vllm import LLM, SamplingParams
 
     from harness.engines.serving import SCHEMES, engine_kwargs
-    from harness.engines.vllm_compat import llm_kwargs, sampling_kwargs, supported_line
+    from harness.engines.vllm_compat import first_type_one, llm_kwargs, sampling_kwargs, supported_line
 
     meta: dict = {"vllm_version": vllm.__version__, "torch_version": torch.__version__,
                   "vllm_line_verified": supported_line(vllm.__version__),
                   "import_s": time.perf_counter() - t_import}
+    encoder = req.get("pooling_task") is not None  # vLLM's pooling runner, encode (module doc)
+    if encoder and req.get("serving", "single") != "single":
+        raise RuntimeError(f"--serving {req['serving']}: an encoder is served by vLLM's pooling runner one way "
+                           "only (each prompt whole, one forward); the plan declares the other shapes not applicable")
     # Hooks go in before vLLM compiles the model (harness.engines.vllm_plugin), in every mode.
     reads_path = out_dir / "reads.json"
     reads_path.write_text(json.dumps(req["reads"]))
@@ -277,6 +311,7 @@ def main(request_path: str) -> int:
         **{**llm_kwargs(device=device, tp=tp, compiled=not req.get("enforce_eager", True), kv_bytes=_kv_bytes(req),
                       executor=req.get("executor", "mp")),
            **engine_kwargs(SCHEMES[req.get("serving", "single")], device, [len(t) for t in req["prompts"]]),
+           **({"runner": "pooling"} if encoder else {}),
            **req.get("llm_overrides", {})},
     )
     meta["boot_s"] = time.perf_counter() - t_boot
@@ -308,9 +343,16 @@ def main(request_path: str) -> int:
         raw, logprobs = _serve(llm, req, scheme, k, vocab, out_dir, tp_stats, meta)
         _save_captures(raw, out_dir, "serving")
         del raw
+    if encoder:
+        # into the report's device_info: how the engine was driven, and where each prompt's type 1 begins
+        meta["device_info"]["pooling"] = {"runner": "pooling", "task": req["pooling_task"], "compressed_token_type_ids": [
+            first_type_one(t) for t in (req.get("token_types") or [None] * len(req["prompts"]))]}
     for p, tokens in enumerate(req["prompts"] if not scheme.stitched else []):
         llm.collective_rpc("vp_reset")
-        out = llm.generate([{"prompt_token_ids": tokens}], params, use_tqdm=False)[0]
+        if encoder:
+            out = _encode(llm, req, [p])[0]
+        else:
+            out = llm.generate([{"prompt_token_ids": tokens}], params, use_tqdm=False)[0]
         dumps = llm.collective_rpc("vp_dump", args=(str(out_dir / f"raw{p}.safetensors"),))
         dump = dumps[0]
         if len(dump["forward_s"]) != 1:
@@ -318,6 +360,9 @@ def main(request_path: str) -> int:
         # key is already "{read key}#{call}" (capture_keys.call_key)
         _save_captures({f"{p}:{key}": t for key, t in _load_dump(dumps, tp_stats).items()}, out_dir, str(p))
         calls[p] = dump["calls"]
+        if encoder:  # every row is the head's output at that position: all returned
+            logprobs[str(p)] = _encoded_logprobs(out, vocab, len(tokens))
+            continue
         rows = _logprob_rows(out)
         logprobs[str(p)] = _logprob_matrix(rows, vocab, len(tokens))
         unreturned = [t for t in range(len(tokens)) if t >= len(rows) or rows[t] is None]
@@ -333,7 +378,8 @@ def main(request_path: str) -> int:
         # (or several, under chunked prefill); the layout says which rows are whose.
         llm.collective_rpc("vp_reset")
         batch = [{"prompt_token_ids": t} for t in req["prompts"]]
-        outs = llm.generate(batch, SamplingParams(max_tokens=1, temperature=0.0, detokenize=False), use_tqdm=False)
+        outs = (_encode(llm, req, list(range(len(batch)))) if encoder else
+                llm.generate(batch, SamplingParams(max_tokens=1, temperature=0.0, detokenize=False), use_tqdm=False))
         # in prompt order: the layout's request ids say whose rows are whose (SubjectCapture.ragged_read)
         meta["ragged_request_ids"] = [o.request_id for o in outs]
         dumps = llm.collective_rpc("vp_dump", args=(str(out_dir / "ragged.safetensors"),))
@@ -360,8 +406,10 @@ def main(request_path: str) -> int:
     plain = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
     llm.collective_rpc("vp_set_enabled", args=(False,))
     llm.collective_rpc("vp_reset")
+    forward = (lambda: _encode(llm, req, [0])) if encoder else (
+        lambda: llm.generate([{"prompt_token_ids": tokens}], plain, use_tqdm=False))
     for _ in range(int(req.get("timing_repeats", 5))):
-        llm.generate([{"prompt_token_ids": tokens}], plain, use_tqdm=False)
+        forward()
     timing = llm.collective_rpc("vp_dump", args=(str(out_dir / "timing.safetensors"),))
     fwd = timing[0]["forward_s"]
     for d in timing:
@@ -369,7 +417,7 @@ def main(request_path: str) -> int:
     meta["forward_ms_median"] = statistics.median(fwd) * 1e3 if fwd else math.nan
     meta["forward_ms_all"] = [f * 1e3 for f in fwd]
     llm.collective_rpc("vp_profile", args=("start",))
-    llm.generate([{"prompt_token_ids": tokens}], plain, use_tqdm=False)
+    forward()
     meta["top_ops"] = llm.collective_rpc("vp_profile", args=("stop",))[0]
     _rss(meta, "end")
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))

@@ -159,23 +159,39 @@ class ModelSpec:
     held_out: str = ""
     # Set: vLLM cannot run the architecture (on some devices): a matrix row of its own, re-checked
     refused: Refusal | None = None
-    # the transformers auto class that builds the synthetic model (a refused encoder-decoder: Seq2SeqLM)
+    # the transformers auto class that builds the synthetic model (a refused encoder-decoder: Seq2SeqLM;
+    # an encoder: AutoModelForMaskedLM), and so which HF architecture (and overlay) it is
     auto_class: str = "AutoModelForCausalLM"
 
     def hf_config_kwargs(self) -> dict[str, Any]:
         return dict(self.config)
 
     @property
+    def architecture(self) -> str:
+        """The HF architecture ``auto_class`` builds for ``model_type`` (``BertForMaskedLM`` for a
+        masked LM, ``Qwen3ForCausalLM`` for a causal one): the overlay registry's key."""
+        from transformers.models.auto import modeling_auto
+
+        names = getattr(modeling_auto, _AUTO_CLASS_MAPPINGS[self.auto_class])
+        return names[self.model_type]
+
+    @property
     def norm_weight_offset(self) -> float:
         """Norm weights stored as offsets from 1 (Gemma's ``(1 + w)``): declared once, in the
         architecture's overlay row (overlays.norm_weight_offset); the builder randomizes around it."""
-        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
         from overlays import norm_weight_offset
 
         if self.refused is not None:  # no overlay to declare it: such a family is never compared
             return 0.0
-        return norm_weight_offset(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[self.model_type])
+        return norm_weight_offset(self.architecture)
+
+
+# ModelSpec.auto_class -> the transformers name table it builds from (model_type -> architecture)
+_AUTO_CLASS_MAPPINGS = {
+    "AutoModelForCausalLM": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "AutoModelForMaskedLM": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "AutoModelForSeq2SeqLM": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+}
 
 
 FAMILIES: dict[str, ModelSpec] = {
@@ -371,6 +387,25 @@ FAMILIES: dict[str, ModelSpec] = {
                  n_groups=1, ssm_state_size=16, conv_kernel=4, chunk_size=8, intermediate_size=256,
                  vocab_size=512, layer_norm_epsilon=1e-5, use_bias=True, use_conv_bias=True,
                  tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        ),
+        # BERT (BertForMaskedLM, overlays/bert.py): the one encoder, run by vLLM's pooling runner
+        # (LLM(runner="pooling").encode(..., pooling_task="token_classify") returns the per-token MLM logits).
+        # Tests what no decoder can: post-LN residual LN(x + f(x)) with LayerNorm biases, an embedding
+        # LayerNorm over word + learned position + token-type embeddings, bidirectional attention (the
+        # derived scores / pattern unmasked), no final norm, an MLM head (dense, GELU, LayerNorm, decoder).
+        # Token types: type_vocab_size 2, and every prompt's second half is type 1 (overlays.base.Encoder:
+        # vLLM takes "zeros, then ones" through its pooling params), so the type-1 embedding row is read.
+        # 4 heads of 32 (head_dim = hidden_size / heads in BERT).  Tied, as every released BERT: vLLM
+        # ties the decoder to the word embeddings and loads cls.predictions.bias as the decoder's bias
+        # (an untied checkpoint whose decoder.bias differs would load differently, overlays/bert.py).
+        # hidden_act gelu: vLLM's MLM head applies exact GELU whatever the config says.
+        ModelSpec(
+            "bert",
+            "bert",
+            dict(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+                 vocab_size=512, max_position_embeddings=256, type_vocab_size=2, hidden_act="gelu",
+                 layer_norm_eps=1e-12, tie_word_embeddings=True, pad_token_id=0),
+            auto_class="AutoModelForMaskedLM",
         ),
         # SmolLM2-135M-Instruct: a real trained Llama (30 layers, d_model 576,
         # 9 query / 3 KV heads of 64, vocab 49152, tied), shipped as a Q4_1 GGUF

@@ -92,13 +92,17 @@ class FaultRun:
 def hooks_for_layers(target: Target, variant: Variant, layers, *, embed: bool = True,
                      derived: bool = False, kinds: set[str] | None = None) -> set[str]:
     """A selective run's hooks: every offered hook of ``layers`` (only hook kinds in ``kinds``
-    if given, e.g. ``{"hook_out"}``), plus ``embed.hook_out``; derived hooks (attention
-    scores / pattern) only with ``derived``.  Keeps a sweep on a deep model cheap."""
+    if given, e.g. ``{"hook_out"}``), plus, with ``embed``, the embeddings: ``embed.hook_out`` and every
+    other hook before the first layer's (GPT-2's and OPT's learned positions; BERT's position and
+    token-type embeddings and its embedding LayerNorm); derived hooks (attention scores / pattern) only with ``derived``.
+    Keeps a sweep on a deep model cheap."""
     from harness.vocab.hooks import hook_kind, layer_of
 
     plan = build_plan(target, variant)
     wanted = set(layers)
-    out = {"embed.hook_out"} if embed else set()
+    order = plan.compared_hooks
+    first_layer = next((n for n, h in enumerate(order) if layer_of(h) is not None), len(order))
+    out = {"embed.hook_out", *order[:first_layer]} if embed else set()
     for h in plan.compared_hooks:
         if layer_of(h) in wanted and (derived or h not in plan.derived):
             if kinds is None or hook_kind(h) in kinds:

@@ -5,7 +5,8 @@ own process) and the references, evaluates, and returns a :class:`ModelRun` -- t
 captures plus a :class:`ModelResult`.  It never raises for a model-level failure: an
 engine crash becomes ``ModelResult.error`` so the other models' results survive.
 A declared vLLM refusal (a dtype, or the architecture on this device) is re-checked and returned
-``skipped`` without a parity run (harness.pipeline.refusals).
+``skipped`` without a parity run (harness.pipeline.refusals); so is a serving shape an encoder declares
+not applicable (overlays.base.Encoder.not_applicable: no engine is booted, the reason is the report's).
 How the run is carried out (the engine timeout, stored references) is one
 :class:`~harness.values.settings.RunSettings`, not a variant axis.
 
@@ -92,7 +93,31 @@ def capture_subject(target: Target, variant: Variant, plan: Plan, prompts: list[
         device=variant.device, tp=variant.tp, timeout_s=engine_timeout_s, serving=variant.serving,
         executor=variant.executor,
         row_dims={s.raw_key: 1 for s in plan.specs.values() if s.convert and isinstance(s.convert[0], DropBatch)},
+        **encoder_inputs(plan, prompts),
     )
+
+
+def encoder_inputs(plan: Plan, prompts: list[list[int]]) -> dict:
+    """An encoder's subject arguments (overlays.base.Encoder): vLLM's pooling task and each prompt's token
+    types; none for a causal LM, whose subject call is unchanged."""
+    if plan.encoder is None:
+        return {}
+    return {"pooling_task": plan.encoder.pooling_task, "token_types": plan.token_types(prompts)}
+
+
+def reference_inputs(plan: Plan, prompts: list[list[int]]) -> dict:
+    """An encoder's reference arguments: the same token types, its HF class, bidirectional attention."""
+    if plan.encoder is None:
+        return {}
+    return {"token_types": plan.token_types(prompts), "hf_class": plan.encoder.hf_class, "causal": False}
+
+
+def not_applicable(target: Target, variant: Variant) -> str | None:
+    """Why ``variant``'s serving shape does not exist for ``target`` (an encoder's declaration,
+    overlays.base.Encoder.not_applicable), or None.  Such a run is reported skipped with the reason."""
+    encoder = getattr(target.overlay, "encoder", None)
+    why = encoder.why_not(variant.serving) if encoder is not None else None
+    return None if why is None else f"--serving {variant.serving} does not apply to {target.name}: {why}"
 
 
 def prompts_for(target: Target, prompts_file=None) -> dict[str, list[int]]:
@@ -114,10 +139,12 @@ def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts
                               compat_names=list(plan.compat_names), device=variant.device,
                               processed_names=list(plan.processed_names), phases=phases,
                               pos_axis=plan.pos_axis, logprob_k=logprob_k(target.vocab_size),
-                              left_out=left_out_masks(plan, Path(target.checkpoint), variant.dtype))
+                              left_out=left_out_masks(plan, Path(target.checkpoint), variant.dtype),
+                              **reference_inputs(plan, prompts))
     if variant.gate_key != variant.dtype:  # fp32 under TF32 matmuls: floors from the references' own TF32 run
         with phases("tf32_floors") if phases is not None else nullcontext():
-            tf32 = tf32_floors(target.checkpoint, prompts, hooks_all, variant.device, logprob_k(target.vocab_size))
+            tf32 = tf32_floors(target.checkpoint, prompts, hooks_all, variant.device, logprob_k(target.vocab_size),
+                               **reference_inputs(plan, prompts))
         refs.floors, refs.floor_stats, refs.chaos = tf32.floors, tf32.floor_stats, tf32.chaos
     return refs
 
@@ -246,6 +273,8 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
             elif variant.dtype in target.unsupported_dtypes:
                 with phases("refusal_recheck"):
                     refusals.recheck_dtype(target, variant, result, work_root, engine_timeout_s)
+            elif (why := not_applicable(target, variant)) is not None:
+                result.skipped = why  # declared, with its reason: listed as skipped, never run nor passed
             else:
                 _run_engines(run, variant, work_root, hooks, engine_env, phases, settings)
     finally:  # the timings of a failed model too: how far it got, and how long that took

@@ -41,6 +41,11 @@ HF hooks are architecture-agnostic: the decoder layers are the model's
 ``blocks.{i}.hook_out``; the input embeddings' output is ``embed.hook_out``.  A Mamba-2 layer's
 mixer adds its own (:func:`_ssm_mixer_hooks`, under TransformerBridge's names), and so does a Mamba-1
 layer's (:func:`_mamba1_mixer_hooks`).
+
+An encoder (the plan's :class:`overlays.base.Encoder`): HF's model is built with its ``hf_class``
+(``AutoModelForMaskedLM``) instead of a causal LM, every engine gets the prompts' token types
+(``token_type_ids``, the same ones vLLM is given), and a chaotic token sets its whole prompt aside
+(bidirectional attention carries it to every position, earlier ones included).
 """
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ import math
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 from collections.abc import Mapping
@@ -152,8 +157,14 @@ class _LayerSize:
         return None if self.linear is None else self.linear * t + self.quadratic * t ** 2
 
 
+def _inputs(tokens: list[int], token_types: list[int] | None, device: str) -> tuple[torch.Tensor, dict]:
+    """One prompt's ids ``[1, T]`` and the forward's keyword inputs: its token types, where given."""
+    ids = torch.tensor([tokens], device=device)
+    return ids, ({} if token_types is None else {"token_type_ids": torch.tensor([token_types], device=device)})
+
+
 def _run_cache(bridge, tokens: list[int], names: set[str], device: str, store: SpilledTensors,
-               size: _LayerSize | None = None) -> None:
+               size: _LayerSize | None = None, token_types: list[int] | None = None) -> None:
     """Every hook in ``names`` for one prompt, into ``store`` (on disk), a few layers per forward:
     a forward holds at most about ``SPILL_GROUP_BYTES`` of captures.  A layer's size comes from
     ``size`` (learnt on an earlier prompt of the same pass); without one the first forward takes one
@@ -161,7 +172,7 @@ def _run_cache(bridge, tokens: list[int], names: set[str], device: str, store: S
     (a hook only records; tests/unit/test_spill.py checks it bitwise), so this changes memory, not results."""
     layers, other = _layer_groups(names)
     size = size or _LayerSize()
-    ids = torch.tensor([tokens], device=device)
+    ids, extra = _inputs(tokens, token_types, device)
     t, i = len(tokens), 0
     while i < len(layers) or (i == 0 and other):
         per_layer = size.of(t)
@@ -169,7 +180,7 @@ def _run_cache(bridge, tokens: list[int], names: set[str], device: str, store: S
         group = set().union(*layers[i:i + take]) if layers else set()
         wanted = group | (other if i == 0 else set())
         with torch.no_grad():
-            _, cache = bridge.run_with_cache(ids, names_filter=lambda n: n in wanted)
+            _, cache = bridge.run_with_cache(ids, names_filter=lambda n: n in wanted, **extra)
         caps = {n: reference_to_canonical(n, cache[n]) for n in wanted if n in cache}
         del cache
         if layers and per_layer is None:
@@ -184,17 +195,19 @@ def _free() -> None:
     trim_heap()
 
 
-def _captures(bridge, prompts, names, device, spill: Path, tag: str) -> dict[int, SpilledTensors]:
+def _captures(bridge, prompts, names, device, spill: Path, tag: str,
+              token_types: list[list[int]] | None = None) -> dict[int, SpilledTensors]:
     """``names`` for every prompt, spilled under ``spill`` (one mapping per prompt)."""
     out, size = {}, _LayerSize()  # one layer's size, learnt on the first prompt, sizes the others' groups
     for p, toks in enumerate(prompts):
         out[p] = SpilledTensors(spill, f"{tag}-{p}")
-        _run_cache(bridge, toks, names, device, out[p], size)
+        _run_cache(bridge, toks, names, device, out[p], size, token_types[p] if token_types else None)
     return out
 
 
 def _bridge_and_compat(checkpoint, dtype, prompts, names, legacy, device, round_through=None,
-                       phases: Phases | None = None, spill: Path | None = None, tag: str = "bridge"):
+                       phases: Phases | None = None, spill: Path | None = None, tag: str = "bridge",
+                       token_types: list[list[int]] | None = None):
     """Canonical-name captures, then compatibility-mode (no processing) captures, from one boot:
     the mode only adds legacy hook names, it changes no weight.  ``phases``: where the boot, the
     forwards and compatibility mode are timed (None: not split, the caller times the whole);
@@ -204,25 +217,27 @@ def _bridge_and_compat(checkpoint, dtype, prompts, names, legacy, device, round_
     with clock("bridge_boot"):
         bridge = _boot_bridge(checkpoint, dtype, device, round_through)
     with clock("bridge_forward"):
-        canonical = _captures(bridge, prompts, names, device, spill, tag)
+        canonical = _captures(bridge, prompts, names, device, spill, tag, token_types)
     compat = {}
     if legacy:
         with clock("compat"):
             bridge.enable_compatibility_mode(no_processing=True)
-            compat = _captures(bridge, prompts, legacy, device, spill, f"{tag}-compat")
+            compat = _captures(bridge, prompts, legacy, device, spill, f"{tag}-compat", token_types)
     del bridge  # its hooks hold reference cycles: collect now, or its weights stay until the next GC
     _free()
     return canonical, compat
 
 
-def _processed_captures(checkpoint, dtype, prompts, names, device, meta=None, spill: Path | None = None):
+def _processed_captures(checkpoint, dtype, prompts, names, device, meta=None, spill: Path | None = None,
+                        token_types: list[list[int]] | None = None):
     """Compatibility mode with HookedTransformer's default weight processing (harness.comparison.processing):
     its own boot, since processing rewrites the weights."""
     bridge = _boot_bridge(checkpoint, dtype, device)
     bridge.enable_compatibility_mode()
     if meta is not None:
         meta["normalization_type"] = getattr(bridge.cfg, "normalization_type", None)
-    out = _captures(bridge, prompts, names, device, spill or Path(tempfile.mkdtemp(prefix="vp-refs-")), "processed")
+    out = _captures(bridge, prompts, names, device, spill or Path(tempfile.mkdtemp(prefix="vp-refs-")), "processed",
+                    token_types)
     del bridge
     _free()
     return out
@@ -293,7 +308,8 @@ def _mamba1_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Te
             mixer.out_proj.register_forward_pre_hook(lambda mod, args: keep(f"{b}.out_proj.hook_in", args[0]))]
 
 
-def _hf_run(model, tokens: list[int], device: str, n_layers: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def _hf_run(model, tokens: list[int], device: str, n_layers: int,
+            token_types: list[int] | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     caps: dict[str, torch.Tensor] = {}
     handles = []
     for i, layer in enumerate(decoder_layers(model, n_layers)):
@@ -311,7 +327,8 @@ def _hf_run(model, tokens: list[int], device: str, n_layers: int) -> tuple[dict[
         lambda mod, args, out: caps.__setitem__("embed.hook_out", out.detach().clone())))
     try:
         with torch.no_grad():
-            logits = model(torch.tensor([tokens], device=device)).logits[0]
+            ids, extra = _inputs(tokens, token_types, device)
+            logits = model(ids, **extra).logits[0]
     finally:
         for h in handles:
             h.remove()
@@ -319,8 +336,10 @@ def _hf_run(model, tokens: list[int], device: str, n_layers: int) -> tuple[dict[
             torch.log_softmax(logits.double(), dim=-1).cpu())
 
 
-def _load_hf(checkpoint: Path, dtype: torch.dtype, device: str, round_through: torch.dtype | None = None):
-    from transformers import AutoModelForCausalLM
+def _load_hf(checkpoint: Path, dtype: torch.dtype, device: str, round_through: torch.dtype | None = None,
+             hf_class: str = "AutoModelForCausalLM"):
+    """HF's model of ``checkpoint``, built by ``hf_class`` (an encoder's: ``AutoModelForMaskedLM``)."""
+    import transformers
 
     # eager: HF's reference attention.  Its default (sdpa) silently drops Gemma-2's
     # attention-logit soft-capping (measured: 0.38 max logit difference on the
@@ -328,7 +347,8 @@ def _load_hf(checkpoint: Path, dtype: torch.dtype, device: str, round_through: t
     # on a GPU, loaded straight there: loading on the host first made the 8B-shaped model's fp64 truth
     # run peak at 80 GB of host memory (docs/gpu/evidence/llama3-8b-shaped-fp32)
     where = {"device_map": device} if device.startswith("cuda") else {}
-    model = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=dtype, attn_implementation="eager", **where)
+    model = getattr(transformers, hf_class).from_pretrained(str(checkpoint), dtype=dtype, attn_implementation="eager",
+                                                            **where)
     return round_weights(_float64_safe(model, dtype), round_through).to(device).eval()
 
 
@@ -387,16 +407,21 @@ def capture_references(checkpoint: Path, *, dtype: str, calibration: Calibration
                        calibrate: bool = True, phases: Phases | None = None,
                        pos_axis: Callable[[str], int] = default_pos_axis,
                        spill_root: Path | None = None, logprob_k: int | None = None,
-                       left_out: Mapping[str, torch.Tensor] | None = None) -> ReferenceCapture:
+                       left_out: Mapping[str, torch.Tensor] | None = None,
+                       token_types: list[list[int]] | None = None, hf_class: str = "AutoModelForCausalLM",
+                       causal: bool = True) -> ReferenceCapture:
     """``calibration``: the run dtype's (harness.comparison.gate.Gate.dtype_calibration): its truth dtype
     and ceiling.  ``logprob_k``: vLLM returns each row's top-k log-probs only (None: the whole vocabulary), and the
     ``logprobs`` floor is measured on the truth's top-k entries, as the compared row is.  ``pos_axis``: the token axis of a hook's canonical value (harness.values.plan.Plan.pos_axis),
     for setting chaotic tokens aside in the floors.  The captures go to disk as they are made
     (harness.spill), in a folder under ``spill_root`` (default: the system's temporary folder); each
-    mapping deletes its shards when it is garbage-collected, and the last one the folder."""
+    mapping deletes its shards when it is garbage-collected, and the last one the folder.
+    ``token_types``: each prompt's token type ids (an encoder's, as vLLM is given them; None: none passed);
+    ``hf_class``: the transformers class HF's model is built with; ``causal`` False: bidirectional
+    attention, so a chaotic token sets its whole prompt aside (module doc)."""
     spill = Path(tempfile.mkdtemp(prefix="vp-refs-", dir=spill_root))
     job = _Job(checkpoint, TORCH_DTYPES[dtype], TORCH_DTYPES[calibration.truth_dtype], calibration.ceiling, prompts,
-               device, spill, phases or Phases(), pos_axis, logprob_k, left_out)
+               device, spill, phases or Phases(), pos_axis, logprob_k, left_out, token_types, hf_class, causal)
     job.meta["truth_dtype"] = calibration.truth_dtype
     want, legacy = set(hooks), set(compat_names)
     if calibrate:  # every layer's residual output: where the floor run finds chaotic tokens
@@ -431,13 +456,19 @@ class _Job:
     pos_axis: Callable[[str], int]
     logprob_k: int | None
     left_out: Mapping[str, torch.Tensor] | None
+    token_types: list[list[int]] | None = None
+    hf_class: str = "AutoModelForCausalLM"
+    causal: bool = True
     meta: dict = field(default_factory=dict)
+
+    def types(self, p: int) -> list[int] | None:
+        return self.token_types[p] if self.token_types else None
 
 
 def _run_dtype_bridge_side(job: _Job, want: set[str], legacy: set[str], processed_names: set[str]):
     """The bridge, compatibility mode and processed compatibility mode, in the run's dtype."""
     bridge, compat = _bridge_and_compat(job.checkpoint, job.dtype, job.prompts, want, legacy, job.device,
-                                        phases=job.clock, spill=job.spill)
+                                        phases=job.clock, spill=job.spill, token_types=job.token_types)
     # bridge_s (boot and every forward, compatibility mode included): older reports' key, kept
     job.meta["bridge_s"] = sum(job.clock.own().get(k, 0.0) for k in ("bridge_boot", "bridge_forward", "compat"))
     job.meta["bridge_boot_s"] = job.clock.own().get("bridge_boot")
@@ -446,7 +477,7 @@ def _run_dtype_bridge_side(job: _Job, want: set[str], legacy: set[str], processe
         if processed_names:
             with job.clock("processed"):
                 processed = _processed_captures(job.checkpoint, job.dtype, job.prompts, processed_names, job.device,
-                                                meta=job.meta, spill=job.spill)
+                                                meta=job.meta, spill=job.spill, token_types=job.token_types)
     except Exception as exc:  # noqa: BLE001 -- processing unsupported for this architecture: rows say so
         processed, job.meta["processed_error"] = {}, f"{type(exc).__name__}: {exc}"
     return bridge, compat, processed
@@ -459,9 +490,11 @@ def _bridge_side_floors(job: _Job, want, legacy, bridge, compat, processed, floo
     with job.clock("truth_bridge"):
         truth, truth_compat = _bridge_and_compat(job.checkpoint, job.truth_dtype, job.prompts, want, legacy,
                                                  job.device, round_through=job.dtype, phases=truth_clock,
-                                                 spill=job.spill, tag="truth")
+                                                 spill=job.spill, tag="truth", token_types=job.token_types)
         with truth_clock("floors"):
             chaos = find_chaotic(bridge, truth, job.ceiling)
+            if not job.causal:  # every position attends to a chaotic token: its whole prompt is set aside
+                chaos = [replace(c, token=0) for c in chaos]
             floors["bridge"], stats["median"]["bridge"], stats["scale"]["bridge"] = _floors(
                 bridge, truth, chaos, job.pos_axis, left_out=job.left_out)
             if legacy:  # compatibility mode computes some hooks its own way: its own noise floor
@@ -478,13 +511,13 @@ def _bridge_side_floors(job: _Job, want, legacy, bridge, compat, processed, floo
 def _run_dtype_hf(job: _Job, timing_repeats: int):
     """Plain HF in the run's dtype: every prompt's hooks and log-probs, then its forward latency."""
     with job.clock("hf"):
-        hf_model = _load_hf(job.checkpoint, job.dtype, job.device)
+        hf_model = _load_hf(job.checkpoint, job.dtype, job.device, hf_class=job.hf_class)
         n_layers = int(getattr(hf_model.config, "num_hidden_layers", 0) or 0)
         hf, logprobs = {}, {}
         for p, toks in enumerate(job.prompts):
-            hf[p], logprobs[p] = _hf_run(hf_model, toks, job.device, n_layers)
+            hf[p], logprobs[p] = _hf_run(hf_model, toks, job.device, n_layers, job.types(p))
     with job.clock("hf_timing"):
-        _time_hf(hf_model, job.prompts[0], job.device, timing_repeats, job.meta)
+        _time_hf(hf_model, job.prompts[0], job.device, timing_repeats, job.meta, job.types(0))
     del hf_model  # before the truth-dtype model loads: one reference model resident at a time
     _free()
     return hf, logprobs, n_layers
@@ -493,10 +526,11 @@ def _run_dtype_hf(job: _Job, timing_repeats: int):
 def _hf_floors(job: _Job, hf, logprobs, n_layers: int, chaos, floors, stats) -> None:
     """HF's truth-dtype run and the ``hf`` floors (log-probs included), into ``floors`` / ``stats``."""
     with job.clock("truth_hf"):
-        truth_model = _load_hf(job.checkpoint, job.truth_dtype, job.device, round_through=job.dtype)
+        truth_model = _load_hf(job.checkpoint, job.truth_dtype, job.device, round_through=job.dtype,
+                               hf_class=job.hf_class)
         truth_hf = {}
         for p, toks in enumerate(job.prompts):
-            truth_hf[p], lp = _hf_run(truth_model, toks, job.device, n_layers)
+            truth_hf[p], lp = _hf_run(truth_model, toks, job.device, n_layers, job.types(p))
             truth_hf[p]["logprobs"] = lp
         del truth_model
         _free()
@@ -534,36 +568,38 @@ def _n_layers(checkpoint: Path) -> int:
     return int(getattr(AutoConfig.from_pretrained(str(checkpoint)), "num_hidden_layers", 0) or 0)
 
 
-def _time_hf(hf_model, tokens: list[int], device: str, repeats: int, meta: dict) -> None:
+def _time_hf(hf_model, tokens: list[int], device: str, repeats: int, meta: dict,
+             token_types: list[int] | None = None) -> None:
     """HF's forward latency (median of ``repeats`` after a warm-up) and its top operators, into ``meta``."""
-    ids = torch.tensor([tokens], device=device)
+    ids, extra = _inputs(tokens, token_types, device)
     with torch.no_grad():
-        hf_model(ids)  # warm-up
+        hf_model(ids, **extra)  # warm-up
         times = []
         for _ in range(repeats):
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             t = time.perf_counter()
-            hf_model(ids)
+            hf_model(ids, **extra)
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
         meta["forward_ms_median"] = statistics.median(times) * 1e3
         meta["forward_ms_all"] = [x * 1e3 for x in times]
-        meta["top_ops"] = profile_call(lambda: hf_model(ids))
+        meta["top_ops"] = profile_call(lambda: hf_model(ids, **extra))
 
 
 def tf32_floors(checkpoint: Path, prompts: list[list[int]], hooks: list[str], device: str,
-                logprob_k: int | None = None) -> "ReferenceCapture":
+                logprob_k: int | None = None, **inputs) -> "ReferenceCapture":
     """The references' own distance from fp64 with their fp32 matmuls in TF32: the floors of the
     ``float32-tf32`` gate (harness.comparison.tolerances).  TF32 error grows with depth and through
-    the softmax, so one constant cannot gate every hook; the compared references themselves stay IEEE."""
+    the softmax, so one constant cannot gate every hook; the compared references themselves stay IEEE.
+    ``inputs``: :func:`capture_references`'s ``token_types`` / ``hf_class`` / ``causal`` (an encoder's)."""
     matmul = torch.backends.cuda.matmul
     before = matmul.allow_tf32
     matmul.allow_tf32 = True
     try:
         return capture_references(checkpoint, dtype="float32", calibration=calibration_for("float32"), prompts=prompts,
                                   hooks=hooks, compat_names=[],
-                                  device=device, timing_repeats=1, logprob_k=logprob_k)
+                                  device=device, timing_repeats=1, logprob_k=logprob_k, **inputs)
     finally:
         matmul.allow_tf32 = before

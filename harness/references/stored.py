@@ -59,6 +59,8 @@ def manifest(target, variant, plan, prompts: list[list[int]], versions: dict) ->
         "kernel_path": kernel_label(cpu_kernel_path()) if variant.device == "cpu" else variant.device,
         "reference_code": _reference_code_hash(),
         "versions": {k: versions.get(k) for k in ("torch", "transformers", "transformer-lens")},
+        # an encoder's token types are inputs too (overlays.base.Encoder); absent for every causal LM
+        **({"token_types": types} if (types := plan.token_types(prompts)) is not None else {}),
     }
 
 

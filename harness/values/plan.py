@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from overlays import NoOverlayError
-from overlays.base import Derived, HookSpec, NonFiring, SwapAxes, config_get
+from overlays.base import Derived, Encoder, HookSpec, NonFiring, SwapAxes, config_get
 from harness.values.selection import HookSelection
 from harness.vocab.hook_names import compat_alias, hf_hook
 from harness.vocab.hook_rules import GATE, heads_first, processed_hook
@@ -56,6 +56,16 @@ def compat_name(hook: str, spec: HookSpec) -> str | None:
     return spec.reference_name("compat", compat_alias(hook))
 
 
+def processed_name(hook: str, spec: HookSpec) -> str | None:
+    """The hook's name in processed compatibility mode: its compatibility-mode name where it writes the
+    residual stream (harness.vocab.hook_rules.processed_hook), unless the overlay says that mode's value is
+    not this hook's in hooked coordinates (``("compat-processed", None)``)."""
+    alias = compat_name(hook, spec)
+    if alias is None or not processed_hook(hook):
+        return None
+    return spec.reference_name("compat-processed", alias)
+
+
 def hf_name(hook: str, spec: HookSpec) -> str | None:
     """The hook's name among the HF forward-hook captures, or None where HF holds no equal tensor."""
     return spec.reference_name("hf", hook if hf_hook(hook) else None)
@@ -76,8 +86,8 @@ def _cases(specs: dict[str, HookSpec], derived: dict[str, Derived], ragged: bool
         alias = compat_name(hook, spec)
         if alias is not None:
             out.append(Case("compat", hook, alias))
-            if processed_hook(hook):
-                out.append(Case("compat-processed", hook, alias))
+            if processed_name(hook, spec) is not None:
+                out.append(Case("compat-processed", hook, processed_name(hook, spec)))
         hf = hf_name(hook, spec)
         if hf is not None:
             out.append(Case("hf", hook, hf))
@@ -105,6 +115,15 @@ class Plan:
     overlay_name: str | None = None  # what the report names as the overlay (None: the target's overlay class)
     compat_names: tuple[str, ...] = field(default=())  # names to capture in compatibility mode
     processed_names: tuple[str, ...] = field(default=())  # ... and in processed compatibility mode
+    # Set: an encoder run by vLLM's pooling runner (overlays.base.Encoder: bidirectional, token types,
+    # encode instead of generate); None: a causal LM
+    encoder: Encoder | None = None
+
+    def token_types(self, prompts: list[list[int]]) -> list[list[int]] | None:
+        """Each prompt's token type ids, as every engine is given them (None: none are passed)."""
+        if self.encoder is None or self.encoder.second_segment is None:
+            return None
+        return [self.encoder.token_types(len(p)) for p in prompts]
 
     @property
     def compared_hooks(self) -> list[str]:
@@ -187,7 +206,7 @@ def build_plan(target, variant, hooks: set[str] | frozenset[str] | HookSelection
     if hooks is not None:
         specs, derived = select_hooks(specs, derived, set(hooks))
     compat = [a for a in [*(compat_name(h, s) for h, s in specs.items()), *(compat_alias(h) for h in derived)] if a]
-    processed = [compat_name(h, s) for h, s in specs.items() if processed_hook(h) and compat_name(h, s) is not None]
+    processed = [processed_name(h, s) for h, s in specs.items() if processed_name(h, s) is not None]
     routing_k = config_get(cfg, "num_experts_per_tok") if any(GATE.match(h) for h in specs) else None
     return Plan(specs=specs, derived=derived, nonfiring=tuple(nonfiring),
                 n_layers=int(getattr(cfg, "num_hidden_layers", 0) or 0),
@@ -196,4 +215,5 @@ def build_plan(target, variant, hooks: set[str] | frozenset[str] | HookSelection
                 overlay_name=("transformer_lens.model_bridge.sources.vllm (TL's own overlay; the references' "
                               f"hook names from {type(target.overlay).__name__})"
                               if variant.subject == "tl-vllm" else None),
-                compat_names=tuple(compat), processed_names=tuple(processed))
+                compat_names=tuple(compat), processed_names=tuple(processed),
+                encoder=getattr(target.overlay, "encoder", None))

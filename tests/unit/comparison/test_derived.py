@@ -185,3 +185,15 @@ def test_tl_plan_lists_tl_hooks_and_its_reasons():
     assert derived == {}
     assert {nf.template for nf in nonfiring} == set(TL_REASONS)
     assert all(nf.reason.startswith("TransformerLens ") for nf in nonfiring)
+
+
+def test_bidirectional_scores_mask_nothing():
+    """An encoder's attention (Derived.causal False): every query sees every key, later ones included."""
+    assert bool(visible_keys(4, causal=False).all()) and not bool(visible_keys(4).all())
+    q, k = torch.randn(5, 2, 8, dtype=torch.float64), torch.randn(5, 2, 8, dtype=torch.float64)
+    s = attention_scores(q, k, scale=0.5, causal=False)
+    assert torch.isfinite(s).all() and torch.allclose(s, torch.einsum("ihd,jhd->hij", q, k) * 0.5)
+    p = derive(Derived("pattern", ("q", "k"), 0.5, causal=False), {"q": q, "k": k})
+    assert torch.allclose(p, torch.softmax(s, dim=-1)) and torch.allclose(p, attention_pattern(q, k, scale=0.5,
+                                                                                                 causal=False))
+    assert bool((p[:, 0, 1:] > 0).all())  # the first query attends to later keys

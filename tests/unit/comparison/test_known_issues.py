@@ -2,8 +2,8 @@
 
 Contracts checked: known_issue(architecture, reference, hook) matches on the architecture, the
 references of the entry and the hook template (any layer, literal otherwise) and returns None
-otherwise; KnownIssue.holds applies the documented signature to this run's captures -- for OPT,
-the reference's own scores equal its own pattern (torch.equal) on every prompt -- and is False
+otherwise; KnownIssue.holds applies the documented signature to this run's captures -- for OPT and
+BERT, the reference's own scores equal its own pattern (torch.equal) on every prompt -- and is False
 where captures are missing, differ, or nothing was captured.
 """
 from __future__ import annotations
@@ -18,13 +18,21 @@ from harness.comparison.known_issues import KNOWN_ISSUES, SIGNATURES, known_issu
 SCORES = "blocks.2.attn.hook_attn_scores"
 
 
-def test_the_opt_entry():
-    assert len(KNOWN_ISSUES) == 1
-    issue = KNOWN_ISSUES[0]
-    assert (issue.architecture, issue.references, issue.template, issue.signature) == (
-        "OPTForCausalLM", ("bridge", "compat"), "blocks.{i}.attn.hook_attn_scores", "scores_equal_pattern")
-    assert issue.signature in SIGNATURES
-    assert "TransformerLens 4.3.0" in issue.reason  # the version it was measured with
+def test_the_opt_and_bert_entries():
+    assert [i.architecture for i in KNOWN_ISSUES] == ["OPTForCausalLM", "BertForMaskedLM"]
+    for issue in KNOWN_ISSUES:  # TL's generic AttentionBridge fires the post-softmax weights as scores
+        assert (issue.references, issue.template, issue.signature) == (
+            ("bridge", "compat"), "blocks.{i}.attn.hook_attn_scores", "scores_equal_pattern")
+        assert issue.signature in SIGNATURES
+        assert "TransformerLens 4.3.0" in issue.reason  # the version it was measured with
+
+
+@pytest.mark.parametrize("ref, hook, found", [
+    ("bridge", SCORES, True), ("compat", "blocks.0.attn.hook_attn_scores", True), ("hf", SCORES, False),
+    ("bridge", "blocks.2.attn.hook_pattern", False),
+])
+def test_bert_lookup(ref, hook, found):
+    assert (known_issue("BertForMaskedLM", ref, hook) is KNOWN_ISSUES[1]) is found
 
 
 @pytest.mark.parametrize("arch, ref, hook, found", [

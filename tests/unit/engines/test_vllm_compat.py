@@ -259,3 +259,24 @@ def test_kv_cache_is_sized_to_the_model_and_prompts():
     assert vc.kv_cache_bytes(None, 2, 256, 9) == vc.KV_CACHE_BYTES
     assert vc.llm_kwargs(device="cpu", kv_bytes=123 << 20)["kv_cache_memory_bytes"] == 123 << 20
     assert "VLLM_CPU_KVCACHE_SPACE" not in vc.subject_env_defaults("cpu", 1)  # it would override the sizing
+
+
+@pytest.mark.parametrize("types, first", [([0, 0, 1, 1], 2), ([0, 0, 0], 3), ([1, 1], 0), (None, None)])
+def test_token_types_pack_as_the_first_type_one(types, first):
+    """vLLM's pooling runner takes a prompt's token types as one number (compressed_token_type_ids)."""
+    assert vc.first_type_one(types) == first
+
+
+@pytest.mark.parametrize("types", [[0, 1, 0], [0, 2]])
+def test_token_types_vllm_cannot_take_are_refused(types):
+    with pytest.raises(ValueError, match="not zeros then ones"):
+        vc.first_type_one(types)
+
+
+def test_pooling_params_turn_the_activation_off_and_pack_the_types():
+    assert vc.pooling_kwargs("token_classify", [0, 1, 1]) == {
+        "task": "token_classify", "use_activation": False, "extra_kwargs": {"compressed_token_type_ids": 1}}
+    assert vc.pooling_kwargs("token_classify", None) == {"task": "token_classify", "use_activation": False}
+    from vllm.pooling_params import PoolingParams  # the installed vLLM takes them as they are
+
+    assert PoolingParams(**vc.pooling_kwargs("token_classify", [0, 1])).extra_kwargs == {"compressed_token_type_ids": 1}

@@ -50,3 +50,13 @@ def test_packaged_rows_dispatch_to_the_gguf_builder(monkeypatch, tmp_path):
     assert all(s.packaged is None for s in FAMILIES.values() if s.name not in ("smollm2", "gemma3_270m"))
     monkeypatch.setattr(gguf_checkpoint, "packaged_checkpoint_dir", lambda spec: tmp_path / spec.name)
     assert checkpoint_dir(packaged[0]) == tmp_path / "smollm2"
+
+
+def test_the_architecture_follows_the_auto_class():
+    """A family's HF architecture (and so its overlay) is the one its auto class builds: a masked LM for the
+    encoder, a causal LM otherwise."""
+    from harness.models.families import FAMILIES
+
+    assert FAMILIES["bert"].auto_class == "AutoModelForMaskedLM" and FAMILIES["bert"].architecture == "BertForMaskedLM"
+    assert FAMILIES["qwen3"].architecture == "Qwen3ForCausalLM" and FAMILIES["gemma"].norm_weight_offset == 1.0
+    assert "bert" in __import__("harness.models.families", fromlist=["x"]).DEFAULT_FAMILIES

@@ -148,3 +148,13 @@ def test_reference_capture_defaults_are_empty_and_not_shared():
     assert (a.hf, a.floors, a.meta, a.floor_stats, a.compat_processed, a.chaos) == ({}, {}, {}, {}, {}, [])
     a.floors["bridge"] = {}
     assert b.floors == {}
+
+
+def test_token_types_reach_the_forward_only_where_given():
+    """An encoder's prompts carry token types (the ones vLLM is given); a causal LM's forward is unchanged."""
+    from harness.references.reference import _inputs
+
+    ids, extra = _inputs([5, 6, 7], None, "cpu")
+    assert ids.tolist() == [[5, 6, 7]] and extra == {}
+    ids, extra = _inputs([5, 6, 7], [0, 1, 1], "cpu")
+    assert extra["token_type_ids"].tolist() == [[0, 1, 1]] and extra["token_type_ids"].shape == ids.shape
