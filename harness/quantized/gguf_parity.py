@@ -8,28 +8,24 @@ driver (harness.engines.subject.capture_vllm, ``llm_overrides``), captures :data
 the prompt log-probs, and compares every (hook, prompt set) with two references
 (harness.quantized.simulated):
 
-* ``dequantized`` -- HF on the dequantized weights, gated at ``tolerance(dtype, quant floor)``
-  (harness.comparison.tolerances: ``max(multiple x floor, minimum)``); the quant floor
-  is how far ggml's arithmetic alone (Q8_1 activations, fp16 scale products, the fp16
-  embedding rows) moves the hook;
-* ``simulated`` -- HF with ggml's arithmetic simulated, gated by the ordinary dtype floor of
-  that simulated run (``tolerance(dtype, floor)``).
+* ``dequantized`` -- HF on the dequantized weights, gated by the quantization's floors: how far
+  ggml's arithmetic alone (Q8_1 activations, fp16 scale products, the fp16 embedding rows) moves
+  the hook (the simulated run against the plain one);
+* ``simulated`` -- HF with ggml's arithmetic simulated, gated by that simulated run's own dtype
+  floors (against its truth-dtype run).
 
-Decision (:func:`decide`), per row, two statistics each with its own floor (the main harness's,
-harness.comparison.compare ``rel_err`` / ``rel_median``, each the largest over prompts):
-``pass`` -- the worst row within ``tolerance`` and that tolerance at most the dtype's ceiling;
-``pass (median)`` -- the worst row's tolerance above the ceiling (one Q8_1 rounding flip,
-amplified, widens the worst-row floor), and the median row within ``max(multiple x median
-floor, minimum)`` with that tolerance at most the ceiling (the row says ``decided_by``);
-``inconclusive`` otherwise (both tolerances above the ceiling);
-``fail`` -- the worst row beyond its tolerance, the median row beyond its tolerance where that one
-is at most the ceiling (as the main harness's gate), or any non-finite value or floor; ``not compared``
-(reference-only runs) is never counted as a pass.  A non-finite failure is located: each row has
-``nonfinite`` (prompt, token positions, counts) and the report ``first_nonfinite`` (per prompt,
-the first hook in forward order that holds one, and the hook before it at that position).  The run's status: ``skipped`` (this vLLM has
-no GGUF: :func:`harness.engines.vllm_compat.gguf_refusal`, the reason naming the evidence), ``reference-only``, ``pass``,
-``inconclusive``, ``fail`` or ``error``.  Writes ``DIR/gguf-<dtype>.json`` and ``.md``; exit 0
-unless the status is ``fail``/``error``.
+Decision: the main harness's gate, nothing of its own.  Each row's floors (worst row, median row,
+median scale deviation: :func:`harness.quantized.simulated.floors`) become a
+:class:`~harness.comparison.gate.Band` (``Gate.band``), its pairs are compared on those three
+statistics (harness.comparison.rows.compare_prompts, each the largest over prompts), and
+``Gate.finalize`` settles the ceiling and the margin, as in every parity run; the run's status is the
+main verdict (harness.comparison.verdict.summarize): ``pass`` / ``partial`` / ``fail`` / ``error`` /
+``skipped`` (this vLLM has no GGUF: :func:`harness.engines.vllm_compat.gguf_refusal`, the reason
+naming the evidence; or ``--reference-only``, where no row is compared: ``not compared`` is never a
+pass).  A non-finite vLLM value fails its row and is located: each row has ``nonfinite`` (prompt,
+token positions, counts) and the report ``first_nonfinite`` (per prompt, the first hook in forward
+order that holds one, and the hook before it at that position).  Writes ``DIR/gguf-<dtype>.json``
+and ``.md``; exit 0 unless the status is ``fail``/``error``.
 
 Traps:
 
@@ -73,60 +69,34 @@ LOGPROB_K = 20
 REPORT_LAYERS = (0, 15, 29)  # the markdown's per-kind summary; the JSON has every row
 
 
-# -- gates -------------------------------------------------------------------------
-PASSING = ("pass", "pass (median)")
+# -- the gate: the main harness's (harness.comparison.gate), with the GGUF run's floors -------------
+REFERENCES = (("dequantized", "quant"), ("simulated", "dtype"))  # (reference, the floors that gate it)
 
 
-def gate(err: float, floor: float, dtype: str) -> tuple[float, str]:
-    """(tolerance, status) of the worst-row test alone: ``tolerance(dtype, floor)`` on the row's own
-    floor (the quant floor for the dequantized reference, the simulated run's dtype floor for the
-    simulated one: the same rule, different floors).  Non-finite error or floor fails."""
-    from harness.comparison.tolerances import calibration_for, tolerance
+def gate_for(dtype: str, device: str):
+    """The run's :class:`~harness.comparison.gate.Gate`: the one every parity run uses, for this dtype
+    (vLLM's rows are gated by the dtype's calibration; the floors are this module's)."""
+    from harness.comparison.gate import Gate
+    from harness.values.variant import Variant
 
-    cal = calibration_for(dtype)
-    if not (math.isfinite(err) and math.isfinite(floor)):
-        return math.nan, "fail"
-    tol = tolerance(dtype, floor)
-    if err > tol:
-        return tol, "fail"
-    return tol, ("inconclusive" if tol > cal.ceiling else "pass")
+    return Gate.for_run(Variant.make(dtype=dtype, device=device), "LlamaForCausalLM")
 
 
-def decide(err: float, floor: float, median: float | None, floor_median: float | None, dtype: str) -> dict:
-    """One row's verdict from both statistics (module doc, "Decision"): ``{"tolerance",
-    "tolerance_median", "status", "decided_by"}``.  ``median``/``floor_median`` None: not measured
-    (the worst row alone decides)."""
-    from harness.comparison.tolerances import calibration_for, tolerance
-
-    cal = calibration_for(dtype)
-    tol, status = gate(err, floor, dtype)
-    have_median = median is not None and floor_median is not None
-    if have_median and not (math.isfinite(median) and math.isfinite(floor_median)):
-        return {"tolerance": tol, "tolerance_median": math.nan, "status": "fail", "decided_by": "non-finite"}
-    tol_m = tolerance(dtype, floor_median) if have_median else math.nan
-    out = {"tolerance": tol, "tolerance_median": tol_m, "status": status,
-           "decided_by": "worst row" if math.isfinite(tol) else "non-finite"}
-    if status != "inconclusive":
-        return out
-    if not have_median:
-        out["decided_by"] = "none (worst-row tolerance above the ceiling; no median measured)"
-    elif tol_m > cal.ceiling:
-        out["decided_by"] = "none (worst-row and median-row tolerances both above the ceiling)"
-    elif median <= tol_m:
-        out.update(status="pass (median)", decided_by="median row")
-    else:  # a conclusive tolerance exceeded is a failure, as the main harness's gate has it (never hidden)
-        out.update(status="fail", decided_by="median row (beyond its own tolerance, which is at or below "
-                                             "the ceiling)")
-    return out
+def band_for(gate, refs: dict, reference: str, hook: str):
+    """The row's :class:`~harness.comparison.gate.Band` from its reference's floors: each statistic's
+    own (worst row, median row, median scale deviation), as a parity run's reference gives them."""
+    kind = dict(REFERENCES)[reference]
+    floor = refs[f"{kind}_floor"].get(hook, math.nan)
+    median = refs.get(f"{kind}_floor_median", {}).get(hook)
+    scale = refs.get(f"{kind}_floor_scale", {}).get(hook)
+    return gate.band(reference, floor, median, scale)
 
 
-def overall(rows: list[dict]) -> str:
-    statuses = {r["status"] for r in rows}
-    if not rows or statuses == {"not compared"}:
-        return "reference-only"
-    if "fail" in statuses:
-        return "fail"
-    return "inconclusive" if statuses - set(PASSING) else "pass"
+def status_of(rows: list[dict], skipped: str | None = None, error: str | None = None) -> str:
+    """The run's verdict: the main rule (harness.comparison.verdict.summarize) on its rows."""
+    from harness.comparison.verdict import summarize
+
+    return summarize({"rows": rows, "skipped": skipped, "error": error})["verdict"]
 
 
 # -- log-prob positions and non-finite values ------------------------------------------
@@ -282,6 +252,8 @@ def references(checkpoint: Path, gguf_path: Path, prompts: list[list[int]], hook
             "dtype_floor": floors(sim, sim_truth, logprob_k=LOGPROB_K),
             "quant_floor_median": floors(sim, plain, logprob_k=LOGPROB_K, statistic="rel_median"),
             "dtype_floor_median": floors(sim, sim_truth, logprob_k=LOGPROB_K, statistic="rel_median"),
+            "quant_floor_scale": floors(sim, plain, logprob_k=LOGPROB_K, statistic="scale_median"),
+            "dtype_floor_scale": floors(sim, sim_truth, logprob_k=LOGPROB_K, statistic="scale_median"),
             "truth_dtype": truth_dtype}
 
 
@@ -321,73 +293,75 @@ def vllm_values(target, gguf_path: Path, prompts: list[list[int]], hooks: list[s
     return out, sub.meta
 
 
-def compare_rows(subject: dict, refs: dict, hooks: list[str], dtype: str, n_prompts: int,
+def compare_rows(subject: dict, refs: dict, hooks: list[str], gate, n_prompts: int,
                  meta: dict | None = None) -> list[dict]:
-    """One row per (hook, reference): the worst and the median row's rel_err (each the largest over
-    prompts), their floors, tolerances and the status (:func:`decide`).  ``meta``: the subject's
-    (``logprob_rows_missing``: log-prob rows vLLM returned nothing for)."""
+    """One row per (hook, reference), decided by the main gate: the per-prompt pairs compared on its three
+    statistics (harness.comparison.rows.compare_prompts, each statistic the largest over prompts) within the
+    reference's :func:`band_for`, then :meth:`Gate.finalize` (the ceiling, the margin).  A non-finite vLLM
+    value, or a log-prob position vLLM should have returned and did not, fails the row (located in
+    ``nonfinite`` / the message); a value missing on either side makes it an ``error``.  ``meta``: the
+    subject's (``logprob_rows_missing``: log-prob rows vLLM returned nothing for).  Rows are
+    :class:`~harness.values.results.HookResult` fields, plus ``floor_kind``, ``not_compared_positions`` and
+    ``nonfinite`` where they apply."""
     import torch
+    from dataclasses import asdict
 
-    from harness.comparison.compare import compare_tensors
+    from harness.comparison.rows import compared_row
+    from harness.values.plan import Case
 
     rows = []
     for hook in [*hooks, "logprobs"]:
-        for ref_name, floor_key in (("dequantized", "quant_floor"), ("simulated", "dtype_floor")):
-            worst, median, where, problems, skipped, nonfinite = 0.0, 0.0, None, [], {}, []
+        for ref_name, floor_kind in REFERENCES:
+            pairs, fails, missing, skipped, nonfinite = [], [], [], {}, []
             for p in range(n_prompts):
                 s, r = subject.get(p, {}).get(hook), refs[ref_name.replace("dequantized", "plain")][p].get(hook)
                 if s is None or r is None:
-                    problems.append(f"{'vLLM' if s is None else 'the reference'} has no value for prompt {p}")
+                    missing.append(f"{'vLLM' if s is None else 'the reference'} has no value for prompt {p}")
                     continue
                 if hook == "logprobs":
                     compared, absent, err = logprob_positions(s, p, said_missing_rows(meta, p, int(s.shape[0])))
                     if err:
-                        problems.append(err)
+                        fails.append(err)
                         continue
                     if absent:
                         skipped[p] = absent
                     if not compared:
-                        problems.append(f"prompt {p}: no log-prob position to compare")
+                        fails.append(f"prompt {p}: no log-prob position to compare")
                         continue
                     keep = torch.tensor(compared, dtype=torch.long)
                     s, r = s[keep], r[keep]
-                    r = torch.where(torch.isfinite(s), r, torch.full_like(r, math.nan))
+                    r = torch.where(torch.isfinite(s), r, torch.full_like(r, math.nan))  # the entries vLLM returned
                 else:
                     d = nonfinite_detail(s)
                     if d is not None:
                         nonfinite.append({"prompt": p, **d})
-                        problems.append(f"{d['count']} non-finite vLLM value(s) in prompt {p}, first at token "
-                                        f"position {d['first_position']}")
+                        fails.append(f"{d['count']} non-finite vLLM value(s) in prompt {p}, first at token "
+                                     f"position {d['first_position']}")
                         continue
-                m = compare_tensors(s, r)
-                if math.isnan(m.rel_err):
-                    problems.append(f"rel_err is NaN in prompt {p}")
-                    continue
-                median = max(median, m.rel_median) if m.rel_median == m.rel_median else math.nan
-                if m.rel_err > worst or where is None:
-                    worst, where = m.rel_err, {"prompt": p, "index": list(m.worst_index),
-                                               "vllm": m.subject_at_worst, "reference": m.reference_at_worst}
-            if problems:
-                worst = median = math.nan
-            floor = refs[floor_key].get(hook, math.nan)
-            floor_median = refs.get(floor_key + "_median", {}).get(hook) if floor_key + "_median" in refs else None
-            verdict = decide(worst, floor, median if floor_median is not None else None, floor_median, dtype)
-            notes = list(problems)
+                pairs.append((s, r))
+            band = band_for(gate, refs, ref_name, hook)
+            problem = "; ".join(fails + missing)
+            row = compared_row(FAMILY, Case(ref_name, hook, hook), band, None if problem else pairs,
+                               problem=f"{hook} vs {ref_name}: {problem}" if problem else "")
+            if fails:  # vLLM returned something wrong (not merely nothing to compare): a failure
+                row.status = "fail"
             if skipped:
-                notes.append("not compared (vLLM returned no row; the sampled last position): "
-                             + ", ".join(f"prompt {p} pos {v}" for p, v in skipped.items()))
-            rows.append({"hook": hook, "reference": ref_name, "rel_err": worst, "floor": floor,
-                         "rel_median": median, "floor_median": floor_median, "floor_kind": floor_key, **verdict,
-                         "worst": where, **({"why": "; ".join(notes)} if notes else {}),
+                row.message = "; ".join(m for m in (row.message, "not compared (vLLM returned no row; the sampled "
+                                                    "last position): " + ", ".join(
+                                                        f"prompt {p} pos {v}" for p, v in skipped.items())) if m)
+            gate.finalize(row)
+            rows.append({**asdict(row), "floor_kind": floor_kind,
                          **({"not_compared_positions": skipped} if skipped else {}),
                          **({"nonfinite": nonfinite} if nonfinite else {})})
     return rows
 
 
 def reference_only_rows(refs: dict, hooks: list[str]) -> list[dict]:
-    return [{"hook": h, "reference": ref, "status": "not compared", "floor": refs[fk].get(h, math.nan),
-             "floor_kind": fk, "why": "--reference-only: vLLM was not run"}
-            for h in [*hooks, "logprobs"] for ref, fk in (("dequantized", "quant_floor"), ("simulated", "dtype_floor"))]
+    """``--reference-only``: the floors each row would be gated by; no row is compared (the run is ``skipped``)."""
+    return [{"hook": h, "reference": ref, "kind": "logprobs" if h == "logprobs" else h, "status": "not compared",
+             "floor": refs[f"{fk}_floor"].get(h, math.nan), "floor_kind": fk,
+             "message": "--reference-only: vLLM was not run"}
+            for h in [*hooks, "logprobs"] for ref, fk in REFERENCES]
 
 
 # -- report ------------------------------------------------------------------------
@@ -402,9 +376,9 @@ def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
     status = f"**Status: {report['status']}**" + (f" -- {report['reason']}" if report.get("reason") else "")
     versions = (f"- vLLM {report.get('vllm_version', '?')}; file sha256 `{report.get('sha256', '?')}`; "
                 f"GGML types {report.get('tensor_types', {})}")
-    refs = ("- references: `dequantized` = HF on the dequantized fp32 checkpoint, gated at max(multiple x quant "
-            "floor, minimum); `simulated` = HF with ggml's Q8_1 activations / fp16 scale products / fp16 "
-            "embedding rows, gated by its own dtype floor (harness/quantized/)")
+    refs = ("- references: `dequantized` = HF on the dequantized fp32 checkpoint, gated by the quantization's floors "
+            "(the simulated run against it); `simulated` = HF with ggml's Q8_1 activations / fp16 scale products / "
+            "fp16 embedding rows, gated by its own dtype floors (against its truth-dtype run) (harness/quantized/)")
     lines = [f"# vLLM on a GGUF file: {report.get('file', '?')} ({report['dtype']}, {report.get('device', '?')})", "",
              status, "", versions, refs,
              f"- rows: {report.get('counts', {})}; timings (s): {report.get('timings', {})}", ""]
@@ -422,23 +396,27 @@ def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
                    f"{'' if before['finite'] else ' (already non-finite)'}" if before else ""))
         lines.append("")
     if rows:
-        decision = ("Decision: `pass` = the worst row within its tolerance, at or below the ceiling; `pass (median)` = "
-                    "the worst row's tolerance is above the ceiling, and the median row is within max(multiple x "
-                    "median floor, minimum), a tolerance at or below the ceiling; `inconclusive` otherwise; `fail` = "
-                    "the worst row beyond its tolerance, or anything non-finite.  Medians: the largest over prompts "
-                    "of the median row's rel_err (harness.comparison.compare).")
+        decision = ("Decision: the main harness's gate (harness.comparison.gate, docs/concepts.md): three statistics "
+                    "per row (worst row, median row, median scale deviation), each the largest over prompts, each "
+                    "against max(multiple x its floor, minimum); a row fails when the median row or the scale exceeds "
+                    "its tolerance, or the worst row exceeds a tolerance at or below the dtype's ceiling; "
+                    "inconclusive when both the worst and the median row's tolerances are above the ceiling; "
+                    "anything non-finite fails.  Margin: error / tolerance on the statistics that gate the row.")
         header = ("| hook | reference | worst rel_err | floor | tolerance | median rel_err | median floor | "
-                  "median tolerance | status | decided by |")
-        lines += [decision, "", header, "|---|---|---|---|---|---|---|---|---|---|"]
+                  "median tolerance | scale | scale tolerance | margin | status |")
+        lines += [decision, "", header, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         shown = [r for r in rows if r["hook"] in ("embed.hook_out", "logprobs")
-                 or any(r["hook"].startswith(f"blocks.{i}.") for i in REPORT_LAYERS) or r["status"] != "pass"]
+                 or any(r["hook"].startswith(f"blocks.{i}.") for i in REPORT_LAYERS) or r["status"] != "pass"
+                 or r.get("message")]
         for r in shown:
+            message = " ".join(str(r.get("message") or "").split())[:300]
             lines.append(f"| {r['hook']} | {r['reference']} | {_fmt(r.get('rel_err'))} | {_fmt(r.get('floor'))} | "
                          f"{_fmt(r.get('tolerance'))} | {_fmt(r.get('rel_median'))} | {_fmt(r.get('floor_median'))} | "
-                         f"{_fmt(r.get('tolerance_median'))} | "
-                         f"{r['status']}{' (' + r['why'] + ')' if r.get('why') else ''} | {r.get('decided_by', '—')} |")
+                         f"{_fmt(r.get('tolerance_median'))} | {_fmt(r.get('scale_median'))} | "
+                         f"{_fmt(r.get('tolerance_scale'))} | {_fmt(r.get('margin'))} | "
+                         f"{r['status']}{' (' + message + ')' if message else ''} |")
         shown_note = (f"Shown: embed, layers {', '.join(map(str, REPORT_LAYERS))}, log-probs and every row "
-                      "that did not pass on the worst row; all rows are in the JSON.")
+                      "that did not pass or carries a message; all rows are in the JSON.")
         lines += ["", shown_note]
     lines += ["", "Not compared:"] + [f"- `{k}`: {v}" for k, v in NOT_COMPARED.items()]
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
@@ -471,7 +449,7 @@ def run(report_dir: Path, dtype: str = "float32", device: str = "auto", referenc
         report["vllm_version"] = installed_vllm_version()
         refusal = None if reference_only else gguf_refusal()
         if refusal:
-            report.update(status="skipped", reason=refusal)
+            report.update(status=status_of([], skipped=refusal), reason=refusal)
             write_report(report, report_dir)
             return report
         target = target_for_family(spec)
@@ -482,9 +460,12 @@ def run(report_dir: Path, dtype: str = "float32", device: str = "auto", referenc
         refs = references(target.checkpoint, gguf_path, prompts, hooks, dtype, device, report["timings"])
         report["floors"] = {"quant": refs["quant_floor"], "dtype": refs["dtype_floor"],
                             "quant_median": refs["quant_floor_median"], "dtype_median": refs["dtype_floor_median"],
+                            "quant_scale": refs["quant_floor_scale"], "dtype_scale": refs["dtype_floor_scale"],
                             "truth_dtype": refs["truth_dtype"]}
         if reference_only:
             report["rows"] = reference_only_rows(refs, hooks)
+            report["reason"] = "--reference-only: vLLM was not run, no row is compared"
+            report["status"] = status_of([], skipped=report["reason"])
         else:
             work = Path(tempfile.mkdtemp(prefix="gguf-parity-"))
             t = time.perf_counter()
@@ -495,10 +476,11 @@ def run(report_dir: Path, dtype: str = "float32", device: str = "auto", referenc
                                                               "logprob_rows_missing", "logprob_rows_returned")}
             shutil.rmtree(work, ignore_errors=True)
             report["first_nonfinite"] = first_nonfinite(subject, hooks, list(named))
-            report["rows"] = compare_rows(subject, refs, hooks, dtype, len(prompts), meta)
-        report["status"] = overall(report["rows"])
+            report["rows"] = compare_rows(subject, refs, hooks, gate_for(dtype, device), len(prompts), meta)
+            report["status"] = status_of(report["rows"])
     except Exception as exc:  # noqa: BLE001 -- the report says what failed
-        report.update(status="error", reason=f"{type(exc).__name__}: {exc}"[:2000])
+        reason = f"{type(exc).__name__}: {exc}"[:2000]
+        report.update(status=status_of(report.get("rows", []), error=reason), reason=reason)
     counts: dict[str, int] = {}
     for r in report.get("rows", []):
         counts[r["status"]] = counts.get(r["status"], 0) + 1

@@ -122,12 +122,13 @@ def reference_run(checkpoint: Path, prompts: list[list[int]], hooks: set[str], d
 def floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, torch.Tensor]],
            logprob_k: int | None = None, statistic: str = "rel_err") -> dict[str, float]:
     """Per hook, the largest over prompts of ``statistic`` (``rel_err``: the worst row's relative
-    error; ``rel_median``: the median row's, harness.comparison.compare.Metrics) of ``run``
-    against ``truth`` -- the main harness's floors (harness.references.reference); NaN where
-    either side is non-finite (a NaN floor fails the rows it gates).  ``logprob_k``: log-prob
-    rows compared on ``truth``'s top-k entries only (what vLLM returns)."""
-    if statistic not in ("rel_err", "rel_median"):
-        raise ValueError(f"statistic {statistic!r}: rel_err or rel_median")
+    error; ``rel_median``: the median row's; ``scale_median``: the median signed row-norm deviation,
+    largest in magnitude, sign kept; harness.comparison.compare.Metrics) of ``run`` against ``truth``
+    -- the main harness's three floors (harness.references.reference); NaN where either side is
+    non-finite (a NaN floor fails the rows it gates).  ``logprob_k``: log-prob rows compared on
+    ``truth``'s top-k entries only (what vLLM returns)."""
+    if statistic not in ("rel_err", "rel_median", "scale_median"):
+        raise ValueError(f"statistic {statistic!r}: rel_err, rel_median or scale_median")
     out: dict[str, float] = {}
     for p, hooks in run.items():
         for name, value in hooks.items():
@@ -141,5 +142,5 @@ def floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, t
                 ref = top_k_mask(ref, logprob_k)
             err = getattr(compare_tensors(value, ref), statistic)
             if out.get(name, 0.0) == out.get(name, 0.0):  # a NaN floor stays NaN
-                out[name] = max(out.get(name, 0.0), err)
+                out[name] = max(out.get(name, 0.0), err, key=abs)  # scale keeps its sign; the others are >= 0
     return out

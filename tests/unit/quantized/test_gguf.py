@@ -83,20 +83,6 @@ def test_ggml_linear_q4_1_uses_the_raw_block_sum():
     assert 0 < (got - dense).abs().max() < 0.05 * dense.abs().max()
 
 
-def test_gates():
-    from harness.quantized.gguf_parity import gate, overall
-
-    assert gate(1e-3, 2e-4, "float32") == (2e-3, "pass")
-    assert gate(5e-5, 0.0, "float32") == (1e-4, "pass")
-    assert gate(3e-4, 1e-7, "float32")[1] == "fail"
-    assert gate(0.2, 0.05, "float32")[1] == "inconclusive"  # 0.5 > ceiling 0.25
-    assert gate(math.nan, 1e-3, "float32")[1] == "fail"
-    assert gate(1e-5, math.nan, "float32")[1] == "fail"
-    assert overall([{"status": "not compared"}]) == "reference-only"
-    assert overall([{"status": "pass"}, {"status": "inconclusive"}]) == "inconclusive"
-    assert overall([{"status": "pass"}, {"status": "fail"}]) == "fail"
-
-
 def test_gguf_blocks_name_map_and_permutation():
     from harness.quantized.gguf_weights import _reverse_permute_rows, hf_name
 
@@ -122,34 +108,64 @@ def test_cpu_line_refuses_gguf():
     assert reason is not None and "QUANTIZATION_METHODS" in reason and "'gguf'" in reason
 
 
-# -- the verdict of a row: worst row, median row, log-prob positions, non-finite values ----------
-def test_decide_worst_then_median():
-    from harness.quantized.gguf_parity import decide, overall
+# -- the verdict of a row: the main gate, log-prob positions, non-finite values ----------------
+def _gate(dtype="float32"):
+    from harness.quantized.gguf_parity import gate_for
 
-    # worst row gated and within: pass, decided by the worst row
-    d = decide(1e-3, 2e-4, 1e-4, 5e-5, "float32")
-    assert d["status"] == "pass" and d["decided_by"] == "worst row"
-    # worst row beyond a gated tolerance: fail, whatever the median says
-    assert decide(3e-3, 2e-4, 1e-6, 1e-6, "float32")["status"] == "fail"
-    # worst-row tolerance 0.5 > ceiling 0.25; median 0.01 <= max(10 x 0.002, 1e-4) = 0.02 <= ceiling
-    d = decide(0.2, 0.05, 0.01, 0.002, "float32")
-    assert d["status"] == "pass (median)" and d["decided_by"] == "median row"
-    assert d["tolerance"] == 0.5 and abs(d["tolerance_median"] - 0.02) < 1e-12
-    # median above its own (conclusive) tolerance: a failure, as the main harness's gate has it
-    d = decide(0.2, 0.05, 0.03, 0.002, "float32")
-    assert d["status"] == "fail" and d["decided_by"].startswith("median row (beyond")
-    # median tolerance above the ceiling too: inconclusive
-    d = decide(0.2, 0.05, 0.01, 0.03, "float32")
-    assert d["status"] == "inconclusive" and "both above the ceiling" in d["decided_by"]
-    # no median measured: the worst row alone
-    assert decide(0.2, 0.05, None, None, "float32")["status"] == "inconclusive"
-    # the simulated reference's gate: tolerance(dtype, floor) = max(10 x floor, 1e-4) in fp32
-    assert decide(0.2, 0.05, 5e-5, 1e-7, "float32")["status"] == "pass (median)"
-    # non-finite anywhere fails
-    for args in ((math.nan, 0.05, 0.01, 0.002), (0.2, 0.05, math.nan, 0.002), (0.2, 0.05, 0.01, math.nan)):
-        assert decide(*args, "float32")["status"] == "fail"
-    assert overall([{"status": "pass"}, {"status": "pass (median)"}]) == "pass"
-    assert overall([{"status": "pass (median)"}, {"status": "inconclusive"}]) == "inconclusive"
+    return gate_for(dtype, "cpu")
+
+
+def _one_row(sub, ref, floor, floor_median=None, floor_scale=None, dtype="float32"):
+    """compare_rows on one hook and one prompt, both references given the same floors."""
+    from harness.quantized.gguf_parity import compare_rows
+
+    lp = _lp(sub.shape[0])
+    refs = {"plain": {0: {"h": ref, "logprobs": lp}}, "simulated": {0: {"h": ref, "logprobs": lp}}}
+    for kind in ("quant", "dtype"):
+        refs[f"{kind}_floor"] = {"h": floor, "logprobs": 0.0}
+        refs[f"{kind}_floor_median"] = {"h": floor_median, "logprobs": 0.0}
+        refs[f"{kind}_floor_scale"] = {"h": floor_scale, "logprobs": 0.0}
+    rows = compare_rows({0: {"h": sub, "logprobs": lp.clone()}}, refs, ["h"], _gate(dtype), 1)
+    return next(r for r in rows if r["hook"] == "h" and r["reference"] == "dequantized")
+
+
+def test_rows_are_decided_by_the_main_gate():
+    """The GGUF rows go through Gate.band / compare_prompts / Gate.finalize: the main harness's tolerances,
+    statistics, ceiling and margin, nothing of this module's own."""
+    from harness.comparison.gate import margin
+
+    torch.manual_seed(0)
+    ref = torch.randn(8, 16, dtype=torch.float64)
+    noise = torch.randn(8, 16, dtype=torch.float64)
+    sub = ref + 1e-4 * noise * ref.norm(dim=-1, keepdim=True) / noise.norm(dim=-1, keepdim=True)
+    gate = _gate()
+    # worst row 1e-4 within 10 x floor 2e-4: pass, its margin the gate's own
+    r = _one_row(sub, ref, 2e-4, 2e-4, 1e-4)
+    band = gate.band("dequantized", 2e-4, 2e-4, 1e-4)
+    assert r["status"] == "pass" and r["tolerance"] == band.tolerance and r["tolerance_scale"] == band.tolerance_scale
+    assert r["margin"] == pytest.approx(max(margin(r["rel_err"], r["tolerance"]), margin(r["rel_median"], r["tolerance_median"]),
+                                            margin(abs(r["scale_median"]), r["tolerance_scale"])))
+    # the same error against a 1e-7 floor (tolerance 1e-5 minimum): fails, the message says which statistic
+    r = _one_row(sub, ref, 1e-7, 1e-7, 1e-7)
+    assert r["status"] == "fail" and "median row error" in r["message"]
+    # worst-row tolerance above the ceiling, median gated and within: pass, said to be the median's
+    r = _one_row(sub, ref, 0.05, 2e-4, 1e-4)
+    assert r["tolerance"] > gate.ceiling and r["status"] == "pass" and "gated by the median row" in r["message"]
+    # both tolerances above the ceiling: inconclusive, never a pass
+    assert _one_row(sub, ref, 0.05, 0.05, 1e-4)["status"] == "inconclusive"
+    # a scale error of 1 % against a 1e-6 scale floor fails, whatever the worst row's floor
+    assert _one_row(1.01 * ref, ref, 0.05, 0.05, 1e-6)["status"] == "fail"
+
+
+def test_the_run_status_is_the_main_verdict():
+    from harness.quantized.gguf_parity import status_of
+
+    row = {"hook": "h", "reference": "dequantized", "kind": "h", "rel_err": 1e-5, "margin": 0.1}
+    assert status_of([{**row, "status": "pass"}]) == "pass"
+    assert status_of([{**row, "status": "pass"}, {**row, "reference": "simulated", "status": "fail"}]) == "fail"
+    assert status_of([{**row, "status": "inconclusive"}]) == "partial"  # a hook not gated: never a pass
+    assert status_of([], skipped="no GGUF in this vLLM") == "skipped"
+    assert status_of([{**row, "status": "pass"}], error="boot failed") == "error"
 
 
 def test_floors_median_statistic():
@@ -160,6 +176,8 @@ def test_floors_median_statistic():
     run[0]["h"][0] *= 2.0  # one chaotic row: worst 1.0, median 0
     assert floors(run, truth)["h"] == pytest.approx(1.0)
     assert floors(run, truth, statistic="rel_median")["h"] == 0.0
+    run[0]["h"][1:] *= 0.99  # most rows 1 % short: the median scale deviation, sign kept
+    assert floors(run, truth, statistic="scale_median")["h"] == pytest.approx(-0.01)
     with pytest.raises(ValueError):
         floors(run, truth, statistic="max_abs")
 
@@ -194,7 +212,8 @@ def test_logprob_positions():
 def _refs(subject_like: dict, hooks: list[str]) -> dict:
     zero = {h: 0.0 for h in [*hooks, "logprobs"]}
     return {"plain": subject_like, "simulated": subject_like, "quant_floor": dict(zero), "dtype_floor": dict(zero),
-            "quant_floor_median": dict(zero), "dtype_floor_median": dict(zero)}
+            "quant_floor_median": dict(zero), "dtype_floor_median": dict(zero),
+            "quant_floor_scale": dict(zero), "dtype_floor_scale": dict(zero)}
 
 
 def test_compare_rows_logprobs_compare_returned_positions_only():
@@ -208,18 +227,18 @@ def test_compare_rows_logprobs_compare_returned_positions_only():
     full = {"prompt": 3, "sampled": 1, "sampled_entries": [20]}
     meta = {"logprob_rows_returned": {"0": full, "1": full}, "logprob_rows_missing": {"0": [2], "1": [2]}}
     rows = {(r["hook"], r["reference"]): r for r in compare_rows(sub, _refs(ref, ["embed.hook_out"]), ["embed.hook_out"],
-                                                                  "float32", 2, meta)}
+                                                                  _gate(), 2, meta)}
     lp = rows[("logprobs", "dequantized")]
     assert lp["status"] == "pass" and lp["rel_err"] == 0.0 and lp["rel_median"] == 0.0
     assert lp["not_compared_positions"] == {0: [2], 1: [2]}
-    assert "prompt 0 pos [2]" in lp["why"] and "prompt 1 pos [2]" in lp["why"]
+    assert "prompt 0 pos [2]" in lp["message"] and "prompt 1 pos [2]" in lp["message"]
     # a prompt position missing is still an error
     sub[1]["logprobs"][0] = math.nan
     meta["logprob_rows_missing"]["1"] = [0, 2]
     lp = {(r["hook"], r["reference"]): r for r in compare_rows(sub, _refs(ref, ["embed.hook_out"]),
-                                                                ["embed.hook_out"], "float32", 2, meta)}
+                                                                ["embed.hook_out"], _gate(), 2, meta)}
     lp = lp[("logprobs", "simulated")]
-    assert lp["status"] == "fail" and "prompt 1" in lp["why"] and "position(s) [0]" in lp["why"]
+    assert lp["status"] == "fail" and "prompt 1" in lp["message"] and "position(s) [0]" in lp["message"]
 
 
 def test_compare_rows_nonfinite_located_and_first_in_forward_order():
@@ -237,31 +256,33 @@ def test_compare_rows_nonfinite_located_and_first_in_forward_order():
     for h in ("blocks.1.hook_in", "blocks.1.attn.hook_out", "blocks.1.hook_out"):
         sub[2][h][2:, :] = math.nan
     sub[2]["blocks.1.hook_in"][1, 1] = math.inf  # first at position 1, one value there
-    rows = compare_rows(sub, _refs(ref, hooks), hooks, "float32", 3)
+    rows = compare_rows(sub, _refs(ref, hooks), hooks, _gate(), 3)
     bad = [r for r in rows if r["status"] == "fail"]
     assert {r["hook"] for r in bad} == {"blocks.1.hook_in", "blocks.1.attn.hook_out", "blocks.1.hook_out"}
     r = next(r for r in bad if r["hook"] == "blocks.1.hook_in")
     assert r["nonfinite"] == [{"prompt": 2, "first_position": 1, "positions": [1, 2, 3], "n_positions": 3,
                                "count": 7, "of": 12, "count_at_first_position": 1, "nan": 6, "inf": 1}]
-    assert "prompt 2, first at token position 1" in r["why"]
+    assert "prompt 2, first at token position 1" in r["message"]
     first = first_nonfinite(sub, hooks, ["a", "b", "c"])
     assert len(first) == 1 and first[0]["hook"] == "blocks.1.hook_in" and first[0]["prompt_name"] == "c"
     assert first[0]["first_position"] == 1 and first[0]["count"] == 7
     assert first[0]["before"] == {"hook": "blocks.0.hook_out", "max_abs_at_position": 5e4, "finite": True}
 
 
-def test_report_names_the_deciding_statistic(tmp_path):
+def test_report_shows_the_gates_statistics_and_margin(tmp_path):
     from harness.quantized.gguf_parity import write_report
 
     rows = [{"hook": "blocks.3.hook_in", "reference": "dequantized", "rel_err": 0.2, "floor": 0.05, "tolerance": 0.5,
-             "rel_median": 0.01, "floor_median": 0.002, "tolerance_median": 0.02, "status": "pass (median)",
-             "decided_by": "median row"}]
+             "rel_median": 0.01, "floor_median": 0.002, "tolerance_median": 0.02, "scale_median": 1e-3,
+             "tolerance_scale": 2e-2, "margin": 0.5, "status": "pass",
+             "message": "gated by the median row (1.00e-02 <= 2.00e-02) and the scale"}]
     first = [{"prompt": 2, "prompt_name": "repeated", "hook": "blocks.15.attn.hook_out", "first_position": 7,
               "positions": [7, 8], "n_positions": 2, "count": 9, "of": 100, "count_at_first_position": 5,
               "nan": 9, "inf": 0, "before": {"hook": "blocks.15.hook_in", "max_abs_at_position": 300.0, "finite": True}}]
     _, md = write_report({"dtype": "bfloat16", "status": "fail", "rows": rows, "first_nonfinite": first}, tmp_path)
     text = md.read_text()
-    assert "| pass (median) | median row |" in text
+    assert "| 1.00e-03 | 2.00e-02 | 5.00e-01 | pass (gated by the median row" in text
+    assert "harness.comparison.gate" in text and "pass (median)" not in text
     assert "prompt 2 (repeated): `blocks.15.attn.hook_out`, token position 7" in text
 
 
