@@ -47,7 +47,7 @@ timer of the eager bench cannot time a full-graph step):
   host read of the per-hook call counts, copying every buffer's rows into the records, the batch
   layout).  This is the column the targets use.
 * **in-graph** -- the extension's own timer of the same forward without the drain
-  (``_vp_forward_s``: its model pre/post-hook pair in a piecewise step, its wrapper around the
+  (``vp_take_forward_times``: its model pre/post-hook pair in a piecewise step, its wrapper around the
   replay in a full-graph step; synchronized).  step - in-graph = the drain.
 * **copy alone** -- after a block, once more: the same forward's bytes copied device to device from
   the graph buffers into the same record buffers the drain wrote, nothing else running (no Python
@@ -69,10 +69,12 @@ Targets (the GPU capture-cost targets, docs/benchmarks.md): every offered hook (
 +10 % at B=8, and at B=32 its added time (step - bare step) within 1.15 x the copy-alone time of its
 bytes; ``residual`` at most +2 % at every B.  Checked per phase (prefill, decode) on the step p10; a
 miss is given in points (or ms) and decomposed into the in-graph part and the drain.
-Traps: a ``collective_rpc`` function gets vLLM's ``WorkerWrapperBase``, which reads attributes through
-to the worker but keeps an *assigned* one for itself, so the extension's state is changed in place here
-(``_vp_records.clear()``; assigning ``{}`` left the real records growing: 23 GB per drain repetition, an
-out-of-memory error in two H200 runs, docs/gpu/evidence/capture-graphs-8b/).  ``boot_s`` includes the
+Traps: the extension is driven through its public entry points only (``vp_take_forward_times``,
+``vp_take_record_stats``, ``vp_graph_copy_alone``, ``vp_graph_drain_anatomy``: harness.engines.graph_anatomy);
+this bench's own step timer is a ``collective_rpc`` function, which gets vLLM's ``WorkerWrapperBase``: it
+reads attributes through to the worker but keeps an *assigned* one for itself (an earlier version of the
+drain anatomy assigned the records ``{}`` there and left the real ones growing: 23 GB per drain
+repetition, an out-of-memory error in two H200 runs, docs/gpu/evidence/capture-graphs-8b/).  ``boot_s`` includes the
 pre-warm call.  ``--anatomy`` (after each block) times the drain's pieces on their own.
 TransformerLens's ``boot_vllm`` has no compiled batched path (``enable_batching=True`` is eager; its
 compiled path takes one prompt per call), so no TL engine runs here: ``--eager-ref`` prints the
@@ -83,7 +85,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import multiprocessing as mp
 import os
 import platform
@@ -130,110 +131,10 @@ def _step_timer(worker) -> list[str]:
 
 
 def _take_steps(worker) -> dict:
-    """The steps since the last take, and the extension's own (drain-free) forward times."""
+    """The steps since the last take (this bench's own timer) and the extension's drain-free forward times
+    (its public ``vp_take_forward_times``)."""
     steps, worker._gb_steps = worker._gb_steps, []
-    inner = list(getattr(worker, "_vp_forward_s", None) or [])
-    if hasattr(worker, "_vp_forward_s"):
-        worker._vp_forward_s.clear()
-    return {"steps": steps, "inner": inner}
-
-
-def _take_records(worker) -> dict:
-    """Per forward of the last call (record 0 = the prefill, 1 = the first decode step): tensors and
-    bytes; hooks installed; then the extension's reset."""
-    records = getattr(worker, "_vp_records", None)
-    if records is None:
-        return {"hooks": 0, "prefill": [0, 0], "decode": [0, 0]}
-    out = {"hooks": len(worker._vp_handles) - 2}  # minus the extension's own forward timers
-    for phase, n in (("prefill", 0), ("decode", 1)):
-        ts = [v[n] for v in records.values() if len(v) > n]
-        out[phase] = [len(ts), sum(t.numel() * t.element_size() for t in ts)]
-    worker.vp_reset()
-    return out
-
-
-def _copy_alone(worker, tokens: int, first: int, reps: int = 5) -> dict:
-    """Seconds to copy the graph buffers' rows of a forward of ``tokens`` tokens into the record buffers
-    the drain wrote them to (``first``: the record index of that forward in its call), best of ``reps``;
-    the drain's copies without its bookkeeping (reads recorded outside the graph buffers, e.g. a hook
-    on the uncompiled top module, are not in it).  A record buffer not found (or of another shape) gets a
-    twin instead (counted)."""
-    import torch
-
-    graph = getattr(worker, "_vp_graph", None)
-    if graph is None or tokens not in graph.table:
-        return {"s": None, "pairs": 0, "twins": 0, "why": "no graph buffers" if graph is None else
-                f"no forward of {tokens} tokens in the graph table {sorted(graph.table)}"}
-    pairs, seen, twins = [], {}, 0
-    views = worker._vp_buffers._views
-    for (slot, i), shapes in sorted(graph.table[tokens].items()):
-        for r, (keys, _lo, _hi, _read) in enumerate(worker._vp_plans[slot]):
-            shape = shapes[r]
-            if shape is None or shape == "over":
-                continue
-            key = keys[i % len(keys)]
-            n = first + seen.get(key, 0)
-            seen[key] = seen.get(key, 0) + 1
-            src = graph.flat[(slot, r, i)][:math.prod(shape)].view(shape)
-            dst = views.get((key, n))
-            if dst is None or dst.shape != src.shape or dst.dtype != src.dtype:
-                dst, twins = torch.empty_like(src), twins + 1
-            pairs.append((dst, src))
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    best = float("inf")
-    for _ in range(reps):
-        sync()
-        t = time.perf_counter()
-        for dst, src in pairs:
-            dst.copy_(src)
-        sync()
-        best = min(best, time.perf_counter() - t)
-    return {"s": best, "pairs": len(pairs), "twins": twins,
-            "bytes": sum(s.numel() * s.element_size() for _, s in pairs)}
-
-
-def _drain_anatomy(worker, tokens: int, reps: int = 5) -> dict:
-    """The drain of a forward of ``tokens`` tokens taken apart, each piece on its own, synchronized, best of
-    ``reps`` (the graph's per-hook call counts set back to what that forward left before each rep):
-    ``drain`` (GraphBuffers.drain into the records, as after a forward), ``bookkeeping`` (the same drain
-    handing each buffer view to a no-op: the Python loop, slicing and views, no copy), ``counts`` (the host
-    read of the call counts alone), ``layout`` (the batch layout the extension records per forward)."""
-    import torch
-
-    from harness.engines.vllm_compat import batch_layout
-
-    graph = getattr(worker, "_vp_graph", None)
-    if graph is None or tokens not in graph.table:
-        return {}
-    expected = [0] * graph.counts.numel()
-    for slot, _ in graph.table[tokens]:
-        expected[slot] += 1
-    exp = torch.tensor(expected, dtype=graph.counts.dtype, device=graph.counts.device)
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-
-    def best(fn, prep=lambda: None) -> float:
-        out = float("inf")
-        for _ in range(reps):
-            prep()
-            graph.counts.copy_(exp)
-            sync()
-            t = time.perf_counter()
-            fn()
-            sync()
-            out = min(out, time.perf_counter() - t)
-        return out
-
-    def fresh() -> None:  # record index 0 again: the same record buffers, no new allocation
-        # in place: ``worker`` is vLLM's WorkerWrapperBase, which reads attributes through to the worker
-        # but would keep an assigned one for itself
-        worker._vp_records.clear()
-    res = {"drain": best(lambda: graph.drain(tokens, worker._vp_plans, worker._vp_record_value), fresh),
-           "records_per_key": max((len(v) for v in worker._vp_records.values()), default=0),
-           "bookkeeping": best(lambda: graph.drain(tokens, worker._vp_plans, lambda key, value: None)),
-           "counts": best(lambda: graph.counts.tolist()),
-           "layout": best(lambda: batch_layout(worker.model_runner, None, None))}
-    worker.vp_reset()
-    return res
+    return {"steps": steps, "inner": worker.vp_take_forward_times()}
 
 
 def _empty_cache(worker) -> None:
@@ -241,13 +142,6 @@ def _empty_cache(worker) -> None:
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def _info(worker) -> dict:
-    from harness.engines.vllm_compat import engine_info
-
-    info = worker.vp_engine_info() if getattr(worker, "_vp_plans", None) is not None else engine_info(worker)
-    return {k: v for k, v in info.items()}
 
 
 # -- one engine per mode ------------------------------------------------------------------------------
@@ -304,7 +198,7 @@ class GraphEngine:
                 raise RuntimeError(f"mode {mode}: modules not found: {missing}")
             self.llm.collective_rpc("vp_set_enabled", args=(True,))
         self.runner = self.llm.collective_rpc(_step_timer)[0]
-        self.info = self.llm.collective_rpc(_info)[0]
+        self.info = self.llm.collective_rpc("vp_engine_info")[0]
         self.params = SamplingParams(max_tokens=1 + args.decode, min_tokens=1 + args.decode, ignore_eos=True,
                                      temperature=0.0, detokenize=False)
         self.decode, self.tokens, self.copy, self.anatomy = args.decode, args.tokens, args.copy_floor, args.anatomy
@@ -319,7 +213,7 @@ class GraphEngine:
     def block(self, b: int, prompts: list[list[int]], warmup: int, iters: int) -> dict:
         for _ in range(warmup):
             self.call(prompts)
-        self.llm.collective_rpc(_take_records)
+        self.llm.collective_rpc("vp_take_record_stats")
         out: dict = {k: [] for k in ("prefill_ms", "prefill_inner_ms", "decode_ms", "decode_inner_ms", "e2e_ms")}
         toks: dict = {}
         for _ in range(iters):
@@ -339,19 +233,20 @@ class GraphEngine:
                 out["prefill_inner_ms"].append(inner[0] * 1e3)
                 out["decode_inner_ms"].extend(x * 1e3 for x in inner[1:])
             out["e2e_ms"].append(e2e * 1e3)
-            rec = self.llm.collective_rpc(_take_records)[0]
+            rec = self.llm.collective_rpc("vp_take_record_stats")[0]
+        (prefill_tensors, prefill_bytes), (decode_tensors, decode_bytes) = rec["forwards"]
         out.update(hooks=rec["hooks"], reads=len(self.reads), tokens=toks,
-                   prefill_tensors=rec["prefill"][0], prefill_bytes=rec["prefill"][1],
-                   decode_tensors=rec["decode"][0], decode_bytes=rec["decode"][1])
+                   prefill_tensors=prefill_tensors, prefill_bytes=prefill_bytes,
+                   decode_tensors=decode_tensors, decode_bytes=decode_bytes)
         if self.mode != "none" and self.copy:
             self.call(prompts)
-            copy = {"prefill": self.llm.collective_rpc(_copy_alone, args=(toks["prefill"], 0))[0],
-                    "decode": self.llm.collective_rpc(_copy_alone, args=(toks["decode"][0], 1))[0]}
+            copy = {"prefill": self.llm.collective_rpc("vp_graph_copy_alone", args=(toks["prefill"], 0))[0],
+                    "decode": self.llm.collective_rpc("vp_graph_copy_alone", args=(toks["decode"][0], 1))[0]}
             if self.anatomy:
                 for ph in ("prefill", "decode"):
                     t = toks[ph] if ph == "prefill" else toks[ph][0]
-                    copy[ph]["anatomy"] = self.llm.collective_rpc(_drain_anatomy, args=(t,))[0]
-            self.llm.collective_rpc(_take_records)
+                    copy[ph]["anatomy"] = self.llm.collective_rpc("vp_graph_drain_anatomy", args=(t,))[0]
+            self.llm.collective_rpc("vp_take_record_stats")
             out["copy"] = copy
             out["prefill_copy_ms"] = [copy["prefill"]["s"] * 1e3] if copy["prefill"]["s"] is not None else []
             out["decode_copy_ms"] = [copy["decode"]["s"] * 1e3] if copy["decode"]["s"] is not None else []
@@ -377,14 +272,14 @@ def _serve(mode: str, args, conn) -> None:
         # one untimed call at the largest B first: the record buffers are allocated at their largest size
         # once, instead of growing B by B (the freed smaller blocks stay reserved in the caching allocator)
         engine.call(prompts[max(prompts)])
-        engine.llm.collective_rpc(_take_records)
+        engine.llm.collective_rpc("vp_take_record_stats")
         engine.llm.collective_rpc(_empty_cache)
         conn.send({"ok": True, "boot_s": time.perf_counter() - t0, "device": dev, "runner": engine.runner,
                    "engine_info": engine.info, "memory_after_boot": engine.llm.collective_rpc(_memory)[0]})
         while (req := conn.recv()) is not None:
             if req.get("memory"):
                 conn.send({"memory": engine.llm.collective_rpc(_memory)[0],
-                           "engine_info": engine.llm.collective_rpc(_info)[0]})
+                           "engine_info": engine.llm.collective_rpc("vp_engine_info")[0]})
             else:
                 conn.send(engine.block(req["b"], prompts[req["b"]], req["warmup"], req["iters"]))
     except BaseException as exc:  # noqa: BLE001 -- report to the driver, which stops the run
@@ -737,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eager", action="store_true", help="enforce_eager engines instead (protocol check)")
     ap.add_argument("--no-copy-floor", dest="copy_floor", action="store_false", help="skip the copy-alone call")
     ap.add_argument("--anatomy", action="store_true",
-                    help="after each block's copy-alone call, time the drain's pieces on their own (_drain_anatomy)")
+                    help="after each block's copy-alone call, time the drain's pieces on their own (vp_graph_drain_anatomy)")
     ap.add_argument("--gpu-mem-util", type=float, default=0.25, help="GPU: gpu_memory_utilization per engine")
     ap.add_argument("--kv-cache-gb", type=float, default=2.0, help="GPU: fixed KV cache per engine, GiB")
     ap.add_argument("--budget-s", type=float, default=0,

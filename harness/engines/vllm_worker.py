@@ -367,6 +367,8 @@ class CaptureExtension:
     def vp_engine_info(self) -> dict:
         """Compilation and CUDA-graph mode of this worker (harness.engines.vllm_compat.engine_info)."""
         info = engine_info(self)
+        if getattr(self, "_vp_plans", None) is None:  # nothing installed (a bare engine): no capture path
+            return info
         graph = getattr(self, "_vp_graph", None)
         info["capture_path"] = "graph" if graph is not None else "sink"
         if graph is not None:
@@ -425,6 +427,40 @@ class CaptureExtension:
             sync()
             best = min(best, time.perf_counter() - t0)
         return best
+
+    def vp_take_forward_times(self) -> list[float]:
+        """The model forwards' seconds since the last take (the extension's own timers: a piecewise step's
+        pre/post-hook pair, a full-graph replay's wrapper; without the drain), then cleared."""
+        times = list(getattr(self, "_vp_forward_s", None) or [])
+        if hasattr(self, "_vp_forward_s"):
+            self._vp_forward_s.clear()
+        return times
+
+    def vp_take_record_stats(self, calls: int = 2) -> dict:
+        """Per forward of the last request (record ``n`` of each read, ``n < calls``: 0 the prefill, 1 the
+        first decode step), ``[tensors, bytes]``, and the hooks installed; then reset.  Nothing installed:
+        zeros."""
+        records = getattr(self, "_vp_records", None)
+        out = {"hooks": max(len(getattr(self, "_vp_handles", [])) - 2, 0) if records is not None else 0,
+               "forwards": []}
+        for n in range(calls):
+            ts = [v[n] for v in (records or {}).values() if len(v) > n]
+            out["forwards"].append([len(ts), sum(t.numel() * t.element_size() for t in ts)])
+        if records is not None:
+            self.vp_reset()
+        return out
+
+    def vp_graph_copy_alone(self, tokens: int, first: int, reps: int = 5) -> dict:
+        """Graph path: a forward's bytes copied alone (harness.engines.graph_anatomy.copy_alone)."""
+        from harness.engines.graph_anatomy import copy_alone
+
+        return copy_alone(self, tokens, first, reps)
+
+    def vp_graph_drain_anatomy(self, tokens: int, reps: int = 5) -> dict:
+        """Graph path: a forward's drain taken apart (harness.engines.graph_anatomy.drain_anatomy)."""
+        from harness.engines.graph_anatomy import drain_anatomy
+
+        return drain_anatomy(self, tokens, reps)
 
     def vp_dump(self, path: str) -> dict:
         """Write this rank's records to ``path`` (+ rank suffix); return a summary."""
