@@ -24,8 +24,9 @@ TransformerBridge (TL 4.3.0, supported_architectures/mamba.py) names HF's tree
 
 Hooks, and why each read is the TransformerLens value:
 
-- ``blocks.{i}.hook_in`` / ``hook_out``, ``norm.hook_normalized``, ``embed.hook_out``,
-  ``ln_final.hook_normalized``, ``unembed.hook_out``: as Mamba-2's (the fused residual pair).
+- ``blocks.{i}.hook_in`` / ``hook_out``, ``norm.hook_normalized``, ``mixer.hook_in``, ``embed.hook_out``,
+  ``ln_final.hook_normalized``, ``unembed.hook_out``: the backbone Mamba-2 shares
+  (:mod:`overlays.mamba_backbone`: the fused residual pair).
 - ``blocks.{i}.mixer.hook_in``: the mixer's ``hidden_states`` input.  ``blocks.{i}.mixer.hook_out``:
   the mixer returns None (it fills ``output`` in place), so it is read as ``out_proj``'s ``out[0]``
   (``use_bias`` is False in Mamba checkpoints; where it is True, RowParallelLinear adds the bias
@@ -57,7 +58,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import HookSpec, NonFiring, Overlay, UnfoldNorm, config_get
+from .base import HookSpec, NonFiring, Overlay, config_get
+from .mamba_backbone import backbone_specs
 
 _SSM_STATE = ("inside vLLM's custom op vllm::mamba_mixer (causal conv, selective scan, state update): no "
               "module is called there, so no hook can read it; its result is mixer.out_proj.hook_in")
@@ -91,35 +93,27 @@ class MambaOverlay(Overlay):
 
     def hook_specs(self, hf_config: Any) -> dict[str, HookSpec]:
         cfg = hf_config
-        d_model, vocab = int(config_get(cfg, "hidden_size")), int(config_get(cfg, "vocab_size"))
+        d_model = int(config_get(cfg, "hidden_size"))
         inner = int(config_get(cfg, "intermediate_size", default=int(config_get(cfg, "expand", default=2)) * d_model))
         state = int(config_get(cfg, "state_size"))
         rank = config_get(cfg, "time_step_rank", default="auto")
         rank = -(-d_model // 16) if rank == "auto" else int(rank)  # HF's MambaConfig: ceil(d_model / 16)
-        specs: dict[str, HookSpec] = {"embed.hook_out": HookSpec("backbone.embeddings", "out", (), d_model)}
-        for i in range(int(config_get(cfg, "num_hidden_layers"))):
-            layer, b = f"backbone.layers.{i}", f"blocks.{i}"
-            mixer = f"{layer}.mixer"
-            specs[f"{b}.hook_in"] = HookSpec(layer, "in.hidden_states+in.residual", (), d_model)
-            specs[f"{b}.norm.hook_normalized"] = HookSpec(f"{layer}.norm", "out[0]",
-                                                          (UnfoldNorm(f"{layer}.norm.weight"),), d_model)
-            specs[f"{b}.mixer.hook_in"] = HookSpec(mixer, "in.hidden_states", (), d_model,
-                                                   references=_hf(f"{b}.mixer.hook_in"))
-            specs[f"{b}.mixer.in_proj.hook_out"] = HookSpec(f"{mixer}.in_proj", "out[0]", (), 2 * inner,
-                                                            references=_hf(f"{b}.mixer.in_proj.hook_out"))
-            specs[f"{b}.mixer.x_proj.hook_in"] = HookSpec(f"{mixer}.x_proj", "in[0]", (), inner,
-                                                          references=_hf(f"{b}.mixer.x_proj.hook_in"))
-            specs[f"{b}.mixer.x_proj.hook_out"] = HookSpec(f"{mixer}.x_proj", "out[0]", (), rank + 2 * state,
-                                                           references=_hf(f"{b}.mixer.x_proj.hook_out"))
-            specs[f"{b}.mixer.out_proj.hook_in"] = HookSpec(f"{mixer}.out_proj", "in[0]", (), inner,
-                                                            references=_hf(f"{b}.mixer.out_proj.hook_in"))
-            specs[f"{b}.mixer.hook_out"] = HookSpec(f"{mixer}.out_proj", "out[0]", (), d_model,
-                                                    references=_hf(f"{b}.mixer.hook_out"))
-            specs[f"{b}.hook_out"] = HookSpec(layer, "out[0]+out[1]", (), d_model)
-        specs["ln_final.hook_normalized"] = HookSpec("backbone.norm_f", "out[0]",
-                                                     (UnfoldNorm("backbone.norm_f.weight"),), d_model)
-        specs["unembed.hook_out"] = HookSpec("logits_processor", "out", (), vocab, calls="all")
-        return specs
+
+        def mixer(b: str, path: str) -> dict[str, HookSpec]:
+            m = f"{b}.mixer"
+            return {
+                f"{m}.in_proj.hook_out": HookSpec(f"{path}.in_proj", "out[0]", (), 2 * inner,
+                                                  references=_hf(f"{m}.in_proj.hook_out")),
+                f"{m}.x_proj.hook_in": HookSpec(f"{path}.x_proj", "in[0]", (), inner,
+                                                references=_hf(f"{m}.x_proj.hook_in")),
+                f"{m}.x_proj.hook_out": HookSpec(f"{path}.x_proj", "out[0]", (), rank + 2 * state,
+                                                 references=_hf(f"{m}.x_proj.hook_out")),
+                f"{m}.out_proj.hook_in": HookSpec(f"{path}.out_proj", "in[0]", (), inner,
+                                                  references=_hf(f"{m}.out_proj.hook_in")),
+                # the mixer returns None (it fills ``output`` in place): its output is out_proj's
+                f"{m}.hook_out": HookSpec(f"{path}.out_proj", "out[0]", (), d_model, references=_hf(f"{m}.hook_out")),
+            }
+        return backbone_specs(cfg, mixer)
 
     def nonfiring(self) -> list[NonFiring]:
         return list(NONFIRING)

@@ -18,7 +18,9 @@ TransformerBridge (TL 4.3.0, supported_architectures/mamba2.py) names the HF tre
 ``blocks.{i}.{norm, mixer.{in_proj, conv1d, inner_norm, out_proj}}``; ``inner_norm`` is HF's
 ``mixer.norm`` (renamed against the block's ``norm``).
 
-Hooks, and why each read is the TransformerLens value:
+Hooks, and why each read is the TransformerLens value (the backbone's -- block input and output, norm,
+mixer input, embeddings, final norm, logits -- declared once for both Mamba lines in
+:mod:`overlays.mamba_backbone`):
 
 - ``blocks.{i}.hook_in`` / ``hook_out``: the fused pair, as in decoder layers: a layer's output
   ``(mixer_out, residual)`` holds the residual *entering* the layer, so the block output is
@@ -66,7 +68,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Cols, HookSpec, NonFiring, Overlay, UnfoldNorm, config_get
+from .base import Cols, HookSpec, NonFiring, Overlay, config_get
+from .mamba_backbone import backbone_specs
 
 _BRIDGE_ONLY_HF = (("bridge", None),)
 
@@ -123,26 +126,14 @@ class Mamba2Overlay(Overlay):
     norm_weight_offset = 0.0  # RMS norms store the weight itself (overlays.norm_weight_offset)
 
     def hook_specs(self, hf_config: Any) -> dict[str, HookSpec]:
-        cfg = hf_config
-        d_model, vocab = int(config_get(cfg, "hidden_size")), int(config_get(cfg, "vocab_size"))
-        inner, conv_dim, heads = ssm_sizes(cfg)
-        specs: dict[str, HookSpec] = {"embed.hook_out": HookSpec("backbone.embeddings", "out", (), d_model)}
-        for i in range(int(config_get(cfg, "num_hidden_layers"))):
-            layer, b = f"backbone.layers.{i}", f"blocks.{i}"
-            mixer = f"{layer}.mixer"
-            specs[f"{b}.hook_in"] = HookSpec(layer, "in.hidden_states+in.residual", (), d_model)
-            specs[f"{b}.norm.hook_normalized"] = HookSpec(f"{layer}.norm", "out[0]",
-                                                          (UnfoldNorm(f"{layer}.norm.weight"),), d_model)
-            specs[f"{b}.mixer.hook_in"] = HookSpec(mixer, "in.hidden_states", (), d_model,
-                                                   references=(("hf", f"{b}.mixer.hook_in"),))
-            specs.update(mixer_specs(b, mixer, inner, conv_dim, heads))
-            specs[f"{b}.mixer.hook_out"] = HookSpec(mixer, "out", (), d_model,
-                                                    references=(("hf", f"{b}.mixer.hook_out"),))
-            specs[f"{b}.hook_out"] = HookSpec(layer, "out[0]+out[1]", (), d_model)
-        specs["ln_final.hook_normalized"] = HookSpec("backbone.norm_f", "out[0]",
-                                                     (UnfoldNorm("backbone.norm_f.weight"),), d_model)
-        specs["unembed.hook_out"] = HookSpec("logits_processor", "out", (), vocab, calls="all")
-        return specs
+        d_model = int(config_get(hf_config, "hidden_size"))
+        inner, conv_dim, heads = ssm_sizes(hf_config)
+
+        def mixer(b: str, path: str) -> dict[str, HookSpec]:
+            return {**mixer_specs(b, path, inner, conv_dim, heads),
+                    f"{b}.mixer.hook_out": HookSpec(path, "out", (), d_model,
+                                                    references=(("hf", f"{b}.mixer.hook_out"),))}
+        return backbone_specs(hf_config, mixer)
 
     def nonfiring(self) -> list[NonFiring]:
         return list(NONFIRING)
