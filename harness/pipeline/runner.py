@@ -105,13 +105,6 @@ def encoder_inputs(plan: Plan, prompts: list[list[int]]) -> dict:
     return {"pooling_task": plan.encoder.pooling_task, "token_types": plan.token_types(prompts)}
 
 
-def reference_inputs(plan: Plan, prompts: list[list[int]]) -> dict:
-    """An encoder's reference arguments: the same token types, its HF class, bidirectional attention."""
-    if plan.encoder is None:
-        return {}
-    return {"token_types": plan.token_types(prompts), "hf_class": plan.encoder.hf_class, "causal": False}
-
-
 def not_applicable(target: Target, variant: Variant) -> str | None:
     """Why ``variant``'s serving shape does not exist for ``target`` (an encoder's declaration,
     overlays.base.Encoder.not_applicable), or None.  Such a run is reported skipped with the reason."""
@@ -140,11 +133,11 @@ def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts
                               processed_names=list(plan.processed_names), phases=phases,
                               pos_axis=plan.pos_axis, logprob_k=logprob_k(target.vocab_size),
                               left_out=left_out_masks(plan, Path(target.checkpoint), variant.dtype),
-                              **reference_inputs(plan, prompts))
+                              inputs=plan.reference_inputs(prompts))
     if variant.gate_key != variant.dtype:  # fp32 under TF32 matmuls: floors from the references' own TF32 run
         with phases("tf32_floors") if phases is not None else nullcontext():
             tf32 = tf32_floors(target.checkpoint, prompts, hooks_all, variant.device, logprob_k(target.vocab_size),
-                               **reference_inputs(plan, prompts))
+                               inputs=plan.reference_inputs(prompts))
         refs.floors, refs.floor_stats, refs.chaos = tf32.floors, tf32.floor_stats, tf32.chaos
     return refs
 

@@ -70,6 +70,7 @@ from harness.engines.timing import profile_call
 from harness.phases import Phases
 from harness.memory import trim_heap
 from harness.spill import SpilledTensors
+from harness.values.plan import ReferenceInputs
 from harness.vocab.hooks import layer_of
 from harness.comparison.processing import to_hooked_coordinates
 from harness.comparison.tolerances import TORCH_DTYPES, Calibration, calibration_for
@@ -408,20 +409,18 @@ def capture_references(checkpoint: Path, *, dtype: str, calibration: Calibration
                        pos_axis: Callable[[str], int] = default_pos_axis,
                        spill_root: Path | None = None, logprob_k: int | None = None,
                        left_out: Mapping[str, torch.Tensor] | None = None,
-                       token_types: list[list[int]] | None = None, hf_class: str = "AutoModelForCausalLM",
-                       causal: bool = True) -> ReferenceCapture:
+                       inputs: ReferenceInputs = ReferenceInputs()) -> ReferenceCapture:
     """``calibration``: the run dtype's (harness.comparison.gate.Gate.dtype_calibration): its truth dtype
     and ceiling.  ``logprob_k``: vLLM returns each row's top-k log-probs only (None: the whole vocabulary), and the
     ``logprobs`` floor is measured on the truth's top-k entries, as the compared row is.  ``pos_axis``: the token axis of a hook's canonical value (harness.values.plan.Plan.pos_axis),
     for setting chaotic tokens aside in the floors.  The captures go to disk as they are made
     (harness.spill), in a folder under ``spill_root`` (default: the system's temporary folder); each
     mapping deletes its shards when it is garbage-collected, and the last one the folder.
-    ``token_types``: each prompt's token type ids (an encoder's, as vLLM is given them; None: none passed);
-    ``hf_class``: the transformers class HF's model is built with; ``causal`` False: bidirectional
-    attention, so a chaotic token sets its whole prompt aside (module doc)."""
+    ``inputs``: the model's inputs beyond the token ids (harness.values.plan.ReferenceInputs: HF's class,
+    causal or bidirectional attention, token types; the defaults are a causal LM's; module doc)."""
     spill = Path(tempfile.mkdtemp(prefix="vp-refs-", dir=spill_root))
     job = _Job(checkpoint, TORCH_DTYPES[dtype], TORCH_DTYPES[calibration.truth_dtype], calibration.ceiling, prompts,
-               device, spill, phases or Phases(), pos_axis, logprob_k, left_out, token_types, hf_class, causal)
+               device, spill, phases or Phases(), pos_axis, logprob_k, left_out, inputs)
     job.meta["truth_dtype"] = calibration.truth_dtype
     want, legacy = set(hooks), set(compat_names)
     if calibrate:  # every layer's residual output: where the floor run finds chaotic tokens
@@ -456,13 +455,15 @@ class _Job:
     pos_axis: Callable[[str], int]
     logprob_k: int | None
     left_out: Mapping[str, torch.Tensor] | None
-    token_types: list[list[int]] | None = None
-    hf_class: str = "AutoModelForCausalLM"
-    causal: bool = True
+    inputs: ReferenceInputs = ReferenceInputs()
     meta: dict = field(default_factory=dict)
 
     def types(self, p: int) -> list[int] | None:
-        return self.token_types[p] if self.token_types else None
+        return self.inputs.types(p)
+
+    @property
+    def token_types(self) -> list[list[int]] | None:
+        return None if self.inputs.token_types is None else [list(t) for t in self.inputs.token_types]
 
 
 def _run_dtype_bridge_side(job: _Job, want: set[str], legacy: set[str], processed_names: set[str]):
@@ -493,7 +494,7 @@ def _bridge_side_floors(job: _Job, want, legacy, bridge, compat, processed, floo
                                                  spill=job.spill, tag="truth", token_types=job.token_types)
         with truth_clock("floors"):
             chaos = find_chaotic(bridge, truth, job.ceiling)
-            if not job.causal:  # every position attends to a chaotic token: its whole prompt is set aside
+            if not job.inputs.causal:  # every position attends to a chaotic token: its whole prompt is set aside
                 chaos = [replace(c, token=0) for c in chaos]
             floors["bridge"], stats["median"]["bridge"], stats["scale"]["bridge"] = _floors(
                 bridge, truth, chaos, job.pos_axis, left_out=job.left_out)
@@ -511,7 +512,7 @@ def _bridge_side_floors(job: _Job, want, legacy, bridge, compat, processed, floo
 def _run_dtype_hf(job: _Job, timing_repeats: int):
     """Plain HF in the run's dtype: every prompt's hooks and log-probs, then its forward latency."""
     with job.clock("hf"):
-        hf_model = _load_hf(job.checkpoint, job.dtype, job.device, hf_class=job.hf_class)
+        hf_model = _load_hf(job.checkpoint, job.dtype, job.device, hf_class=job.inputs.hf_class)
         n_layers = int(getattr(hf_model.config, "num_hidden_layers", 0) or 0)
         hf, logprobs = {}, {}
         for p, toks in enumerate(job.prompts):
@@ -527,7 +528,7 @@ def _hf_floors(job: _Job, hf, logprobs, n_layers: int, chaos, floors, stats) -> 
     """HF's truth-dtype run and the ``hf`` floors (log-probs included), into ``floors`` / ``stats``."""
     with job.clock("truth_hf"):
         truth_model = _load_hf(job.checkpoint, job.truth_dtype, job.device, round_through=job.dtype,
-                               hf_class=job.hf_class)
+                               hf_class=job.inputs.hf_class)
         truth_hf = {}
         for p, toks in enumerate(job.prompts):
             truth_hf[p], lp = _hf_run(truth_model, toks, job.device, n_layers, job.types(p))
@@ -589,17 +590,17 @@ def _time_hf(hf_model, tokens: list[int], device: str, repeats: int, meta: dict,
 
 
 def tf32_floors(checkpoint: Path, prompts: list[list[int]], hooks: list[str], device: str,
-                logprob_k: int | None = None, **inputs) -> "ReferenceCapture":
+                logprob_k: int | None = None, inputs: ReferenceInputs = ReferenceInputs()) -> "ReferenceCapture":
     """The references' own distance from fp64 with their fp32 matmuls in TF32: the floors of the
     ``float32-tf32`` gate (harness.comparison.tolerances).  TF32 error grows with depth and through
     the softmax, so one constant cannot gate every hook; the compared references themselves stay IEEE.
-    ``inputs``: :func:`capture_references`'s ``token_types`` / ``hf_class`` / ``causal`` (an encoder's)."""
+    ``inputs``: as :func:`capture_references`'s (an encoder's)."""
     matmul = torch.backends.cuda.matmul
     before = matmul.allow_tf32
     matmul.allow_tf32 = True
     try:
         return capture_references(checkpoint, dtype="float32", calibration=calibration_for("float32"), prompts=prompts,
                                   hooks=hooks, compat_names=[],
-                                  device=device, timing_repeats=1, logprob_k=logprob_k, **inputs)
+                                  device=device, timing_repeats=1, logprob_k=logprob_k, inputs=inputs)
     finally:
         matmul.allow_tf32 = before

@@ -27,6 +27,22 @@ LOGIT_CASES = (("hf", "logprobs", "log_softmax(logits)"), ("hf", "argmax", "argm
 
 
 @dataclass(frozen=True)
+class ReferenceInputs:
+    """The reference engines' model inputs beyond the token ids, one value for a run
+    (harness.references.reference.capture_references): the transformers class HF's model is built with,
+    whether attention is causal (False: an encoder's; a chaotic token then sets its whole prompt aside),
+    and each prompt's token type ids (None: none passed).  The defaults are a causal LM's."""
+
+    hf_class: str = "AutoModelForCausalLM"
+    causal: bool = True
+    token_types: tuple[tuple[int, ...], ...] | None = None
+
+    def types(self, p: int) -> list[int] | None:
+        """Prompt ``p``'s token type ids (None: none passed)."""
+        return None if self.token_types is None else list(self.token_types[p])
+
+
+@dataclass(frozen=True)
 class Case:
     reference: str  # "bridge" | "compat" | "compat-processed" | "hf" | "bridge~hf" | "bridge-ragged"
     hook: str  # canonical name (vLLM side); "logprobs" / "argmax" for the logit rows
@@ -124,6 +140,14 @@ class Plan:
         if self.encoder is None or self.encoder.second_segment is None:
             return None
         return [self.encoder.token_types(len(p)) for p in prompts]
+
+    def reference_inputs(self, prompts: list[list[int]]) -> "ReferenceInputs":
+        """What the reference engines are given beyond the token ids (a causal LM: the defaults)."""
+        if self.encoder is None:
+            return ReferenceInputs()
+        types = self.token_types(prompts)
+        return ReferenceInputs(hf_class=self.encoder.hf_class, causal=False,
+                               token_types=None if types is None else tuple(map(tuple, types)))
 
     @property
     def compared_hooks(self) -> list[str]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from harness.models.families import FAMILIES
-from harness.pipeline.runner import encoder_inputs, not_applicable, reference_inputs, run_model
-from harness.values.plan import build_plan
+from harness.pipeline.runner import encoder_inputs, not_applicable, run_model
+from harness.values.plan import ReferenceInputs, build_plan
 from harness.values.variant import Variant
 
 
@@ -21,7 +21,7 @@ def _target(family):
 def test_a_causal_lm_gets_no_encoder_arguments():
     t = _target("qwen3")
     plan = build_plan(t, Variant.make("float32", "cpu"))
-    assert encoder_inputs(plan, [[4, 5]]) == {} and reference_inputs(plan, [[4, 5]]) == {}
+    assert encoder_inputs(plan, [[4, 5]]) == {} and plan.reference_inputs([[4, 5]]) == ReferenceInputs()
     assert not_applicable(t, Variant.make("float32", "cpu", serving="decode")) is None
 
 
@@ -29,8 +29,9 @@ def test_an_encoder_gets_its_task_types_class_and_no_mask():
     t = _target("bert")
     plan = build_plan(t, Variant.make("float32", "cpu"))
     assert encoder_inputs(plan, [[4, 5, 6, 7]]) == {"pooling_task": "token_classify", "token_types": [[0, 0, 1, 1]]}
-    assert reference_inputs(plan, [[4, 5]]) == {"token_types": [[0, 1]], "hf_class": "AutoModelForMaskedLM",
-                                                "causal": False}
+    inputs = plan.reference_inputs([[4, 5]])
+    assert inputs == ReferenceInputs(hf_class="AutoModelForMaskedLM", causal=False, token_types=((0, 1),))
+    assert inputs.types(0) == [0, 1]
 
 
 @pytest.mark.parametrize("serving", ["prefix-cache", "chunked", "decode", "preempt"])
