@@ -428,11 +428,11 @@ def main(request_path: str) -> int:
     steps["timing"] = time.perf_counter() - t_step
     _rss(meta, "end")
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))
-    _exit_now(tp)
-    return 0
+    _exit_now(device, tp)
+    return 0  # where _exit_now does not end the process
 
 
-def _exit_now(tp: int) -> None:
+def _exit_now(device: str, tp: int) -> None:
     """Everything is written: end the process without vLLM's teardown where nothing outlives it.
 
     Freeing the ``LLM`` runs vLLM's shutdown, whose ``gc.collect`` calls took 1.7-2.0 s per engine
@@ -440,8 +440,8 @@ def _exit_now(tp: int) -> None:
     (the engine core in-process, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, one rank) the only state that
     outlives the process is the distributed environment's file store, ``$TMPDIR/vllm_dist_<uuid>``: its
     groups are destroyed (0.1 s; the file goes with them), then ``os._exit``.  Elsewhere (worker
-    processes, shared-memory queues) vLLM shuts down as before."""
-    if tp != 1 or os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0":
+    processes, shared-memory queues) and on a GPU (measured on the CPU only) vLLM shuts down as before."""
+    if device != "cpu" or tp != 1 or os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0":
         return
     from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
 
