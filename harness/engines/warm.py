@@ -24,6 +24,9 @@ Traps:
 - Memory is sampled per process (harness.memory): the server itself is left out of the engine
   tree (``harness.memory.NOT_AN_ENGINE``), its children -- the engines -- are counted as cold ones are.
 - The engine's command line is the server's: find an engine by its log (its stdout), not by argv.
+- vLLM inspects a model class in a new Python process the first time a machine boots that
+  architecture (8 s, longer than a warm boot): the server writes vLLM's model-info cache for the
+  preloaded model modules once (harness.engines.vllm_compat.cache_model_info), for cold engines too.
 """
 from __future__ import annotations
 
@@ -257,6 +260,12 @@ def serve() -> None:
             __import__(module)
         except Exception:  # noqa: BLE001 -- an optional warm-up: the engine imports it itself, as before
             pass
+    from harness.engines.vllm_compat import cache_model_info
+
+    try:  # each architecture's first boot on this machine then skips vLLM's inspection subprocess (~8 s)
+        cache_model_info(MODEL_MODULES)
+    except Exception:  # noqa: BLE001 -- an optional warm-up: vLLM inspects the class itself, as before
+        pass
     import vllm.plugins as plugins
 
     out = sys.stdout
