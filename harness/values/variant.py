@@ -11,6 +11,9 @@ Traps:
   it is normalized to ``ieee``, so two spellings of the same run never get two names.
 - ``tl-vllm`` (TransformerLens's own vLLM backend) takes no tensor parallelism and no
   compiled mode of ours: asking for either is an error, not a silently different run.
+  ``vllm-hidden-states`` (vLLM's ``extract_hidden_states`` export, harness.engines.subject_hidden_states)
+  is driven one prompt at a time on one device by its own code: no serving shape, tensor parallelism
+  or other executor.
 - ``runner``: vLLM's model runner, ``v1`` or ``v2``, always set explicitly in the engine's
   environment (``VLLM_USE_V2_MODEL_RUNNER``): left unset, vLLM silently falls back to V1 where
   V2 lacks a feature, and a report would name a runner that did not run.  ``auto`` (the
@@ -36,7 +39,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("ieee", "tf32")
 MODES = ("eager", "compiled")
-SUBJECTS = ("vllm", "tl-vllm")  # this harness's overlays on vLLM | TransformerLens's own vLLM backend
+# this harness's overlays on vLLM | TransformerLens's own vLLM backend | vLLM's own hidden-state export
+SUBJECTS = ("vllm", "tl-vllm", "vllm-hidden-states")
 RUNNERS = ("auto", "v1", "v2")
 EXECUTORS = ("mp", "ray")  # vLLM's distributed_executor_backend
 
@@ -95,6 +99,10 @@ class Variant:
         if subject == "tl-vllm" and (serving != "single" or runner == "v2"):
             raise VariantError(f"--subject tl-vllm with --serving {serving} / --runner {runner}: TransformerLens's "
                                "vLLM backend is driven one prompt at a time by its own code; use --subject vllm")
+        if subject == "vllm-hidden-states" and (serving != "single" or tp > 1):
+            raise VariantError(f"--subject vllm-hidden-states with --serving {serving} / --tp {tp}: vLLM's "
+                               "hidden-state export is driven one prompt at a time on one device by its own code; "
+                               "use --subject vllm for the serving axes and tensor parallelism")
         if pp != 1:
             raise VariantError(f"--pp {pp}: only one pipeline stage is driven today")
         if subject == "tl-vllm" and tp > 1:
@@ -207,7 +215,7 @@ def _check_executor(executor: str, device: str, subject: str) -> None:
     if executor == "mp":
         return
     if subject != "vllm":
-        raise VariantError(f"--executor {executor} --subject {subject}: TransformerLens's vLLM backend is booted "
+        raise VariantError(f"--executor {executor} --subject {subject}: that subject's engine is booted "
                            "by this harness in one process; use --subject vllm")
     if device != "cuda":
         raise VariantError(f"--executor {executor} on {device}: vLLM's Ray executor places ranks on Ray's GPU "

@@ -30,6 +30,8 @@ def test_names_match_the_report_files():
     assert Variant().report_stem == "report" and Variant().name == "cpu-float32"
     assert Variant("bfloat16").report_stem == "report-cpu-bfloat16"
     assert Variant(subject="tl-vllm").report_stem == "report-tl-vllm"
+    assert Variant(subject="vllm-hidden-states").report_stem == "report-vllm-hidden-states"
+    assert Variant(subject="vllm-hidden-states").name == "vllm-hidden-states-cpu-float32"
     assert Variant("float32", "cuda", "ieee", True, 2).report_stem == "report-cuda-float32-ieee-tp2-compiled"
     assert Variant("float32", "cuda", "ieee", True, 2).name == "cuda-float32-ieee-tp2-compiled"
     ray = Variant("bfloat16", "cuda", tp=2, executor="ray")
@@ -52,6 +54,9 @@ def test_names_match_the_report_files():
     ({"executor": "slurm"}, ["--executor", "mp", "ray"]),
     ({"executor": "ray", "device": "cpu"}, ["--executor ray on cpu", "does not support ray", "--executor mp"]),
     ({"executor": "ray", "subject": "tl-vllm"}, ["--executor ray", "--subject vllm"]),
+    ({"subject": "vllm-hidden-states", "serving": "decode"}, ["vllm-hidden-states", "--serving decode"]),
+    ({"subject": "vllm-hidden-states", "tp": 2}, ["vllm-hidden-states", "--tp 2", "--subject vllm"]),
+    ({"subject": "hidden-states"}, ["--subject 'hidden-states'", "vllm-hidden-states"]),
 ])
 def test_bad_variants_name_the_option_and_the_choices(kw, words):
     with pytest.raises(VariantError) as exc:
