@@ -2,7 +2,8 @@
 
 Contract: :func:`prepare(target, variant, hooks)` builds the plan, the prompts,
 the references (with their noise floors) and the gate once and returns a
-:class:`Baseline`; :func:`run_fault(baseline, fault)` boots one vLLM subject with
+:class:`Baseline` (:func:`from_run`: the same from a finished full run's references, e.g. the
+pytest session's run of that family, so nothing is computed twice); :func:`run_fault(baseline, fault)` boots one vLLM subject with
 the :class:`~harness.engines.engine_faults.EngineFault` planted (``None``: a clean
 engine), evaluates it against the baseline's references and returns a
 :class:`FaultRun` -- the rows plus :meth:`FaultRun.first_failure`, the first
@@ -120,6 +121,24 @@ def prepare(target: Target, variant: Variant, hooks: set[str] | frozenset[str] |
     return Baseline(target, variant, plan, prompts, refs, gate, reference_s=time.perf_counter() - t0)
 
 
+def from_run(run, variant: Variant, hooks: set[str] | frozenset[str] | None = None) -> Baseline:
+    """A baseline on a finished run's references (``run``: a :class:`~harness.values.results.ModelRun` of
+    ``variant`` that captured every offered hook, e.g. a pytest session's): nothing is recomputed.  The
+    faults' engines capture only ``hooks``; the references hold more, and the rows read only the hooks
+    they compare.  The floors are per hook, so each row's floor and tolerance are a prepared baseline's;
+    the chaotic tokens (bf16) are those the whole model's floor run found, which a selection could only
+    see fewer of."""
+    if run.refs is None or run.plan is None:
+        raise ValueError(f"{run.target.name}: the run has no references to reuse ({run.result.error or 'not run'})")
+    if run.plan.selected is not None:
+        raise ValueError(f"{run.target.name}: the run captured a selection ({len(run.plan.selected)} hooks), "
+                         "not every offered hook: prepare() the baseline instead")
+    plan = build_plan(run.target, variant, hooks)
+    gate = Gate.for_run(variant, run.target.architecture)
+    return Baseline(run.target, variant, plan, run.result.prompts, run.refs, gate,
+                    reference_s=run.result.timings.get("phases", {}).get("references", 0.0))
+
+
 def run_fault(base: Baseline, fault: EngineFault | None, work_root: Path | None = None) -> FaultRun:
     """One vLLM subject with ``fault`` planted, evaluated against ``base``'s references.
     Raises :class:`harness.engines.subject.SubjectError` if the engine fails (a fault naming
@@ -140,4 +159,4 @@ def run_fault(base: Baseline, fault: EngineFault | None, work_root: Path | None 
                     wall_s=time.perf_counter() - t0, meta={"vllm_version": subject.meta.get("vllm_version")})
 
 
-__all__ = ["Baseline", "FaultRun", "hooks_for_layers", "prepare", "run_fault"]
+__all__ = ["Baseline", "FaultRun", "from_run", "hooks_for_layers", "prepare", "run_fault"]

@@ -2,7 +2,9 @@
 same greedy tokens and bitwise-identical log-probs with every read of the family's plan hooked
 as with no capture hook at all.
 
-"On": ``runner.capture_subject`` with the family's full plan (every read, every parameter).
+"On": the parity session's own run of that family and variant (``parity_session.run``: the
+family's full plan, every read and parameter, through ``runner.capture_subject``), so the engine
+checked here is the very one whose captures the parity rows compare, booted once per session.
 "Off": the same call with :func:`harness.pipeline.invariance.capture_off_plan` -- ``reads=[]``,
 ``params=[]``, so the subject installs no capture hook (only the model-level forward timers
 every subject run has; they touch no tensor).  Same prompts (``runner.prompts_for``), dtype,
@@ -13,7 +15,7 @@ greedy token, by :func:`harness.pipeline.invariance.compare_logprobs`.
 That the check can fail: unit tests on small tensors (one ulp, a NaN pattern, a missing prompt:
 tests/unit/pipeline/test_invariance.py), and a parity test that plants a one-part-in-a-million weight change through the engine-fault
 mechanism (harness.engines.engine_faults) on the capture-on side only and requires it reported.
-Each engine boot costs about 12-16 s on two CPU cores (compiled: about 40 s).
+Only the "off" engines and the planted one boot here.
 """
 from __future__ import annotations
 
@@ -46,8 +48,13 @@ def engines():
     return {}
 
 
-def _capture(engines, tmp_path_factory, family: str, dtype: str, compiled: bool, on: bool, fault=None):
+def _capture(engines, tmp_path_factory, family: str, dtype: str, compiled: bool, on: bool, fault=None,
+             parity_session=None):
     key = (family, dtype, compiled, on, fault)
+    if key not in engines and on and fault is None and parity_session is not None:
+        run = parity_session.run(family, dtype=dtype, compiled=compiled)  # the suite's own run, reused
+        assert run.result.error is None, run.result.error
+        engines[key] = (run.subject, run.result.timings["phases"].get("subject", 0.0))
     if key not in engines:
         from harness.models.families import FAMILIES
         from harness.models.targets import target_for_family
@@ -72,8 +79,9 @@ def _capture(engines, tmp_path_factory, family: str, dtype: str, compiled: bool,
 
 
 @pytest.mark.parametrize("family,dtype,compiled", CASES)
-def test_capture_on_and_off_give_bitwise_identical_log_probs(engines, tmp_path_factory, family, dtype, compiled):
-    on, t_on = _capture(engines, tmp_path_factory, family, dtype, compiled, on=True)
+def test_capture_on_and_off_give_bitwise_identical_log_probs(engines, tmp_path_factory, parity_session, family, dtype,
+                                                              compiled):
+    on, t_on = _capture(engines, tmp_path_factory, family, dtype, compiled, on=True, parity_session=parity_session)
     off, t_off = _capture(engines, tmp_path_factory, family, dtype, compiled, on=False)
     n_reads = len({k.split(":", 1)[1].rsplit("#", 1)[0] for k in on.raw})
     assert n_reads > 0 and not off.raw, f"on captured {n_reads} reads, off {len(off.raw)} raw tensors"

@@ -15,7 +15,9 @@ names) and the real trained checkpoints (smollm2, 30 layers, layer 20's o_proj, 
 gemma3_270m: a (1 + w) = 0 norm element revived and the embedding normalizer rounded), and the encoder
 (bert: a LayerNorm weight and epsilon, the token-type-1 embedding row).
 Selective capture keeps the cost down: the planted layer's hooks, the layers
-before it that a case needs, and ``embed.hook_out``.  Derived attention scores /
+before it that a case needs, and ``embed.hook_out``.  The references are the pytest session's
+own run of that family and dtype (``parity_session.run``, shared with the parity suite and the
+bf16 gate: harness.pipeline.fault_sweep.from_run), so a fault costs its engine only.  Derived attention scores /
 pattern are left out (no fault here lands there; they are gated by the parity suite).
 """
 from __future__ import annotations
@@ -123,12 +125,11 @@ def baselines():
     return {}
 
 
-def _baseline(baselines, family, dtype="float32"):
+def _baseline(baselines, parity_session, family, dtype="float32"):
     if (family, dtype) not in baselines:
         from harness.models.families import FAMILIES
         from harness.models.targets import TargetError, target_for_family
-        from harness.pipeline.fault_sweep import hooks_for_layers, prepare
-        from harness.values.variant import Variant
+        from harness.pipeline.fault_sweep import from_run, hooks_for_layers
 
         if family not in FAMILIES:  # a stale case table must fail, never skip
             pytest.fail(f"fault case family {family!r} is not in harness.models.families.FAMILIES")
@@ -136,9 +137,13 @@ def _baseline(baselines, family, dtype="float32"):
             target = target_for_family(FAMILIES[family])
         except TargetError as exc:  # a packaged checkpoint whose package is not installed
             pytest.skip(str(exc))
-        variant = Variant.make(dtype, "cpu")
+        variant = parity_session.variant.derive(dtype=dtype, compiled=False)
+        if variant.device != "cpu":
+            pytest.skip(f"planted engine faults run on the CPU; this session's device is {variant.device}")
+        run = parity_session.run(family, dtype=dtype, compiled=False)  # the suite's own run: its references
+        assert run.result.error is None, run.result.error
         hooks = hooks_for_layers(target, variant, DTYPE_CASES[dtype][family][0])
-        baselines[(family, dtype)] = prepare(target, variant, hooks)
+        baselines[(family, dtype)] = from_run(run, variant, hooks)
     return baselines[(family, dtype)]
 
 
@@ -154,11 +159,11 @@ def test_every_case_names_a_family_and_a_captured_layer():
 
 
 @pytest.mark.parametrize("family,i,dtype", PARAMS)
-def test_planted_engine_fault_is_caught_where_planted(baselines, family, i, dtype, tmp_path):
+def test_planted_engine_fault_is_caught_where_planted(baselines, parity_session, family, i, dtype, tmp_path):
     from harness.pipeline.fault_sweep import run_fault
 
     fault, hook = DTYPE_CASES[dtype][family][1][i]
-    base = _baseline(baselines, family, dtype)
+    base = _baseline(baselines, parity_session, family, dtype)
     assert hook in base.order, f"{hook} is not captured (selection: {base.order})"
     run = run_fault(base, fault, work_root=tmp_path)
     first = run.first_failure()
