@@ -15,10 +15,16 @@ The host side, per forward (:class:`GraphBuffers`): :meth:`~GraphBuffers.begin` 
 model's pre-hook, or the replay wrapper) resets the Python call index; :meth:`~GraphBuffers.drain`
 after it (the model's post-hook, or the wrapper around the runner's full-graph replay) reads
 ``counts`` (one host copy), checks every hook ran as many times as the capture recorded, copies
-each buffer's rows into the worker's records, and zeroes ``counts``.  The shape each buffer holds
+the forward's rows into record storage, and zeroes ``counts``.  The shape each buffer holds
 depends on the forward's padded token count ``T`` only (vLLM captures one graph per ``T``), so the
 shapes seen when the body ran for ``T`` (:attr:`GraphBuffers.table`) say how to read a replay of
-``T``.
+``T``.  They are compiled once per ``T`` into a :class:`DrainPlan` (the record key, shape and flat
+source view of every (slot, read, call), grouped by dtype, and the expected counts), so a drain does
+O(1) Python work whatever the number of reads: per dtype, one ``torch.cat(sources, out=)`` of every
+source into one flat record tensor (one batched copy, bitwise: no arithmetic), taken from a pool kept
+per (step index since the worker's reset, dtype) and reused after a reset, as the sink's record
+buffers are.  The drain returns ``(plan, flats)``; :meth:`DrainPlan.resolve` splits the flats into
+the per-key record views later, when the records are read (the worker's ``vp_take`` / ``vp_dump``).
 
 Traps:
 
@@ -43,6 +49,14 @@ Traps:
   inside ``vllm::mamba_mixer``, measured on an H200: with the eager sink there, a piecewise forward
   of 8 tokens counted 0 calls of the slots its capture had recorded once).  Outside a forward (the
   logits processor, called after the model) they take the eager sink.
+- Drain plans: a plan holds views of the static buffers and the table's shapes for its ``T``; a
+  write that changes the table of ``T`` (a new (slot, call), another shape) drops that plan, and a
+  buffer (re)allocation drops every plan (a buffer serves every ``T``).  The count check and the
+  "forward larger than the buffers" error stay exact per drain (the plan's expected counts and its
+  ``over`` flag), before anything is copied.
+- Record storage: the records of one drained step are views into one flat tensor per dtype (non-
+  overlapping, contiguous: safetensors saves them), valid until the worker's next reset, when the pool
+  tensor of step ``n`` is written again by the next call's step ``n``.
 - CPU has no CUDA graphs: graph mode is off there (the eager / compiled sink keeps its bits), and
   ``VLLM_PARITY_CAPTURE=graph`` forces it on only for the unit tests of the op under
   ``torch.compile`` (tests/unit/engines/test_graph_capture.py).
@@ -124,8 +138,38 @@ def tokens_of(args: tuple, kwargs: dict) -> int | None:
     return int(first.shape[0]) if first is not None and first.dim() > 0 else None
 
 
+class DrainPlan:
+    """How to drain a forward of ``tokens`` (padded) tokens, built once from the table of ``tokens``.
+
+    ``records``: per read, in the old drain order (sorted (slot, call), then read), ``(key, group,
+    shape)``; ``groups``: per dtype, ``(dtype, sources, sizes, total)``, the flat source views (prefixes
+    of the static buffers) in record order; ``expected``: the calls per slot the capture recorded;
+    ``over``: a requested read of a forward larger than the buffers."""
+
+    __slots__ = ("tokens", "records", "groups", "expected", "over", "keys")
+
+    def __init__(self, tokens: int, records: list, groups: list, expected: list, over: bool) -> None:
+        self.tokens = tokens
+        self.records = records
+        self.groups = groups
+        self.expected = expected
+        self.over = over
+        self.keys = frozenset(key for key, _, _ in records)
+
+    def resolve(self, flats: list[torch.Tensor], store: dict[str, list[torch.Tensor]]) -> None:
+        """Append this plan's records, read from ``flats`` (one per group, as :meth:`GraphBuffers.drain`
+        filled them), to ``store``'s per-key lists, in the order the per-read drain appended them."""
+        pieces = [iter(flat.split_with_sizes(sizes)) for flat, (_, _, sizes, _) in zip(flats, self.groups)]
+        for key, group, shape in self.records:
+            records = store.get(key)
+            if records is None:
+                records = store[key] = []
+            records.append(next(pieces[group]).view(shape))
+
+
 class GraphBuffers:
-    """Static buffers of one worker, the per-forward call index and the shape table."""
+    """Static buffers of one worker, the per-forward call index, the shape table, its drain plans and
+    the record pool."""
 
     def __init__(self, n_slots: int, rows: int, device: torch.device) -> None:
         self.rows = rows
@@ -136,6 +180,9 @@ class GraphBuffers:
         self.flat: dict[tuple[int, int, int], torch.Tensor] = {}
         # T -> {(slot, call): [shape or None (not requested) or "over" (T > rows), per read]}
         self.table: dict[int, dict[tuple[int, int], list]] = {}
+        self.plans: dict[int, DrainPlan] = {}  # T -> drain plan of table[T] (dropped when it changes)
+        self.pool: dict[tuple[int, torch.dtype], torch.Tensor] = {}  # (step since reset, dtype) -> records
+        self.drained_keys: set[str] = set()  # every record key a drain plan holds
         self.captured = False
         # inside a model forward (begin .. drain): a Python hook there takes the op's body, not the eager sink
         self.open = False
@@ -163,6 +210,7 @@ class GraphBuffers:
             cap = max(numel, per_row * self.rows)
             with torch.inference_mode(False):  # a normal tensor every later forward may write
                 flat = self.flat[key] = torch.empty(cap, dtype=dtype, device=device)
+            self.plans.clear()  # every plan holding the old buffer (any T) is stale
         return flat[:numel].view(shape)
 
     def write(self, slot: int, plan: tuple, values: list, add: Callable) -> None:
@@ -183,37 +231,79 @@ class GraphBuffers:
             out = add(values[lo:hi], read,
                       lambda shape, dtype, device, _k=(slot, r, i): self._view(_k, shape, dtype, device, tokens))
             shapes.append(tuple(out.shape))
-        self.table.setdefault(tokens, {})[(slot, i)] = shapes
+        entries = self.table.setdefault(tokens, {})
+        if entries.get((slot, i)) != shapes:
+            entries[(slot, i)] = shapes
+            self.plans.pop(tokens, None)
 
-    def drain(self, tokens: int | None, plans: list[tuple], record: Callable | None) -> int:
-        """After a forward of ``tokens`` tokens: hand each read's rows to ``record(key, value)``
-        (None: capture off, only reset); return the number of hook calls read.  Raises when a
-        hook ran a different number of times than the graph recorded, or the forward exceeded
-        the buffers."""
-        self.open = False
-        counts = self.counts.tolist()
-        self.counts.zero_()
-        if record is None:
-            return 0
-        tokens = tokens if tokens is not None else -1
+    def plan(self, tokens: int, plans: list[tuple]) -> DrainPlan:
+        """The drain plan of a forward of ``tokens`` tokens (built from :attr:`table` on first use)."""
+        got = self.plans.get(tokens)
+        if got is not None:
+            return got
         entries = self.table.get(tokens, {})
-        expected = [0] * len(counts)
-        for slot, _ in entries:
-            expected[slot] += 1
-        if counts != expected:
-            bad = {s: (c, e) for s, (c, e) in enumerate(zip(counts, expected)) if c != e}
-            raise RuntimeError(f"graph-safe capture, forward of {tokens} tokens: hook slots ran (counted by the "
-                               f"graph, expected from its capture) {dict(list(bad.items())[:8])}")
-        n = 0
+        expected = [0] * self.counts.numel()
+        records: list = []
+        groups: list = []  # [dtype, sources, sizes, total]
+        index: dict[torch.dtype, int] = {}
+        over = False
         for (slot, i), shapes in sorted(entries.items()):
+            expected[slot] += 1
             for r, (keys, _lo, _hi, _read) in enumerate(plans[slot]):
                 shape = shapes[r]
                 if shape is None:
                     continue
                 if shape == "over":
-                    raise RuntimeError(f"graph-safe capture: a forward of {tokens} tokens is larger than the "
-                                       f"buffers' {self.rows} rows (set {ROWS_ENV})")
+                    over = True
+                    continue
                 numel = math.prod(shape)
-                record(keys[i % len(keys)], self.flat[(slot, r, i)][:numel].view(shape))
-            n += 1
-        return n
+                src = self.flat[(slot, r, i)][:numel]
+                g = index.get(src.dtype)
+                if g is None:
+                    g = index[src.dtype] = len(groups)
+                    groups.append([src.dtype, [], [], 0])
+                groups[g][1].append(src)
+                groups[g][2].append(numel)
+                groups[g][3] += numel
+                records.append((keys[i % len(keys)], g, shape))
+        got = self.plans[tokens] = DrainPlan(tokens, records, [tuple(g) for g in groups], expected, over)
+        self.drained_keys.update(got.keys)
+        return got
+
+    def record_flat(self, n: int, dtype: torch.dtype, numel: int) -> torch.Tensor:
+        """The flat record tensor of step ``n`` (since the worker's reset) for ``dtype``: ``numel``
+        elements of the pool's tensor, which grows (a new tensor) when too small."""
+        flat = self.pool.get((n, dtype))
+        if flat is None or flat.numel() < numel:
+            with torch.inference_mode(False):  # a normal tensor: forwards in or out of inference mode may write it
+                flat = self.pool[(n, dtype)] = torch.empty(numel, dtype=dtype, device=self.counts.device)
+        return flat if flat.numel() == numel else flat[:numel]
+
+    def drain(self, tokens: int | None, plans: list[tuple], n: int | None,
+              copy: bool = True) -> tuple[DrainPlan, list[torch.Tensor]] | None:
+        """After a forward of ``tokens`` tokens: copy every read's rows into the flat record tensors of
+        step ``n`` (:meth:`record_flat`, one batched copy per dtype) and return ``(plan, flats)`` for
+        :meth:`DrainPlan.resolve` (``n`` None: capture off, only reset; None).  Raises when a hook ran
+        a different number of times than the graph recorded, or the forward exceeded the buffers.
+        ``copy=False`` (graph_anatomy's bookkeeping) does everything but the copy."""
+        self.open = False
+        counts = self.counts.tolist()
+        self.counts.zero_()
+        if n is None:
+            return None
+        tokens = tokens if tokens is not None else -1
+        plan = self.plan(tokens, plans)
+        if counts != plan.expected:
+            bad = {s: (c, e) for s, (c, e) in enumerate(zip(counts, plan.expected)) if c != e}
+            raise RuntimeError(f"graph-safe capture, forward of {tokens} tokens: hook slots ran (counted by the "
+                               f"graph, expected from its capture) {dict(list(bad.items())[:8])}")
+        if plan.over:
+            raise RuntimeError(f"graph-safe capture: a forward of {tokens} tokens is larger than the "
+                               f"buffers' {self.rows} rows (set {ROWS_ENV})")
+        flats = []
+        for dtype, sources, _sizes, total in plan.groups:
+            flat = self.record_flat(n, dtype, total)
+            if copy:
+                torch.cat(sources, out=flat)  # one batched copy of every source, in record order
+            flats.append(flat)
+        return plan, flats

@@ -55,15 +55,24 @@ Traps:
   splitting op; the graph itself copies every read into static device buffers,
   and the worker drains them after each forward -- after the model's own
   forward hook, or after the runner's full-graph replay
-  (harness.engines.vllm_compat.wrap_forward_calls), where no hook runs.
+  (harness.engines.vllm_compat.wrap_forward_calls), where no hook runs.  The
+  drain is O(1) Python per forward (one batched copy per dtype into one flat
+  tensor, GraphBuffers.drain) and leaves ``(plan, flats)`` pending; the pending
+  steps become the per-key record lists, in step order, when the records are
+  read (``_vp_records``: vp_take, vp_dump, vp_take_record_stats, ...).  A sink
+  record of a key a drain plan also holds (none in vLLM's layout: a module runs
+  inside or outside the forward) resolves the pending steps first, so each
+  key's list stays in call order.
 - Shared modules: vLLM shares one rotary embedding across layers; its n-th call
   in a forward belongs to the n-th layer path that resolves to it (natural
   order), requested or not, so a selection of layer L alone does not take layer
   0's call.  The call counter and the on/off switch live in the sink, at run
   time, so they hold in compiled mode too.
 - Buffers: allocated outside inference mode, so any later forward may write
-  them, and one per (read key, call), so no two records share storage (which
-  safetensors refuses to save).
+  them.  The sink path keeps one per (read key, call); the graph path one flat
+  tensor per (drained step since the reset, dtype), whose records are
+  non-overlapping contiguous views: safetensors refuses overlapping storage
+  only, so both dump as they are.
 
 vLLM internals (the model inside the runner, the batch layout, how a module
 is sharded across tensor-parallel ranks) are reached through
@@ -202,7 +211,7 @@ class CaptureExtension:
         global _CUDA
         _CUDA = torch.cuda.is_available()
         model = self._vp_model()
-        self._vp_records: dict[str, list[torch.Tensor]] = {}
+        self._vp_records = {}  # also the graph path's pending drained steps and step index (the setter)
         self._vp_buffers = _Buffers()
         self._vp_handles = getattr(self, "_vp_handles", [])
         self._vp_forward_s: list[float] = []
@@ -278,23 +287,43 @@ class CaptureExtension:
                     self._vp_record(key, values[lo:hi], read)
         return sink
 
+    @property
+    def _vp_records(self) -> dict[str, list[torch.Tensor]]:
+        """Read key -> its records since the last reset, in call order; the graph path's pending drained
+        steps are resolved into it first (AttributeError before :meth:`vp_install`)."""
+        if self._vp_pending:
+            self._vp_resolve()
+        return self._vp_store
+
+    @_vp_records.setter
+    def _vp_records(self, value: dict[str, list[torch.Tensor]]) -> None:
+        """New records (a reset: ``{}``); the pending drained steps are dropped, the step index restarts."""
+        self._vp_store = value
+        self._vp_pending: list[tuple] = []  # graph path: (DrainPlan, flats) per drained step, in step order
+        self._vp_steps = 0  # graph path: steps drained since the reset (the record pool's index)
+
+    def _vp_resolve(self) -> None:
+        """Graph path: the pending drained steps into the per-key record lists, in step order."""
+        pending, self._vp_pending = self._vp_pending, []
+        for plan, flats in pending:
+            plan.resolve(flats, self._vp_store)
+
     def _vp_record(self, key: str, values: list, read: str) -> None:
-        records = self._vp_records.get(key)
+        if self._vp_pending and key in self._vp_graph.drained_keys:
+            self._vp_resolve()  # the drained calls of this key come first
+        records = self._vp_store.get(key)
         if records is None:
-            records = self._vp_records[key] = []
+            records = self._vp_store[key] = []
         # a copy now: fused kernels update inputs in place, CUDA-graph replays overwrite static buffers
         records.append(sum_terms(values, read, functools.partial(self._vp_buffers.take, (key, len(records)))))
 
-    def _vp_record_value(self, key: str, value: torch.Tensor) -> None:
-        """A graph buffer's rows into the records (a copy: the next forward overwrites the buffer)."""
-        records = self._vp_records.get(key)
-        if records is None:
-            records = self._vp_records[key] = []
-        records.append(self._vp_buffers.take((key, len(records)), value.shape, value.dtype, value.device).copy_(value))
-
     def _vp_drain(self, tokens: int | None) -> None:
-        """Graph path: this forward's reads out of the graph buffers (harness.engines.graph_capture)."""
-        self._vp_graph.drain(tokens, self._vp_plans, self._vp_record_value if self._vp_enabled else None)
+        """Graph path: this forward's reads out of the graph buffers (harness.engines.graph_capture): one
+        batched copy per dtype; the step is resolved into the records when they are read."""
+        step = self._vp_graph.drain(tokens, self._vp_plans, self._vp_steps if self._vp_enabled else None)
+        if step is not None:
+            self._vp_pending.append(step)
+            self._vp_steps += 1
 
     def _vp_around(self, original: Callable, args: tuple, kwargs: dict, kind: str) -> Any:
         """Graph path: around the runner's forward call (V1 ``_model_forward``, V2 ``run_fullgraph``).
@@ -390,7 +419,7 @@ class CaptureExtension:
         self._vp_enabled = enabled
 
     def vp_reset(self) -> None:
-        self._vp_records = {}
+        self._vp_records = {}  # the setter drops pending drained steps too
         self._vp_forward_s = []
         self._vp_batches = []
         self._vp_replays = 0
@@ -467,8 +496,9 @@ class CaptureExtension:
         from safetensors.torch import save_file
 
         rank = getattr(self, "rank", 0)
-        # no second copy: each record is a contiguous buffer of its own (``_Buffers``), written as it is;
-        # ``.cpu()`` moves a GPU record to the host and is a no-op on CPU
+        # no second copy: each record is contiguous (a ``_Buffers`` buffer, or a non-overlapping view of a
+        # drained step's flat tensor), written as it is; ``.cpu()`` moves a GPU record to the host and is a
+        # no-op on CPU
         out = {call_key(k, n): t.cpu() for k, ts in self._vp_records.items() for n, t in enumerate(ts)}
         target = path if rank == 0 else f"{path}.rank{rank}"
         save_file(out, target)

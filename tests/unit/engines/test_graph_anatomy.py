@@ -36,8 +36,9 @@ def test_copy_alone_and_drain_anatomy_measure_the_forward_in_the_table(monkeypat
     assert copy["pairs"] == len(READS_IN) and copy["twins"] == 0 and copy["s"] > 0 and copy["bytes"] > 0
     assert ext.vp_graph_copy_alone(7, 0)["s"] is None  # no forward of 7 tokens was captured
     anatomy = ext.vp_graph_drain_anatomy(5, reps=2)
-    assert set(anatomy) == {"drain", "records_per_key", "bookkeeping", "counts", "layout"}
-    assert anatomy["records_per_key"] == 1  # the drain repeated on record 0, not appended
+    assert set(anatomy) == {"drain", "records_per_key", "bookkeeping", "counts", "layout", "resolve"}
+    assert anatomy["records_per_key"] == 1  # the drain repeated on step 0, not appended
+    assert all(anatomy[k] > 0 for k in ("drain", "bookkeeping", "counts", "resolve"))
     assert ext._vp_records == {} and ext._vp_graph.counts.sum().item() == 0
     assert ext.vp_graph_drain_anatomy(7) == {}
 

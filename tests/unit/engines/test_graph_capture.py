@@ -267,3 +267,218 @@ def test_v2_asks_for_the_whole_vocabulary_by_its_size():
     assert sampling_kwargs(-1, 151, "v1")["logprobs"] == -1
     assert sampling_kwargs(-1, 151, "v2") == {**sampling_kwargs(-1), "logprobs": 151}
     assert sampling_kwargs(20, 151, "v2")["logprobs"] == 20
+
+
+# -- the batched drain (GraphBuffers.drain: one plan per token count, one copy per dtype, records resolved
+# when read) against the per-read drain it replaced ------------------------------------------------------
+class Cast(torch.nn.Module):
+    def forward(self, x):
+        return x.to(torch.bfloat16)
+
+
+class Pick(torch.nn.Module):
+    def forward(self, x):
+        return x.argmax(-1)
+
+
+class Mixed(torch.nn.Module):
+    """Two toy layers (their rotary module shared: called twice per forward) and reads of three dtypes."""
+
+    def __init__(self):
+        super().__init__()
+        self.toy = Toy(2)
+        self.cast = Cast()
+        self.pick = Pick()
+
+    def forward(self, x):
+        y = self.toy(x)
+        z = self.cast(y)
+        return y + z.float() + self.pick(z).unsqueeze(-1).float()
+
+
+# layer 1's rotary reads only: the shared module's call 0 is unrequested (None in the table), call 1 is layer 1's
+READS_MIXED = [[f"inner.toy.{m}", r] for m, r in READS if not m.startswith(("layers.2", "layers.0.rotary_emb"))] + \
+              [["inner.cast", "out"], ["inner.pick", "out"]]
+
+
+def _per_read_drain(graph, tokens, plans, into):
+    """The drain before the batched one, as it was: per (slot, call) in order, per read, the buffer's rows
+    viewed in the table's shape and copied into a record of its own."""
+    import math
+
+    for (slot, i), shapes in sorted(graph.table.get(tokens, {}).items()):
+        for r, (keys, _lo, _hi, _read) in enumerate(plans[slot]):
+            shape = shapes[r]
+            if shape is None:
+                continue
+            assert shape != "over"
+            view = graph.flat[(slot, r, i)][:math.prod(shape)].view(shape)
+            into.setdefault(keys[i % len(keys)], []).append(torch.empty_like(view).copy_(view))
+
+
+def _spy(ext, graph):
+    """Run the per-read drain into ``ref`` before each real drain; ``steps``: each drained (T, plan)."""
+    ref, steps = {}, []
+    real = graph.drain
+
+    def drain(tokens, plans, n, copy=True):
+        if n is not None:
+            _per_read_drain(graph, tokens if tokens is not None else -1, plans, ref)
+        out = real(tokens, plans, n, copy)
+        if out is not None:
+            steps.append((tokens, out[0]))
+        return out
+    graph.drain = drain
+    return ref, steps
+
+
+def _bits(t):
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_batched_drain_records_bitwise_what_the_per_read_drain_recorded(backend, monkeypatch):
+    """Several forwards of several token counts, a shared module called twice per forward, reads of three
+    dtypes: the batched drain's records are the per-read drain's, bit for bit, key by key, in the same order;
+    one plan per token count, built once."""
+    torch.manual_seed(0)
+    model = Outer(Mixed())
+    ext = _ext(model, READS_MIXED, "graph", monkeypatch)
+    model.compile_inner(backend)
+    graph = ext._vp_graph
+    ref, steps = _spy(ext, graph)
+    sizes = [5, 3, 5, 7, 3, 5]
+    _run(model, [torch.randn(t, 4) for t in sizes])
+    assert [t for t, _ in steps] == sizes
+    assert len(ext._vp_pending) == len(sizes) and ext._vp_store == {}  # nothing resolved before it is read
+    plan5 = {id(p) for t, p in steps if t == 5}
+    assert len(plan5) == 1 and set(graph.plans) == {3, 5, 7}  # one plan per T, reused by every drain of T
+    assert {p.groups[g][0] for t, p in steps for g in range(len(p.groups))} == {torch.float32, torch.bfloat16,
+                                                                               torch.int64}
+    got = ext._vp_records
+    assert ext._vp_pending == []
+    assert list(got) == list(ref)  # the same keys, first recorded in the same order
+    for key, records in ref.items():
+        assert len(got[key]) == len(sizes), key
+        for a, b in zip(got[key], records):
+            assert a.shape == b.shape and a.dtype == b.dtype and a.is_contiguous(), key
+            assert torch.equal(_bits(a), _bits(b)), key
+    assert len(got["inner.toy.layers.1.rotary_emb|out[0]"]) == len(sizes)
+    assert "inner.toy.layers.0.rotary_emb|out[0]" not in got  # unrequested call of the shared module
+
+
+def test_a_count_mismatch_still_raises_and_records_nothing(monkeypatch):
+    torch.manual_seed(0)
+    model = Outer(Mixed())
+    ext = _ext(model, READS_MIXED, "graph", monkeypatch)
+    model.compile_inner("aot_eager")
+    _run(model, [torch.randn(5, 4), torch.randn(5, 4)])  # the plan of 5 tokens is built and cached
+    graph = ext._vp_graph
+    before = {k: len(v) for k, v in ext._vp_records.items()}
+    expected = graph.plans[5].expected
+    for counts, tokens in ((expected[:1] + [expected[1] + 1] + expected[2:], 5),  # a hook ran once more
+                           ([0] * len(expected), 5),  # nothing ran (a replay that recorded nothing)
+                           (expected, 9)):  # no capture of 9 tokens
+        graph.begin(tokens)
+        graph.counts.copy_(torch.tensor(counts))
+        with pytest.raises(RuntimeError, match=f"forward of {tokens} tokens: hook slots ran"):
+            ext._vp_drain(tokens)
+        assert graph.counts.sum().item() == 0 and not graph.open
+    assert {k: len(v) for k, v in ext._vp_records.items()} == before and ext._vp_steps == 2
+
+
+def test_records_taken_after_n_steps_are_in_step_order_and_dump_as_the_sink_path(monkeypatch, tmp_path):
+    """The records resolved lazily are those of each step in step order (each equal to the reads taken by
+    hand on that step's input), dumped under the same keys with the same bits as the sink path's; after a
+    reset the next call's steps reuse the record tensors of the same step index."""
+    from safetensors.torch import load_file
+
+    torch.manual_seed(0)
+    xs = [torch.randn(5, 4), torch.randn(3, 4), torch.randn(5, 4), torch.randn(4, 4)]
+    dumps, exts = {}, {}
+    for path in ("sink", "graph"):
+        torch.manual_seed(1)
+        model = Outer(Toy())
+        ext = exts[path] = _ext(model, READS_IN, path, monkeypatch)
+        model.compile_inner("aot_eager")
+        _run(model, xs)
+        summary = ext.vp_dump(str(tmp_path / f"{path}.safetensors"))
+        assert summary["calls"] == {k: len(xs) for k, _ in summary["calls"].items()}
+        dumps[path] = load_file(summary["path"])
+    assert dumps["graph"].keys() == dumps["sink"].keys()
+    for name, value in dumps["sink"].items():
+        assert torch.equal(_bits(dumps["graph"][name]), _bits(value)), name
+    ext = exts["graph"]
+    inner = ext.model_runner.model.inner
+
+    def by_hand(x):  # the inner module called eagerly, outside a forward: its hooks would record through the sink
+        ext.vp_set_enabled(False)
+        try:
+            return _reference(inner, x)
+        finally:
+            ext.vp_set_enabled(True)
+    records = ext._vp_records
+    for n, x in enumerate(xs):
+        want = by_hand(x)
+        for key, recs in records.items():
+            assert len(recs) == len(xs) and torch.equal(recs[n], want[key.removeprefix("inner.")][0]), (key, n)
+    first = {k: v[1].data_ptr() for k, v in records.items()}
+    ext.vp_reset()
+    assert ext._vp_records == {} and ext._vp_steps == 0
+    ys = [torch.randn(5, 4), torch.randn(3, 4)]
+    _run(ext.model_runner.model, ys)
+    again = ext._vp_records
+    assert {k: v[1].data_ptr() for k, v in again.items()} == first  # step 1's record tensor, reused
+    for n, x in enumerate(ys):
+        want = by_hand(x)
+        for key, recs in again.items():
+            assert len(recs) == 2 and torch.equal(recs[n], want[key.removeprefix("inner.")][0]), (key, n)
+
+
+def test_drain_plans_follow_the_table_and_the_buffers():
+    """GraphBuffers alone: a plan is rebuilt when the table of its token count changes (a new call) or a
+    buffer is reallocated (a larger shape before capture); after capture a buffer cannot grow; a forward
+    larger than the buffers raises only while recording; capture off drains nothing."""
+    from harness.engines.graph_capture import GraphBuffers
+    from harness.engines.reads import sum_terms
+
+    plans = [((("a|out",), 0, 1, "out"),), ((("b|out", "c|out"), 0, 1, "out"),)]
+    graph = GraphBuffers(2, rows=8, device=torch.device("cpu"))
+
+    def forward(tokens, calls, width=3):
+        graph.begin(tokens)
+        vals = []
+        for slot in calls:
+            x = torch.randn(tokens, width)
+            graph.write(slot, plans[slot], [x], sum_terms)
+            graph.counts[slot] += 1
+            vals.append(x)
+        return vals
+
+    def drained(tokens, n):
+        plan, flats = graph.drain(tokens, plans, n)
+        store = {}
+        plan.resolve(flats, store)
+        return plan, store
+
+    a, b = forward(4, [0, 1])
+    plan, got = drained(4, 0)
+    assert plan.expected == [1, 1] and torch.equal(got["a|out"][0], a) and torch.equal(got["b|out"][0], b)
+    forward(4, [0, 1])
+    assert drained(4, 1)[0] is plan  # unchanged table: the same plan
+    a, b, c = forward(4, [0, 1, 1])  # a second call of slot 1 (the shared module's next path): a new entry
+    plan2, got = drained(4, 2)
+    assert plan2 is not plan and plan2.expected == [1, 2]
+    assert [torch.equal(got[k][0], v) for k, v in (("a|out", a), ("b|out", b), ("c|out", c))] == [True] * 3
+    a, b, c = forward(4, [0, 1, 1], width=10)  # more than the 3 x 8 elements allocated: the buffers grow
+    plan3, got = drained(4, 0)
+    assert plan3 is not plan2 and got["a|out"][0].shape == (4, 10) and torch.equal(got["c|out"][0], c)
+    graph.captured = True
+    with pytest.raises(RuntimeError, match="cannot grow"):
+        forward(4, [0], width=30)  # 120 elements, the buffer holds 10 x 8
+    graph.captured = False
+    forward(9, [0])  # 9 tokens > 8 rows: nothing written, the table says "over"
+    assert graph.drain(9, plans, None) is None  # capture off: no error
+    forward(9, [0])
+    with pytest.raises(RuntimeError, match="larger than the buffers' 8 rows"):
+        graph.drain(9, plans, 0)
