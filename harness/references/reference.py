@@ -23,10 +23,11 @@ Contract: :func:`capture_references` returns a :class:`ReferenceCapture`:
 * ``chaos`` -- the chaotic tokens the floor run found (harness.comparison.chaos): the
   floors leave out the tokens they set aside, as the compared rows do;
 * ``meta`` -- boot times, forward latency, top operators; ``meta["phases"]``: seconds per
-  phase (harness.phases), in order: ``bridge_boot``, ``bridge_forward``, ``compat`` (compatibility
-  mode switched on, its forwards), ``processed`` (only when asked for), ``truth_bridge`` (the
+  phase (harness.phases), in order: ``bridge_boot``, ``compat`` (compatibility mode switched on),
+  ``bridge_forward`` (the forwards, reading the canonical and the compatibility-mode names at once),
+  ``processed`` (only when asked for), ``truth_bridge`` (the
   truth-dtype bridge and compatibility runs and their floors; sub-phases ``truth_bridge.bridge_boot``,
-  ``.bridge_forward``, ``.compat``, ``.floors``), ``hf``, ``hf_timing`` (the latency repeats and the
+  ``.compat``, ``.bridge_forward``, ``.floors``), ``hf``, ``hf_timing`` (the latency repeats and the
   profiled forward), ``truth_hf``.  A caller's :class:`~harness.phases.Phases` (``phases=``) receives
   them as they happen, so a crash keeps those already finished.
 
@@ -164,14 +165,31 @@ def _inputs(tokens: list[int], token_types: list[int] | None, device: str) -> tu
     return ids, ({} if token_types is None else {"token_type_ids": torch.tensor([token_types], device=device)})
 
 
+def _plain_mask(name: str, value: torch.Tensor) -> torch.Tensor:
+    """A canonical hook's value read in compatibility mode, as the plain bridge gives it.  Measured on
+    every synthetic default family in fp32, fp64 and bf16 (TransformerLens 4.3.0): every canonical hook
+    is bitwise the same in both modes except ``attn.hook_attn_scores``, whose masked entries are
+    ``-inf`` in compatibility mode and ``finfo(dtype).min`` (HF's additive mask) in the plain bridge;
+    mapping the one to the other makes them bitwise equal.  tests/unit/references/test_reference.py
+    holds the rule; the parity rows prove it (scripts/diff_reports.py: identical rows)."""
+    if name.endswith("hook_attn_scores") and value.is_floating_point():
+        return value.masked_fill(torch.isneginf(value), torch.finfo(value.dtype).min)
+    return value
+
+
 def _run_cache(bridge, tokens: list[int], names: set[str], device: str, store: SpilledTensors,
-               size: _LayerSize | None = None, token_types: list[int] | None = None) -> None:
+               size: _LayerSize | None = None, token_types: list[int] | None = None,
+               also: tuple[set[str], SpilledTensors] | None = None) -> None:
     """Every hook in ``names`` for one prompt, into ``store`` (on disk), a few layers per forward:
     a forward holds at most about ``SPILL_GROUP_BYTES`` of captures.  A layer's size comes from
     ``size`` (learnt on an earlier prompt of the same pass); without one the first forward takes one
     layer (and the hooks outside the layers) and measures it.  The forwards compute the same values
-    (a hook only records; tests/unit/test_spill.py checks it bitwise), so this changes memory, not results."""
-    layers, other = _layer_groups(names)
+    (a hook only records; tests/unit/test_spill.py checks it bitwise), so this changes memory, not results.
+    ``also``: more names read by the same forwards into a second store (compatibility mode's names,
+    :func:`_bridge_and_compat`); ``names`` then go through :func:`_plain_mask`."""
+    legacy, second = also if also is not None else (set(), None)
+    wanted_all = set(names) | set(legacy)
+    layers, other = _layer_groups(wanted_all)
     size = size or _LayerSize()
     ids, extra = _inputs(tokens, token_types, device)
     t, i = len(tokens), 0
@@ -186,7 +204,11 @@ def _run_cache(bridge, tokens: list[int], names: set[str], device: str, store: S
         del cache
         if layers and per_layer is None:
             size.learn(caps, group, len(layers[i:i + take]), t)
-        store.add(caps)
+        if second is None:
+            store.add(caps)
+        else:
+            store.add({n: _plain_mask(n, v) for n, v in caps.items() if n in names})
+            second.add({n: v for n, v in caps.items() if n in legacy})
         del caps
         i += take if layers else 1
 
@@ -197,33 +219,45 @@ def _free() -> None:
 
 
 def _captures(bridge, prompts, names, device, spill: Path, tag: str,
-              token_types: list[list[int]] | None = None) -> dict[int, SpilledTensors]:
-    """``names`` for every prompt, spilled under ``spill`` (one mapping per prompt)."""
+              token_types: list[list[int]] | None = None, legacy: set[str] | None = None):
+    """``names`` for every prompt, spilled under ``spill`` (one mapping per prompt).  With ``legacy``
+    (the bridge in compatibility mode): those names too, from the same forwards, returned as a second
+    ``{prompt: mapping}`` (tagged ``{tag}-compat``)."""
     out, size = {}, _LayerSize()  # one layer's size, learnt on the first prompt, sizes the others' groups
+    second: dict[int, SpilledTensors] = {}
     for p, toks in enumerate(prompts):
         out[p] = SpilledTensors(spill, f"{tag}-{p}")
-        _run_cache(bridge, toks, names, device, out[p], size, token_types[p] if token_types else None)
-    return out
+        also = None
+        if legacy is not None:
+            second[p] = SpilledTensors(spill, f"{tag}-compat-{p}")
+            also = (set(legacy), second[p])
+        _run_cache(bridge, toks, names, device, out[p], size, token_types[p] if token_types else None, also)
+    return out if legacy is None else (out, second)
 
 
 def _bridge_and_compat(checkpoint, dtype, prompts, names, legacy, device, round_through=None,
                        phases: Phases | None = None, spill: Path | None = None, tag: str = "bridge",
                        token_types: list[list[int]] | None = None):
-    """Canonical-name captures, then compatibility-mode (no processing) captures, from one boot:
-    the mode only adds legacy hook names, it changes no weight.  ``phases``: where the boot, the
-    forwards and compatibility mode are timed (None: not split, the caller times the whole);
-    ``spill``: the folder the captures go to (harness.spill)."""
+    """Canonical-name and compatibility-mode (no processing) captures, from one boot and one pass of
+    forwards: the mode only adds legacy hook names, it changes no weight, so the bridge is switched to
+    it first and every forward reads both name sets (the canonical values as the plain bridge gives
+    them: :func:`_plain_mask`).  Before, a second pass of forwards read the legacy names: measured on
+    Gemma-3-270M fp32 (2 CPU cores, shared), the bridge's forwards 20.6 s and the compatibility pass
+    15.6 s.  ``phases``: where the boot and the forwards are timed (None: not split, the caller times
+    the whole; ``compat`` is the mode switch only); ``spill``: the folder the captures go to (harness.spill)."""
     clock = phases or Phases()
     spill = spill or Path(tempfile.mkdtemp(prefix="vp-refs-"))
     with clock("bridge_boot"):
         bridge = _boot_bridge(checkpoint, dtype, device, round_through)
-    with clock("bridge_forward"):
-        canonical = _captures(bridge, prompts, names, device, spill, tag, token_types)
     compat = {}
     if legacy:
         with clock("compat"):
             bridge.enable_compatibility_mode(no_processing=True)
-            compat = _captures(bridge, prompts, legacy, device, spill, f"{tag}-compat", token_types)
+    with clock("bridge_forward"):
+        if legacy:
+            canonical, compat = _captures(bridge, prompts, names, device, spill, tag, token_types, legacy=set(legacy))
+        else:
+            canonical = _captures(bridge, prompts, names, device, spill, tag, token_types)
     del bridge  # its hooks hold reference cycles: collect now, or its weights stay until the next GC
     _free()
     return canonical, compat

@@ -158,3 +158,40 @@ def test_token_types_reach_the_forward_only_where_given():
     assert ids.tolist() == [[5, 6, 7]] and extra == {}
     ids, extra = _inputs([5, 6, 7], [0, 1, 1], "cpu")
     assert extra["token_type_ids"].tolist() == [[0, 1, 1]] and extra["token_type_ids"].shape == ids.shape
+
+
+def test_plain_mask_turns_compatibility_modes_neg_inf_scores_into_the_plain_bridges_min():
+    from harness.references.reference import _plain_mask
+
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        scores = torch.tensor([[0.5, -math.inf], [1.5, -2.0]], dtype=dtype)
+        out = _plain_mask("blocks.0.attn.hook_attn_scores", scores)
+        assert out[0, 1] == torch.finfo(dtype).min and out.dtype == dtype
+        assert torch.equal(out[:, 0], scores[:, 0]) and out[1, 1] == -2.0
+        # every other hook is passed through untouched, -inf included
+        assert _plain_mask("blocks.0.attn.hook_pattern", scores) is scores
+        assert _plain_mask("blocks.0.hook_out", scores) is scores
+
+
+def test_one_pass_reads_both_name_sets_into_their_own_stores(tmp_path):
+    """The canonical names and compatibility mode's come from the same forwards, each into its own
+    store; the canonical attention scores in the plain bridge's convention."""
+    from harness.references.reference import _run_cache
+    from harness.spill import SpilledTensors
+
+    class Bridge:  # a stand-in with run_with_cache's contract: the pure splitting logic only
+        calls = 0
+
+        def run_with_cache(self, ids, names_filter, **_):
+            Bridge.calls += 1
+            cache = {"blocks.0.hook_out": torch.ones(1, 3, 2), "blocks.0.hook_resid_post": torch.ones(1, 3, 2),
+                     "blocks.0.attn.hook_attn_scores": torch.tensor([[[[0.0, -math.inf, -math.inf]] * 3]])}
+            return None, {n: v for n, v in cache.items() if names_filter(n)}
+
+    canonical, legacy = SpilledTensors(tmp_path, "c"), SpilledTensors(tmp_path, "l")
+    _run_cache(Bridge(), [1, 2, 3], {"blocks.0.hook_out", "blocks.0.attn.hook_attn_scores"}, "cpu", canonical,
+               also=({"blocks.0.hook_resid_post"}, legacy))
+    assert Bridge.calls == 1
+    assert set(canonical) == {"blocks.0.hook_out", "blocks.0.attn.hook_attn_scores"}
+    assert set(legacy) == {"blocks.0.hook_resid_post"}
+    assert torch.isfinite(canonical["blocks.0.attn.hook_attn_scores"]).all()
