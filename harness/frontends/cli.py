@@ -33,6 +33,9 @@ from harness.paths import REPO_ROOT as REPO
 DEFAULT_REPORTS = REPO / "reports"
 
 
+
+INTERRUPTED = 130  # run's exit status when SIGINT stopped it (harness/__main__.py leaves with os._exit)
+
 def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None, settings=None) -> dict:
     """One (target, variant) in this process: the result as a dict and its summary.
     ``gpu``: pin this process (and the vLLM process it starts) to that GPU; ``threads``:
@@ -165,7 +168,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     for left in jobs[i:]:
                         report(left, _lost_job(left, interrupted))
                     write_matrix(args.report_dir)
-                    return 130
+                    return INTERRUPTED
                 report(job, out)
         finally:
             signal.signal(signal.SIGINT, previous)
@@ -202,7 +205,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                         report(job, _lost_job(job, interrupted))
                 pool.shutdown(wait=False, cancel_futures=True)
                 write_matrix(args.report_dir)
-                return 130
+                return INTERRUPTED
     md, _ = write_matrix(args.report_dir)
     print()
     print(md.read_text())
