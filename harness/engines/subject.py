@@ -88,6 +88,26 @@ def same_request(internal: str, external: str) -> bool:
     return internal == external or internal.startswith(f"{external}-")
 
 
+def one_batch_layout(lengths: list[int], request_ids: list[str]) -> dict:
+    """``meta`` entries of a ragged run that was one batch of every prompt, in prompt order: the batch's
+    request ids and query start offsets (what :meth:`SubjectCapture.ragged_read` matches prompts by)."""
+    starts = [0]
+    for n in lengths:
+        starts.append(starts[-1] + n)
+    return {"ragged_batches": [{"req_ids": list(request_ids), "query_start_loc": starts}],
+            "ragged_request_ids": list(request_ids)}
+
+
+def write_single_file_outputs(out_dir: Path, raw: dict, logprobs: dict, meta: dict) -> None:
+    """An alternative subject's outputs, (TransformerLens's backend, vLLM's hidden-state export), one file each:
+    ``raw.safetensors`` (every capture), ``logprobs.safetensors`` and ``meta.json``."""
+    from safetensors.torch import save_file
+
+    save_file(raw, str(out_dir / "raw.safetensors"))
+    save_file(logprobs, str(out_dir / "logprobs.safetensors"))
+    (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))
+
+
 def launch_subject(module: str, request: dict, work_dir: Path, name: str, env: dict[str, str] | None,
                    timeout_s: float) -> None:
     """Run ``python -m module REQUEST.json`` with this repo on the path, in its own session; its log

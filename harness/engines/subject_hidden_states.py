@@ -299,8 +299,9 @@ def main(request_path: str) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     import torch
     import vllm
-    from safetensors.torch import save_file
     from vllm import LLM, SamplingParams
+
+    from harness.engines.subject import one_batch_layout, write_single_file_outputs
 
     from harness.engines.subject_vllm import _device_info, _kv_bytes, _logprob_matrix, _logprob_rows
     from harness.engines.vllm_compat import llm_kwargs, sampling_kwargs
@@ -351,15 +352,9 @@ def main(request_path: str) -> int:
         states = [_states(o, t, ids) for o, t in zip(outs, prompts)]
         for j, lid in enumerate(ids):
             raw[capture_key(RAGGED, read_key(raw_module(lid), "out"))] = torch.cat([s[:, j] for s in states]).contiguous()
-        starts = [0]
-        for t in prompts:
-            starts.append(starts[-1] + len(t))
-        rids = [o.request_id for o in outs]  # in prompt order; each file is its own request's
-        meta["ragged_batches"] = [{"req_ids": rids, "query_start_loc": starts}]
-        meta["ragged_request_ids"] = rids
-    save_file(raw, str(out_dir / "raw.safetensors"))
-    save_file(logprobs, str(out_dir / "logprobs.safetensors"))
-    (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))
+        # in prompt order; each file is its own request's
+        meta.update(one_batch_layout([len(t) for t in prompts], [o.request_id for o in outs]))
+    write_single_file_outputs(out_dir, raw, logprobs, meta)
     return 0
 
 

@@ -149,8 +149,9 @@ def main(request_path: str) -> int:
 
     import torch
     import vllm
-    from safetensors.torch import save_file
     from transformer_lens.model_bridge.sources.vllm.source import boot_vllm
+
+    from harness.engines.subject import one_batch_layout, write_single_file_outputs
 
     meta: dict = {"vllm_version": vllm.__version__, "torch_version": torch.__version__,
                   "transformer_lens_version": _tl_version(), "subject": "tl-vllm"}
@@ -193,15 +194,9 @@ def main(request_path: str) -> int:
         for hook in set(hooks) & set(cache.keys()):
             raw[capture_key(RAGGED, hooks[hook])] = torch.cat(
                 [cache[hook][p, :n] for p, n in enumerate(lengths)]).detach().cpu().contiguous()
-        starts = [0]
-        for n in lengths:
-            starts.append(starts[-1] + n)
-        ids = [str(p) for p in range(len(lengths))]  # one batch, prompt p's rows are request p's
-        meta["ragged_batches"] = [{"req_ids": ids, "query_start_loc": starts}]
-        meta["ragged_request_ids"] = ids  # harness.engines.subject.SubjectCapture.ragged_read matches by id
-    save_file(raw, str(out_dir / "raw.safetensors"))
-    save_file(logprobs, str(out_dir / "logprobs.safetensors"))
-    (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))
+        # one batch, prompt p's rows are request p's
+        meta.update(one_batch_layout(lengths, [str(p) for p in range(len(lengths))]))
+    write_single_file_outputs(out_dir, raw, logprobs, meta)
     return 0
 
 
