@@ -99,13 +99,26 @@ def one_batch_layout(lengths: list[int], request_ids: list[str]) -> dict:
 
 
 def write_single_file_outputs(out_dir: Path, raw: dict, logprobs: dict, meta: dict) -> None:
-    """An alternative subject's outputs, (TransformerLens's backend, vLLM's hidden-state export), one file each:
+    """An alternative subject's outputs (TransformerLens's backend, vLLM's hidden-state export), one file each
+    (read back by :func:`read_single_file_outputs`):
     ``raw.safetensors`` (every capture), ``logprobs.safetensors`` and ``meta.json``."""
     from safetensors.torch import save_file
 
     save_file(raw, str(out_dir / "raw.safetensors"))
     save_file(logprobs, str(out_dir / "logprobs.safetensors"))
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))
+
+
+def read_single_file_outputs(out_dir: Path, work_dir: Path) -> "SubjectCapture":
+    """What :func:`write_single_file_outputs` wrote, as a :class:`SubjectCapture` whose captures are read one
+    tensor at a time and own ``work_dir`` (removed with them: harness.spill); no parameters."""
+    from safetensors.torch import load_file
+
+    raw = SpilledTensors(out_dir, owns=work_dir)
+    raw.adopt(out_dir / "raw.safetensors")
+    return SubjectCapture(raw=raw, params={},
+                          logprobs={int(k): v for k, v in load_file(str(out_dir / "logprobs.safetensors")).items()},
+                          meta=json.loads((out_dir / "meta.json").read_text()))
 
 
 def launch_subject(module: str, request: dict, work_dir: Path, name: str, env: dict[str, str] | None,

@@ -162,10 +162,7 @@ def capture_hidden_states(checkpoint: Path, *, dtype: str, prompts: list[list[in
                           ragged: bool = True, enforce_eager: bool = True, connector: str | None = None):
     """``connector``: the KV connector's class name (None: :data:`CPU_CONNECTOR` on the CPU, vLLM's
     :data:`STOCK_CONNECTOR` elsewhere); the stock one on the CPU is re-checked by the engine test."""
-    from safetensors.torch import load_file
-
-    from harness.engines.subject import SubjectCapture, launch_subject
-    from harness.spill import SpilledTensors
+    from harness.engines.subject import launch_subject, read_single_file_outputs
 
     work_dir.mkdir(parents=True, exist_ok=True)
     out_dir = work_dir / "subject_hidden_states"
@@ -178,13 +175,7 @@ def capture_hidden_states(checkpoint: Path, *, dtype: str, prompts: list[list[in
                "connector": connector}
     launch_subject("harness.engines.subject_hidden_states", request, work_dir, "subject_hidden_states", env,
                    timeout_s)
-    raw = SpilledTensors(out_dir, owns=work_dir)  # read one tensor at a time; the work folder goes with it
-    raw.adopt(out_dir / "raw.safetensors")
-    return SubjectCapture(
-        raw=raw, params={},
-        logprobs={int(k): v for k, v in load_file(str(out_dir / "logprobs.safetensors")).items()},
-        meta=json.loads((out_dir / "meta.json").read_text()),
-    )
+    return read_single_file_outputs(out_dir, work_dir)
 
 
 # --- the connector on the CPU (loaded by vLLM through kv_connector_module_path) --------

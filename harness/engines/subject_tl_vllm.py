@@ -117,9 +117,7 @@ def _tl_version() -> str:
 def capture_tl_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], specs: dict[str, HookSpec],
                     max_model_len: int, work_dir: Path, timeout_s: float = 900,
                     env: dict[str, str] | None = None, ragged: bool = True, enforce_eager: bool = True):
-    from safetensors.torch import load_file
-
-    from harness.engines.subject import SubjectCapture, launch_subject
+    from harness.engines.subject import launch_subject, read_single_file_outputs
 
     work_dir.mkdir(parents=True, exist_ok=True)
     out_dir = work_dir / "subject_tl_vllm"
@@ -127,15 +125,7 @@ def capture_tl_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], s
                "hooks": {h: s.raw_key for h, s in specs.items()}, "max_model_len": max_model_len,
                "out_dir": str(out_dir), "ragged": ragged, "enforce_eager": enforce_eager}
     launch_subject("harness.engines.subject_tl_vllm", request, work_dir, "subject_tl_vllm", env, timeout_s)
-    from harness.spill import SpilledTensors
-
-    raw = SpilledTensors(out_dir, owns=work_dir)  # read one tensor at a time; the work folder goes with it
-    raw.adopt(out_dir / "raw.safetensors")
-    return SubjectCapture(
-        raw=raw, params={},
-        logprobs={int(k): v for k, v in load_file(str(out_dir / "logprobs.safetensors")).items()},
-        meta=json.loads((out_dir / "meta.json").read_text()),
-    )
+    return read_single_file_outputs(out_dir, work_dir)
 
 
 # --- the subject process -----------------------------------------------------------

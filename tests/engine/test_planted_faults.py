@@ -129,7 +129,8 @@ def _baseline(baselines, parity_session, family, dtype="float32"):
     if (family, dtype) not in baselines:
         from harness.models.families import FAMILIES
         from harness.models.targets import TargetError, target_for_family
-        from harness.pipeline.fault_sweep import from_run, hooks_for_layers
+        from harness.pipeline.fault_sweep import from_run, hooks_for_layers, prepare
+        from harness.values.variant import Variant
 
         if family not in FAMILIES:  # a stale case table must fail, never skip
             pytest.fail(f"fault case family {family!r} is not in harness.models.families.FAMILIES")
@@ -137,13 +138,14 @@ def _baseline(baselines, parity_session, family, dtype="float32"):
             target = target_for_family(FAMILIES[family])
         except TargetError as exc:  # a packaged checkpoint whose package is not installed
             pytest.skip(str(exc))
-        variant = parity_session.variant.derive(dtype=dtype, compiled=False)
-        if variant.device != "cpu":
-            pytest.skip(f"planted engine faults run on the CPU; this session's device is {variant.device}")
-        run = parity_session.run(family, dtype=dtype, compiled=False)  # the suite's own run: its references
-        assert run.result.error is None, run.result.error
+        variant = Variant.make(dtype, "cpu")  # the faults' engines: eager, single, on the CPU, whatever the session
         hooks = hooks_for_layers(target, variant, DTYPE_CASES[dtype][family][0])
-        baselines[(family, dtype)] = from_run(run, variant, hooks)
+        if parity_session.variant.derive(dtype=dtype, compiled=False) == variant:
+            run = parity_session.run(family, dtype=dtype, compiled=False)  # the suite's own run: its references
+            assert run.result.error is None, run.result.error
+            baselines[(family, dtype)] = from_run(run, variant, hooks)
+        else:  # a session of another variant (--device cuda, --serving ...): references of their own
+            baselines[(family, dtype)] = prepare(target, variant, hooks)
     return baselines[(family, dtype)]
 
 
