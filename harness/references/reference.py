@@ -55,6 +55,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 from collections.abc import Mapping
@@ -119,10 +120,29 @@ def round_weights(model: torch.nn.Module, through: torch.dtype | None) -> torch.
     return model
 
 
+@lru_cache(maxsize=4)
+def _bridge_tokenizer(checkpoint: str):
+    """The tokenizer TransformerLens's ``boot_transformers`` would load (its own call, its fallback), once
+    per checkpoint and process: every bridge boot of a run (run dtype, processed, truth dtype) and of the
+    session's other variants gets it.  The references feed token ids, so it only has to be the one TL
+    would build (boot normalizes it with ``configure_tokenizer`` each time, idempotently).  Loading it
+    was 2.9 s a boot on gemma3_270m's 262,144-entry vocabulary (cProfile of ``python -m harness run``)."""
+    from transformers import AutoTokenizer
+    from transformer_lens.utilities.hf_utils import autotokenizer_with_special_token_compat
+
+    try:
+        return autotokenizer_with_special_token_compat(checkpoint, auto_tokenizer=AutoTokenizer, add_bos_token=True,
+                                                       use_fast=True, token=None, trust_remote_code=False,
+                                                       revision=None)
+    except ValueError:  # TL's own fallback (a tokenizer without a BOS token)
+        return AutoTokenizer.from_pretrained(checkpoint, use_fast=True, trust_remote_code=False)
+
+
 def _boot_bridge(checkpoint: Path, dtype: torch.dtype, device: str, round_through: torch.dtype | None = None):
     from transformer_lens.model_bridge import TransformerBridge
 
-    bridge = TransformerBridge.boot_transformers(str(checkpoint), device=device, dtype=dtype)
+    bridge = TransformerBridge.boot_transformers(str(checkpoint), device=device, dtype=dtype,
+                                                 tokenizer=_bridge_tokenizer(str(checkpoint)))
     _float64_safe(bridge.original_model, dtype)
     round_weights(bridge.original_model, round_through)
     return bridge
