@@ -76,13 +76,11 @@ def test_a_declared_vllm_dtype_refusal_is_rechecked(tmp_path):
     assert "float16" in run.result.skipped.split("re-checked", 1)[1]
 
 
-@pytest.mark.parametrize("family", REAL)
-def test_real_checkpoint_bf16_passes_on_the_emulated_avx2_path(family, tmp_path):
-    """The gate must hold on every valid kernel path, not only the machine's own: an AVX-512 machine
-    runs the AVX2 path too (harness.kernel_path: ATen, oneDNN and MKL capped at AVX2, vLLM's
-    ``_C_AVX2`` library and AVX2 attention), engine and references both, in a child process started
-    with that environment.  On an AVX2-only machine the native run above is that path."""
-    import json
+@pytest.fixture(scope="module")
+def emulated_avx2_reports(tmp_path_factory):
+    """Both real checkpoints' bf16 reports on the emulated AVX2 path, from one child process (one start-up
+    and one warm engine server for both: harness.engines.warm), or the skip reason on a machine whose
+    native path is AVX2.  The CLI keeps each model's result apart, so one model's crash is its own report."""
     import os
     import subprocess
     import sys
@@ -92,11 +90,24 @@ def test_real_checkpoint_bf16_passes_on_the_emulated_avx2_path(family, tmp_path)
     if not cpu_kernel_path()["cpu_avx512"]:
         pytest.skip("this CPU has no AVX-512: its native kernel path is AVX2, which "
                     "test_real_checkpoint_bf16_gates_nearly_every_hook_with_no_false_alarm runs")
-    proc = subprocess.run([sys.executable, "-m", "harness", "run", "--model", family, "--dtype", "bfloat16",
-                           "--report-dir", str(tmp_path)], env={**os.environ, **emulated_env("avx2")},
-                          capture_output=True, text=True, timeout=1800)
-    reports = list((tmp_path / family).glob("report*.json"))
-    assert reports, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = tmp_path_factory.mktemp("emulated-avx2")
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", "--model", ",".join(REAL), "--dtype", "bfloat16",
+                           "--report-dir", str(out)], env={**os.environ, **emulated_env("avx2")},
+                          capture_output=True, text=True, timeout=3600)
+    return out, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("family", REAL)
+def test_real_checkpoint_bf16_passes_on_the_emulated_avx2_path(family, emulated_avx2_reports):
+    """The gate must hold on every valid kernel path, not only the machine's own: an AVX-512 machine
+    runs the AVX2 path too (harness.kernel_path: ATen, oneDNN and MKL capped at AVX2, vLLM's
+    ``_C_AVX2`` library and AVX2 attention), engine and references both, in a child process started
+    with that environment.  On an AVX2-only machine the native run above is that path."""
+    import json
+
+    out, tail = emulated_avx2_reports
+    reports = list((out / family).glob("report*.json"))
+    assert reports, tail
     result = json.loads(reports[0].read_text())
     assert result.get("error") is None, result["error"]
     assert result["kernel_path"] == "avx2-emulated", result["kernel_path"]
