@@ -18,6 +18,9 @@ Traps:
   is reset per model (:func:`reset_gpu_peak`) and covers this process only; the vLLM
   engine's GPU memory is its own process's.
 * ``ru_maxrss`` is kilobytes on Linux and bytes on macOS.
+* ``stop`` (a ``threading.Event``, shared with children): once it is set, entering any phase raises
+  :class:`PhaseStopped` -- how a run stops the references it computes beside an engine that failed
+  (harness.pipeline.overlap), at their next phase, instead of finishing work no row will use.
 
 Standard library only (torch is looked at only if already imported), so any layer may use it.
 """
@@ -26,8 +29,13 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+
+class PhaseStopped(Exception):
+    """A phase was entered after its :class:`Phases`' ``stop`` was set."""
 
 
 @dataclass
@@ -36,10 +44,13 @@ class Phases:
     prefix: str = ""
     # the phases open right now, outermost first (shared with children): harness.memory files samples by it
     open: list[str] = field(default_factory=list)
+    stop: Any = None  # a threading.Event, or None: never stopped (module doc)
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         key = self.prefix + name
+        if self.stop is not None and self.stop.is_set():
+            raise PhaseStopped(f"{key}: stopped before it began")
         self.seconds.setdefault(key, 0.0)  # inserted at the start: a parent precedes its sub-phases
         start = time.perf_counter()
         self.open.append(key)
@@ -51,7 +62,11 @@ class Phases:
 
     def child(self, name: str) -> Phases:
         """Sub-phases of ``name`` for a callee, recorded as ``name.<sub>`` in this same dict."""
-        return Phases(self.seconds, f"{self.prefix}{name}.", self.open)
+        return Phases(self.seconds, f"{self.prefix}{name}.", self.open, self.stop)
+
+    def stoppable(self, stop) -> Phases:
+        """These same phases (one dict), entered only while ``stop`` is not set."""
+        return Phases(self.seconds, self.prefix, self.open, stop)
 
     def own(self) -> dict[str, float]:
         """This prefix's phases, the prefix stripped (a callee's view of what it timed)."""

@@ -17,14 +17,17 @@ engine (one torch thread under vLLM, its boot mostly single-threaded Python) and
 Traps:
 - The thread is a daemon: an interrupt (``KeyboardInterrupt`` in the main thread, where the
   engine is waited for and stopped) does not wait for the references to finish.
-- A failed engine is the run's error, as before; the references are still waited for
-  (:meth:`Beside.wait`), so they never run on beside the next model.
+- A failed engine is the run's error, as before; its references are stopped at their next phase
+  (:meth:`Beside.stop`: ``fn`` enters its phases through :attr:`Beside.stop_event`, harness.phases) and
+  waited for, so they never run on beside the next model.  A vLLM refusal at boot (smollm2 under TP=2)
+  thus costs the references' first phase, not all of them (tests/engine/test_engine_errors.py).
 - Not on a GPU: vLLM sizes its KV cache from the device memory free at boot, which references
   computed on the same device would change.
 """
 from __future__ import annotations
 
 import threading
+from functools import partial
 from typing import Any, Callable
 
 from harness.engines.serving import SCHEMES
@@ -36,9 +39,11 @@ def overlaps(variant: Variant) -> bool:
 
 
 class Beside:
-    """``fn()`` running in a daemon thread from construction on."""
+    """``fn(stop_event)`` running in a daemon thread from construction on."""
 
-    def __init__(self, fn: Callable[[], Any], name: str = "vp-references") -> None:
+    def __init__(self, fn: Callable[[threading.Event], Any], name: str = "vp-references") -> None:
+        self.stop_event = threading.Event()
+        fn = partial(fn, self.stop_event)
         self._value: Any = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(fn,), name=name, daemon=True)
@@ -51,6 +56,11 @@ class Beside:
             self._error = exc
 
     def wait(self) -> None:
+        self._thread.join()
+
+    def stop(self) -> None:
+        """Stop ``fn`` at its next phase and wait for it; what it raised or returned is dropped."""
+        self.stop_event.set()
         self._thread.join()
 
     def result(self) -> Any:

@@ -40,7 +40,6 @@ import time
 import traceback
 from collections import OrderedDict
 from contextlib import nullcontext
-from functools import partial
 from pathlib import Path
 
 from overlays.base import DropBatch
@@ -309,12 +308,13 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
             result.prompt_info = getattr(named, "info", {})
         phases.seconds.setdefault("subject", 0.0)  # the report's phase order, whichever side starts first
 
-        def references(sequences: list[list[int]]):
-            with phases("references"):
-                return _references(target, variant, plan, sequences, phases, settings, result, gate)
+        def references(sequences: list[list[int]], stop=None):
+            clock = phases.stoppable(stop) if stop is not None else phases
+            with clock("references"):
+                return _references(target, variant, plan, sequences, clock, settings, result, gate)
 
         # the references beside the engine where they need nothing it computes (harness.pipeline.overlap)
-        beside = Beside(partial(references, prompts)) if overlaps(variant) else None
+        beside = Beside(lambda stop: references(prompts, stop)) if overlaps(variant) else None
         try:
             with phases("subject"):
                 runs_root = work_root or RUNS_ROOT
@@ -324,9 +324,9 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
                 # mapping owns the folder); a failed engine's folder is kept with its log (the error names it)
                 run.subject = capture_subject(target, variant, plan, prompts, work, engine_env,
                                               settings.engine_timeout_s)
-        except Exception:  # the engine's failure is the run's error; its references end before the next run
+        except Exception:  # the engine's failure is the run's error; its references stop before the next run
             if beside is not None:
-                beside.wait()
+                beside.stop()
             raise
         _subject_phases(phases, run.subject.meta)
         serving = run.subject.meta.get("serving")
@@ -335,7 +335,7 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
             if serving["sequences"] != prompts:
                 result.prompts = prompts = serving["sequences"]
                 if beside is not None:  # computed on the prompts: not these sequences' references
-                    beside.wait()
+                    beside.stop()
                     beside = None
         run.refs = beside.result() if beside is not None else references(prompts)
         with phases("compare"):
