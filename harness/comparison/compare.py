@@ -60,7 +60,7 @@ def _masked(s: torch.Tensor, r: torch.Tensor, general: bool = False):
     ``compare_tensors``' time on SmolLM2's hooks); ``general=True`` forces the masked path, which
     gives the same values (tests/unit/comparison/test_compare.py checks it bitwise)."""
     if not general and all_finite(r):
-        diff = (s - r).abs()
+        diff = torch.sub(s, r).abs_()  # one buffer, not two: the same kernels, the same values
         if not all_finite(s):
             diff = torch.where(torch.isfinite(s), diff, torch.full_like(r, math.inf))
         return diff, r, s, r.reshape(-1), s.reshape(-1), True
@@ -86,6 +86,16 @@ def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
+def _row_norms(x: torch.Tensor, squares: torch.Tensor) -> torch.Tensor:
+    """Each last-dim row's L2 norm, ``x.pow(2).sum(-1).sqrt()``; a contiguous ``x`` is squared into ``squares``
+    (``out=``: the same kernel into the same contiguous layout ``x.pow(2)`` allocates, so the same values) --
+    a fresh buffer as large as a vocabulary-wide fp64 tensor costs more in page faults than its arithmetic
+    (tests/unit/comparison/test_compare.py checks every metric bitwise against the allocating form)."""
+    if x.is_contiguous() and x.dtype == squares.dtype and x.shape == squares.shape:
+        return torch.pow(x, 2, out=squares).sum(-1).sqrt()
+    return x.pow(2).sum(-1).sqrt()
+
+
 def compare_tensors(subject: torch.Tensor, reference: torch.Tensor) -> Metrics:
     if tuple(subject.shape) != tuple(reference.shape):
         raise ShapeMismatch(f"subject shape {tuple(subject.shape)} != reference shape {tuple(reference.shape)}")
@@ -103,8 +113,9 @@ def compare_tensors(subject: torch.Tensor, reference: torch.Tensor) -> Metrics:
     # scores) are measured against that tenth instead.
     d2 = diff.reshape(-1, diff.shape[-1]) if diff.ndim else diff.reshape(1, 1)
     r2 = r_masked.reshape(d2.shape)
-    row_err = d2.pow(2).sum(-1).sqrt()
-    row_ref = r2.pow(2).sum(-1).sqrt()
+    squares = torch.empty(d2.shape, dtype=d2.dtype)  # the three row norms' squares share it (_row_norms)
+    row_err = _row_norms(d2, squares)
+    row_ref = _row_norms(r2, squares)
     guard = max(float(row_ref.median()) * 0.1, 1e-300) if row_ref.numel() else 1e-300
     row_rel = row_err / row_ref.clamp_min(guard)
     row_rel = torch.where(row_err == 0, torch.zeros_like(row_rel), row_rel)
@@ -117,8 +128,9 @@ def compare_tensors(subject: torch.Tensor, reference: torch.Tensor) -> Metrics:
     s2 = s_masked.reshape(d2.shape)
     typical = row_ref > guard  # rows the guard does not stand in for (masked rows have no norm)
     rel_median = float(row_rel[typical].median()) if bool(typical.any()) else 0.0
-    scale_median = (float((s2.pow(2).sum(-1).sqrt()[typical] / row_ref[typical]).median()) - 1.0
+    scale_median = (float((_row_norms(s2, squares)[typical] / row_ref[typical]).median()) - 1.0
                     if bool(typical.any()) else 0.0)
+    del squares
     r_norm = float(rv.norm()) if rv.numel() else 0.0
     norm_ratio = float(sv.norm()) / r_norm if r_norm > 0 else math.nan
     # cosine per leading position (token): flatten the rest

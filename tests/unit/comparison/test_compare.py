@@ -109,3 +109,48 @@ def test_top_k_mask_keeps_each_row_s_k_largest_entries():
     assert torch.isnan(masked).sum() == 4
     assert not torch.isnan(masked[0, 1]) and not torch.isnan(masked[0, 3])
     assert not torch.isnan(masked[1, 0]) and not torch.isnan(masked[1, 1])
+
+
+def _row_norms_allocating(x: torch.Tensor, squares: torch.Tensor) -> torch.Tensor:
+    return x.pow(2).sum(-1).sqrt()
+
+
+def test_shared_square_buffer_gives_the_allocating_forms_metrics_bitwise(monkeypatch):
+    """compare_tensors squares into one buffer (harness.comparison.compare._row_norms); every metric must be
+    the one the allocating ``x.pow(2)`` gives, bit for bit: contiguous and strided inputs, float32 and
+    float64, NaN and infinities in either side, a vocabulary-wide row, 1-d and 0-d tensors."""
+    import struct
+
+    import harness.comparison.compare as compare
+
+    g = torch.Generator().manual_seed(1)
+
+    def bits(m) -> tuple:
+        return tuple(struct.pack("<d", v) if isinstance(v, float) else v for v in m.to_dict().values())
+
+    def cases():
+        for shape in [(6, 1000), (3, 4, 65), (2, 300_001), (9,), ()]:
+            for dtype in (torch.float32, torch.float64):
+                r = torch.randn(shape, generator=g).to(dtype)
+                s = r + 1e-3 * torch.randn(shape, generator=g).to(dtype)
+                yield s, r
+                if len(shape) == 2 and shape[0]:
+                    yield s.T.contiguous().T, r.T.contiguous().T  # strided: a transposed layout
+                    yield s[:, ::2], r[:, ::2]  # a strided last dim
+                    nan_r = r.clone()
+                    nan_r[0, : shape[1] // 2] = float("nan")  # entries the reference did not return
+                    yield s, nan_r
+                    inf_both = r.clone()
+                    inf_both[-1, 0] = -math.inf  # a masked score, held by both sides
+                    inf_s = s.clone()
+                    inf_s[-1, 0] = -math.inf
+                    yield inf_s, inf_both
+                    bad = s.clone()
+                    bad[0, 1] = float("nan")  # a NaN in the subject only
+                    yield bad, r
+
+    pairs = list(cases())
+    fast = [bits(compare.compare_tensors(s, r)) for s, r in pairs]
+    monkeypatch.setattr(compare, "_row_norms", _row_norms_allocating)
+    slow = [bits(compare.compare_tensors(s, r)) for s, r in pairs]
+    assert fast == slow
