@@ -287,7 +287,8 @@ def main(request_path: str) -> int:
     from vllm import LLM, SamplingParams
 
     from harness.engines.serving import SCHEMES, engine_kwargs
-    from harness.engines.vllm_compat import first_type_one, llm_kwargs, sampling_kwargs, supported_line
+    from harness.engines.vllm_compat import (eager_rank_count, first_type_one, llm_kwargs, sampling_kwargs,
+                                             supported_line)
 
     meta: dict = {"vllm_version": vllm.__version__, "torch_version": torch.__version__,
                   "vllm_line_verified": supported_line(vllm.__version__),
@@ -300,6 +301,7 @@ def main(request_path: str) -> int:
     reads_path = out_dir / "reads.json"
     reads_path.write_text(json.dumps(req["reads"]))
     os.environ["VLLM_PARITY_READS"] = str(reads_path)
+    rank_count = "eager" if eager_rank_count(device) else "vLLM's compiled"  # vllm_compat.eager_rank_count
     t_boot = time.perf_counter()
     llm = LLM(
         model=req["checkpoint"],
@@ -318,7 +320,7 @@ def main(request_path: str) -> int:
     )
     meta["boot_s"] = time.perf_counter() - t_boot
     _rss(meta, "after_boot")
-    meta["device_info"] = {**_device_info(), "tp": tp}
+    meta["device_info"] = {**_device_info(), "tp": tp, "sampler_rank_count": rank_count}
     if device == "cuda":
         meta["device_info"]["triton_f32_default"] = os.environ.get("TRITON_F32_DEFAULT", "(unset: Triton's tf32)")
     meta["missing_modules"] = llm.collective_rpc("vp_missing")[0]

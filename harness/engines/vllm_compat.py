@@ -476,6 +476,34 @@ def default_runner(device: str, version: str | None = None) -> str:
     return "v2" if version_line(version) >= (0, 32) else "v1"
 
 
+def _count_at_least(x: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """The body of vLLM's ``batched_count_greater_than``, eager: how many entries of each row of ``x`` are
+    at least that row's value (a log-prob's rank)."""
+    return (x >= values).sum(-1)
+
+
+def eager_rank_count(device: str) -> bool:
+    """On the CPU, vLLM's sampler counts ranks with :func:`_count_at_least` instead of its compiled
+    ``batched_count_greater_than`` (``vllm/v1/sample/ops/logprobs.py``: ``torch.compile`` with inductor at
+    the engine's first log-prob request).  That compile took 1.6 s of every CPU engine's first prompt
+    (llama: the engine's ``steps_s.first_prompt`` 1.64 s -> 0.03 s), and a suite boots about 150 engines.
+    The eager body counts the same integers, so vLLM returns the same ranks, tokens and log-probs, and the
+    model's forward -- where the captures are -- is untouched; vLLM compiles it to avoid holding the
+    ``[rows, vocab]`` comparison, a GPU-memory concern, so a GPU engine keeps vLLM's own.  Applies to the
+    sampler of this process (tensor parallelism's worker processes keep vLLM's).  Returns whether it applied
+    (False where the installed vLLM has no such function)."""
+    if device != "cpu":
+        return False
+    try:
+        import vllm.v1.sample.sampler as sampler
+    except ImportError:
+        return False
+    if not hasattr(sampler, "batched_count_greater_than"):
+        return False
+    sampler.batched_count_greater_than = _count_at_least
+    return True
+
+
 def subject_env_defaults(device: str, tp: int = 1) -> dict[str, str]:
     """Environment for the vLLM process (applied with ``setdefault``)."""
     env = {
