@@ -27,6 +27,10 @@ here (harness.engines.stitch), so ``captures-serving.safetensors`` has the same 
 compared sequences (decode: prompt + generated tokens but the last); ``meta["serving"]`` says where
 every position came from, and the run fails when the engine never did what the scheme tests.
 
+Test instrumentation: ``VLLM_PARITY_TEST_STALL_S=N`` makes the engine wait N seconds before it boots
+(tests/engine/test_engine_kill.py: an engine still running at ``--engine-timeout``, however fast the
+machine boots one; nothing else sets it).
+
 One process per model: vLLM keeps process-global state, and a crash here
 costs this model only.  The engine core stays in-process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the profiler sees the forward.
@@ -273,6 +277,9 @@ def _kv_bytes(req: dict) -> int:
     return kv_cache_bytes(config, dtype_bytes, int(req["max_model_len"]), total)
 
 
+STALL_ENV = "VLLM_PARITY_TEST_STALL_S"
+
+
 def main(request_path: str) -> int:
     req = json.loads(Path(request_path).read_text())
     device, tp = req.get("device", "cpu"), int(req.get("tp", 1))
@@ -302,6 +309,8 @@ def main(request_path: str) -> int:
     reads_path.write_text(json.dumps(req["reads"]))
     os.environ["VLLM_PARITY_READS"] = str(reads_path)
     rank_count = "eager" if eager_rank_count(device) else "vLLM's compiled"  # vllm_compat.eager_rank_count
+    if os.environ.get(STALL_ENV):  # test instrumentation (module doc)
+        time.sleep(float(os.environ[STALL_ENV]))
     t_boot = time.perf_counter()
     llm = LLM(
         model=req["checkpoint"],

@@ -74,12 +74,14 @@ def _left_running(sessions: set[int], request_dir: str) -> list[str]:
             if i["sid"] in sessions or request_dir in i["cmd"]]
 
 
-def _harness(report_dir: Path, models: str, *extra: str) -> tuple[subprocess.Popen, Path]:
+def _harness(report_dir: Path, models: str, *extra: str, env: dict[str, str] | None = None
+             ) -> tuple[subprocess.Popen, Path]:
     log = report_dir.parent / f"{report_dir.name}.out"
     cmd = [sys.executable, "-m", "harness", "run", "--model", models, "--dtype", "float32", "--device", "cpu",
            "--report-dir", str(report_dir), *extra]
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **(env or {})})
     return proc, log
 
 
@@ -135,7 +137,9 @@ def test_an_engine_killed_by_a_signal_is_that_models_error_and_the_run_goes_on(t
 
 def test_an_engine_past_engine_timeout_is_killed_with_its_whole_process_group(tmp_path):
     reports = tmp_path / "reports"
-    proc, log = _harness(reports, "llama", "--engine-timeout", "3")
+    # the engine waits before its boot (harness.engines.subject_vllm.STALL_ENV): past the timeout on any machine
+    # (a real llama engine's whole run took under 3 s once vLLM's rank counter was no longer compiled)
+    proc, log = _harness(reports, "llama", "--engine-timeout", "3", env={"VLLM_PARITY_TEST_STALL_S": "60"})
     seen: dict[int, str] = {}
     try:
         while proc.poll() is None:  # every engine process of this run, for the check below
