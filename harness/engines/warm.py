@@ -3,7 +3,8 @@ ready engine process per request.  A vLLM engine then costs its boot and its for
 10-16 s of imports every cold ``python -m`` start pays.
 
 Contract (CPU engines: a CUDA host starts its engines cold, as the fork path was not measured
-there): :func:`warm_launch(module, argv, env, log_path, cwd)` returns a :class:`WarmProcess`
+there): :func:`prestart()` starts the server ahead of the first engine, without waiting for it (the
+command line calls it before its own start-up work); :func:`warm_launch(module, argv, env, log_path, cwd)` returns a :class:`WarmProcess`
 (``pid``, ``wait(timeout)`` -> exit status, ``subprocess``'s conventions: negative = killed by that
 signal) or None where a warm start does not apply -- then the caller starts the engine cold, as
 before.  None when: not Linux (no fork server), ``VLLM_PARITY_WARM=0``, the request's environment
@@ -106,9 +107,17 @@ class _Server:
         from harness.memory import NOT_AN_ENGINE
 
         NOT_AN_ENGINE.add(self.proc.pid)
+        self.waited = False
         threading.Thread(target=self._read, name="vp-warm-reader", daemon=True).start()
-        with self.cond:
-            self.cond.wait_for(lambda: self.ready or self.dead, timeout=START_TIMEOUT_S)
+
+    def wait_ready(self) -> bool:
+        """Whether the server is up, waiting (once, at most :data:`START_TIMEOUT_S`) for a start-up still
+        under way: its imports run while the host does other work (:func:`prestart`)."""
+        if not self.waited:
+            with self.cond:
+                self.cond.wait_for(lambda: self.ready or self.dead, timeout=START_TIMEOUT_S)
+            self.waited = True
+        return self.alive
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -172,16 +181,34 @@ def _enabled() -> bool:
 def _get_server() -> _Server | None:
     global _server
     with _server_lock:
-        if _server is not None and not _server.alive:
+        if _server is not None and not _server.wait_ready():  # gone, or a start (prestarted) that failed
             _server = None
         if _server is None:
             try:
                 _server = _Server()
             except OSError:
                 return None
-            if not _server.alive:
+            if not _server.wait_ready():
                 return None
         return _server
+
+
+def prestart() -> None:
+    """Start the server now and return at once: its imports (vLLM, torch, the engine modules: 10-16 s on
+    one core) then run beside the caller's own start-up -- a command line's imports, tokenizer, plan and
+    references -- instead of after it, at the first :func:`warm_launch`, which waits for what is left.
+    A no-op where warm starts do not apply (:func:`_enabled`) or a server is running or starting.  The
+    server takes the environment of this moment: a later request whose :data:`IMPORT_TIME_ENV` differs
+    starts its engine cold, as without a prestart."""
+    global _server
+    if not _enabled():
+        return
+    with _server_lock:
+        if _server is None or _server.dead or _server.proc.poll() is not None:
+            try:
+                _server = _Server()
+            except OSError:
+                _server = None
 
 
 def warm_launch(module: str, argv: list[str], env: dict[str, str], log_path: Path, cwd: str) -> WarmProcess | None:

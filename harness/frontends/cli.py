@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -41,7 +42,6 @@ def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None, set
     ``gpu``: pin this process (and the vLLM process it starts) to that GPU; ``threads``:
     its CPU threads (and the vLLM process's), so N jobs share the cores instead of each
     starting one thread per core; ``settings``: the run's harness.values.settings.RunSettings."""
-    import os
 
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
@@ -111,6 +111,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.reporting.matrix import write_matrix
     from harness.reporting.report import write_report
 
+    # this process's CPU engines start warm: their server's imports now, beside this command's own
+    # (harness.engines.warm.prestart).  "auto" without asking torch (its import is part of what to overlap):
+    # a host with NVIDIA's driver node would run on CUDA, whose engines start cold -- only the prestart is
+    # guessed, each engine still checks its own device
+    if args.jobs == 1 and (args.device == "cpu" or (args.device == "auto" and not os.path.exists("/dev/nvidiactl"))):
+        from harness.engines.warm import prestart
+
+        prestart()
     args.report_dir = args.report_dir or DEFAULT_REPORTS
     from harness.frontends.options import run_settings
 
@@ -176,7 +184,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         import concurrent.futures as cf
         import importlib
         import multiprocessing as mp
-        import os
 
         import torch
 
