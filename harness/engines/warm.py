@@ -138,8 +138,13 @@ class _Server:
             self.cond.notify_all()
 
     @property
+    def gone(self) -> bool:
+        """Its process has ended (or its pipe closed): no request will be answered."""
+        return self.dead or self.proc.poll() is not None
+
+    @property
     def alive(self) -> bool:
-        return self.ready and not self.dead and self.proc.poll() is None
+        return self.ready and not self.gone
 
     def launch(self, module: str, argv: list[str], env: dict[str, str], log_path: Path, cwd: str) -> int | None:
         req = {"module": module, "argv": argv, "env": env, "log": str(log_path), "cwd": cwd,
@@ -204,7 +209,7 @@ def prestart() -> None:
     if not _enabled():
         return
     with _server_lock:
-        if _server is None or _server.dead or _server.proc.poll() is not None:
+        if _server is None or _server.gone:
             try:
                 _server = _Server()
             except OSError:

@@ -13,11 +13,11 @@ class FakeServer:
 
     def __init__(self, ok: bool = True) -> None:
         self.ok, self.dead, self.waits = ok, False, 0
-        self.proc = self  # poll(): None while running
         FakeServer.started.append(self)
 
-    def poll(self):
-        return None if not self.dead else 1
+    @property
+    def gone(self) -> bool:
+        return self.dead
 
     def wait_ready(self) -> bool:
         self.waits += 1
