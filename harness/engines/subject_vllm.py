@@ -296,6 +296,11 @@ def main(request_path: str) -> int:
     from harness.engines.serving import SCHEMES, engine_kwargs
     from harness.engines.vllm_compat import (eager_rank_count, first_type_one, llm_kwargs, sampling_kwargs,
                                              supported_line)
+    from harness.collector import freeze_long_lived
+
+    # vLLM collects garbage five times while it boots: none of them walks the imports (harness.collector;
+    # a warm engine's server froze them already, a cold one freezes its own here)
+    freeze_long_lived()
 
     meta: dict = {"vllm_version": vllm.__version__, "torch_version": torch.__version__,
                   "vllm_line_verified": supported_line(vllm.__version__),

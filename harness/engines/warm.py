@@ -25,6 +25,9 @@ Traps:
 - Memory is sampled per process (harness.memory): the server itself is left out of the engine
   tree (``harness.memory.NOT_AN_ENGINE``), its children -- the engines -- are counted as cold ones are.
 - The engine's command line is the server's: find an engine by its log (its stdout), not by argv.
+- The server freezes its heap before saying ready (harness.collector): vLLM's five collections while an
+  engine boots then skip the ~430,000 imported objects (1.5-2.5 s of a 2.8 s boot before) and write to
+  none of their pages, which stay shared with the server.
 - vLLM inspects a model class in a new Python process the first time a machine boots that
   architecture (8 s, longer than a warm boot): the server writes vLLM's model-info cache for the
   preloaded model modules once (harness.engines.vllm_compat.cache_model_info), for cold engines too.
@@ -304,6 +307,9 @@ def serve() -> None:
         pass
     import vllm.plugins as plugins
 
+    from harness.collector import freeze_long_lived
+
+    freeze_long_lived()  # every fork inherits a frozen heap: its collections skip what the server imported
     out = sys.stdout
     r, w = os.pipe()
     os.set_blocking(w, False)

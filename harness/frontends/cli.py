@@ -136,6 +136,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.shard is not None:
         targets = _shard(targets, args.shard)
     jobs = [(target, v) for v in runs for target in targets]
+    # what every run imports, then frozen: no collection of any run walks it (harness.collector)
+    from harness.collector import freeze_long_lived
+    from harness.pipeline.runner import RUN_IMPORTS
+
+    freeze_long_lived(*RUN_IMPORTS)
     status = 0
     if args.resume and settings.selection is None:  # a selective run is never "current" (one -selection name)
         jobs = [job for job in jobs if not _current(job, args.report_dir)]

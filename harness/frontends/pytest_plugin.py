@@ -1,5 +1,6 @@
-"""pytest plugin: options, the parity session fixture, test generation, and
-the end-of-session support matrix.  Nothing else.
+"""pytest plugin: options, the parity session fixture, test generation, the
+long-lived heap frozen after collection (harness.collector), and the end-of-session
+support matrix.  Nothing else.
 
 Options come from the one table in :mod:`harness.frontends.options` (``--model``,
 ``--model-path``, ``--dtype``, ``--compiled``, ``--device``, ``--precision``, ``--tp``,
@@ -199,6 +200,23 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     for model, hooks in chosen.items():
         if len(hooks) < len(ps.plan(model).compared_hooks):
             ps.selected[model] = frozenset(hooks)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze the long-lived heap -- pytest's collected items and, where a selected test runs engines (marked
+    ``parity``), the libraries a run imports -- so that no collection of a later run walks it
+    (harness.collector); nothing a test makes is frozen."""
+    if session.config.option.collectonly:  # nothing runs: the run's imports would cost 4-5 s for nothing
+        return
+    from harness.collector import freeze_long_lived
+
+    runs = any(item.get_closest_marker("parity") for item in session.items)
+    if runs:
+        from harness.pipeline.runner import RUN_IMPORTS
+
+        freeze_long_lived(*RUN_IMPORTS)
+    else:
+        freeze_long_lived()
 
 
 @pytest.fixture(scope="session")

@@ -153,6 +153,10 @@ def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts
     return refs
 
 
+# what a run imports in this process (the reference side's libraries), for a caller that freezes the
+# long-lived heap before its first run (harness.collector: the command line, the pytest plugin)
+RUN_IMPORTS = ("torch", "transformers", "transformer_lens", "transformer_lens.model_bridge",
+               "harness.references.reference", "harness.comparison.evaluate", "harness.reporting.report")
 MEMO_SIZE = 3  # reference sides this process keeps for later runs of the same manifest
 _memo: "OrderedDict[str, object]" = OrderedDict()
 
