@@ -1,10 +1,11 @@
 """The references computed while the vLLM engine runs: one run's two sides at once.
 
-Contract: :func:`overlaps(variant)` says whether a run may compute its references beside its
+Contract: :func:`overlaps(variant, checkpoint)` says whether a run may compute its references beside its
 subject -- on the CPU, where the engine is its own process and the references are this one's,
-and for a serving shape whose compared sequences are the prompts (one generated token:
-``single``, ``prefix-cache``, ``chunked``); ``decode`` and ``preempt`` compare the sequences the
-engine generated, which the references need first.  :class:`Beside` runs a function in a
+for a serving shape whose compared sequences are the prompts (one generated token:
+``single``, ``prefix-cache``, ``chunked``; ``decode`` and ``preempt`` compare the sequences the
+engine generated, which the references need first), and for a checkpoint whose weight files
+hold at most :data:`OVERLAP_MAX_WEIGHT_BYTES`.  :class:`Beside` runs a function in a
 thread and hands back its value, or raises what it raised, in the caller's thread.
 
 Why it is safe: the two sides share nothing -- the engine reads its request file and writes its
@@ -12,15 +13,21 @@ captures in its own process; the references read the checkpoint -- and neither's
 on the other (the engine's thread count and the references' are what they were run one after
 the other), so the report rows are identical; only the wall time changes.  On a 2-core CPU the
 engine (one torch thread under vLLM, its boot mostly single-threaded Python) and the references
-(this process's torch threads) overlap for most of the engine's 8-10 s per synthetic family.
+(this process's torch threads) overlap for most of the engine's 1.5-2.5 s per synthetic family
+(a run 2.4-2.6 s one after the other, 1.9-2.4 s side by side: llama and gpt2, three runs each).
+A larger model's two sides are both compute: the engine's forwards on one core and the references'
+two threads then slow each other more than the overlap saves, and both hold the model at once.
+Measured on the 2-core CI machine (docs/evidence.md, 2026-12-03): gemma3_270m in bf16 56.5-69.7 s side
+by side against 45.8-56.7 s one after the other, smollm2 in fp32 54.0-62.3 s against 48.3-62.5 s.
 
 Traps:
 - The thread is a daemon: an interrupt (``KeyboardInterrupt`` in the main thread, where the
   engine is waited for and stopped) does not wait for the references to finish.
 - A failed engine is the run's error, as before; its references are stopped at their next phase
   (:meth:`Beside.stop`: ``fn`` enters its phases through :attr:`Beside.stop_event`, harness.phases) and
-  waited for, so they never run on beside the next model.  A vLLM refusal at boot (smollm2 under TP=2)
-  thus costs the references' first phase, not all of them (tests/engine/test_engine_errors.py).
+  waited for, so they never run on beside the next model.  A vLLM refusal at boot thus costs the
+  references' first phase, not all of them; a larger checkpoint's none (tests/engine/test_engine_errors.py:
+  smollm2 under TP=2).
 - Not on a GPU: vLLM sizes its KV cache from the device memory free at boot, which references
   computed on the same device would change.
 """
@@ -28,14 +35,29 @@ from __future__ import annotations
 
 import threading
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable
 
 from harness.engines.serving import SCHEMES
 from harness.values.variant import Variant
 
 
-def overlaps(variant: Variant) -> bool:
-    return variant.device == "cpu" and SCHEMES[variant.serving].max_tokens == 1
+# the synthetic checkpoints' weights are 0.4-6 MB, the smallest real one's (smollm2) 538 MB
+OVERLAP_MAX_WEIGHT_BYTES = 64 * 2 ** 20
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def weight_bytes(checkpoint: Path) -> int:
+    """The size of a checkpoint's weight files: a folder's (:data:`WEIGHT_SUFFIXES`, not recursing), or the
+    file itself (a GGUF file)."""
+    if checkpoint.is_file():
+        return checkpoint.stat().st_size
+    return sum(p.stat().st_size for p in checkpoint.glob("*") if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+
+
+def overlaps(variant: Variant, checkpoint: Path) -> bool:
+    return (variant.device == "cpu" and SCHEMES[variant.serving].max_tokens == 1
+            and weight_bytes(checkpoint) <= OVERLAP_MAX_WEIGHT_BYTES)
 
 
 class Beside:

@@ -26,8 +26,8 @@ Traps: each run gets a fresh work folder (two sessions, or a CLI run beside pyte
 must never share a subject's output files); the subject's captures are read from it, so it is
 removed with them (harness.spill), and kept, with the engine's log, when the engine fails (the
 error names it).
-On the CPU the references are computed while the engine runs (harness.pipeline.overlap), except
-where they need the sequences it generates (decode, preempt): the ``subject`` and ``references``
+On the CPU the references of a small checkpoint are computed while the engine runs (harness.pipeline.overlap),
+except where they need the sequences it generates (decode, preempt): the ``subject`` and ``references``
 phases then overlap in time, and add up to more than the run's wall time.
 Planted bugs for fault injection live in the overlay a test hands in
 (tests/engine/test_fault_injection.py), never in this module.
@@ -318,7 +318,7 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
                 return _references(target, variant, plan, sequences, clock, settings, result, gate)
 
         # the references beside the engine where they need nothing it computes (harness.pipeline.overlap)
-        beside = Beside(lambda stop: references(prompts, stop)) if overlaps(variant) else None
+        beside = Beside(lambda stop: references(prompts, stop)) if overlaps(variant, Path(target.checkpoint)) else None
         try:
             with phases("subject"):
                 runs_root = work_root or RUNS_ROOT
