@@ -17,8 +17,10 @@ engine (one torch thread under vLLM, its boot mostly single-threaded Python) and
 (a run 2.4-2.6 s one after the other, 1.9-2.4 s side by side: llama and gpt2, three runs each).
 A larger model's two sides are both compute: the engine's forwards on one core and the references'
 two threads then slow each other more than the overlap saves, and both hold the model at once.
-Measured on the 2-core CI machine (docs/evidence.md, 2026-12-03): gemma3_270m in bf16 56.5-69.7 s side
-by side against 45.8-56.7 s one after the other, smollm2 in fp32 54.0-62.3 s against 48.3-62.5 s.
+Measured on the 2-core CI machine, the two ways taking turns in one process (docs/evidence.md, 2026-12-03):
+gemma3_270m in fp32 68.9-74.0 s side by side against 61.2-67.7 s in turn, its sampled peak memory
+11.4-12.4 GB against 7.9 GB; in bf16 56.5 s against 45.8-56.7 s; smollm2 in fp32 54.0-62.3 s against
+48.3-62.5 s.
 
 Traps:
 - The thread is a daemon: an interrupt (``KeyboardInterrupt`` in the main thread, where the
