@@ -8,7 +8,7 @@ loading weights and three times more while booting; the reference side calls it 
 transformers, TransformerLens and vLLM holds about 430,000 such objects; walking them cost 0.25-0.3 s
 per full collection here, 1.5-2.5 s of a warm vLLM engine's 2.8 s boot, and 1.7 s of a synthetic
 family's reference side (measured on the 2-core CI machine, docs/evidence.md 2026-12-03: a warm
-engine's boot 2.7-3.0 s -> 0.5-1.0 s, a synthetic family's whole run 4.0-4.3 s -> 2.0-2.9 s).  Where to call it:
+engine's boot 2.7-3.0 s -> 0.35-1.0 s, a synthetic family's whole run 4.0-4.3 s -> 2.0-2.9 s).  Where to call it:
 the warm engine server before its first fork (harness.engines.warm: every engine it forks inherits
 the frozen heap, and no collection writes to those pages, so they stay shared), a cold engine after
 its imports, the command line and a pytest session before their first run.  Nothing it does changes

@@ -51,7 +51,12 @@ def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None, set
         import torch
 
         torch.set_num_threads(threads)
-    from harness.pipeline.runner import run_model
+    from harness.pipeline.runner import RUN_IMPORTS, run_model
+
+    if threads is not None:  # a spawned --jobs worker (one job, then it ends): its heap frozen as _cmd_run's is
+        from harness.collector import freeze_long_lived
+
+        freeze_long_lived(*RUN_IMPORTS)
 
     target, variant = job
     from harness.values.settings import RunSettings
