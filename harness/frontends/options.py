@@ -96,7 +96,9 @@ OPTIONS: tuple[Option, ...] = (
                                "(checkpoint, prompts, dtype, hooks, reference code, torch/transformers/TL versions; "
                                "not vLLM) matches: a vLLM upgrade re-runs only vLLM (harness/references/stored.py)",
            type=Path),
-    Option("--jobs", "run this many (model, variant) jobs at once, each in its own process (default 1)",
+    Option("--jobs", "run this many (model, variant) jobs at once, each in its own process with cores/N torch "
+                     "threads (default 1); fewer threads round differently: rows' last digits can differ from "
+                     "a --jobs 1 run's (measured on llama and gpt2 fp32: same statuses)",
            default=1, type=int, where="cli"),
     Option("--resume", "skip (model, variant) jobs whose report is current: same code, checkpoint, variant and "
                        "library versions (harness/values/fingerprint.py), and not an error", flag_only=True,
