@@ -11,7 +11,8 @@ family's reference side (measured on the 2-core CI machine, docs/evidence.md 202
 engine's boot 2.7-3.0 s -> 0.35-1.0 s, a synthetic family's whole run 4.0-4.3 s -> 2.0-2.9 s).  Where to call it:
 the warm engine server before its first fork (harness.engines.warm: every engine it forks inherits
 the frozen heap, and no collection writes to those pages, so they stay shared), a cold engine after
-its imports, the command line and a pytest session before their first run.  Nothing it does changes
+its imports, the command line and a pytest session before their first run
+(harness.pipeline.runner.freeze_before_runs, with the run's imports).  Nothing it does changes
 a number: it decides only when memory is freed.
 
 Traps:

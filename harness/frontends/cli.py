@@ -51,12 +51,10 @@ def _run_one(job: tuple, gpu: int | None = None, threads: int | None = None, set
         import torch
 
         torch.set_num_threads(threads)
-    from harness.pipeline.runner import RUN_IMPORTS, run_model
+    from harness.pipeline.runner import freeze_before_runs, run_model
 
-    if threads is not None:  # a spawned --jobs worker (one job, then it ends): its heap frozen as _cmd_run's is
-        from harness.collector import freeze_long_lived
-
-        freeze_long_lived(*RUN_IMPORTS)
+    if threads is not None:  # a spawned --jobs worker (one job, then it ends): frozen as _cmd_run's process is
+        freeze_before_runs()
 
     target, variant = job
     from harness.values.settings import RunSettings
@@ -141,11 +139,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.shard is not None:
         targets = _shard(targets, args.shard)
     jobs = [(target, v) for v in runs for target in targets]
-    # what every run imports, then frozen: no collection of any run walks it (harness.collector)
-    from harness.collector import freeze_long_lived
-    from harness.pipeline.runner import RUN_IMPORTS
+    from harness.pipeline.runner import freeze_before_runs
 
-    freeze_long_lived(*RUN_IMPORTS)
+    freeze_before_runs()
     status = 0
     if args.resume and settings.selection is None:  # a selective run is never "current" (one -selection name)
         jobs = [job for job in jobs if not _current(job, args.report_dir)]

@@ -208,14 +208,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     (harness.collector); nothing a test makes is frozen."""
     if session.config.option.collectonly:  # nothing runs: the run's imports would cost 4-5 s for nothing
         return
-    from harness.collector import freeze_long_lived
+    if any(item.get_closest_marker("parity") for item in session.items):
+        from harness.pipeline.runner import freeze_before_runs
 
-    runs = any(item.get_closest_marker("parity") for item in session.items)
-    if runs:
-        from harness.pipeline.runner import RUN_IMPORTS
-
-        freeze_long_lived(*RUN_IMPORTS)
+        freeze_before_runs()
     else:
+        from harness.collector import freeze_long_lived
+
         freeze_long_lived()
 
 

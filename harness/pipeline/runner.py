@@ -153,10 +153,20 @@ def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts
     return refs
 
 
-# what a run imports in this process (the reference side's libraries), for a caller that freezes the
-# long-lived heap before its first run (harness.collector: the command line, the pytest plugin)
+# what a run imports in this process (the reference side's libraries): frozen with the rest by
+# :func:`freeze_before_runs`
 RUN_IMPORTS = ("torch", "transformers", "transformer_lens", "transformer_lens.model_bridge",
                "harness.references.reference", "harness.comparison.evaluate", "harness.reporting.report")
+
+
+def freeze_before_runs() -> None:
+    """Import what a run imports, then freeze the long-lived heap (harness.collector), so that no
+    collection of a later run walks it.  For a process about to run models, before its first run and
+    never between runs (a run's leftovers -- the reference memo's spilled captures -- must stay
+    collectable): the command line, a ``--jobs`` worker, a pytest session after collection."""
+    from harness.collector import freeze_long_lived
+
+    freeze_long_lived(*RUN_IMPORTS)
 MEMO_SIZE = 3  # reference sides this process keeps for later runs of the same manifest
 _memo: "OrderedDict[str, object]" = OrderedDict()
 

@@ -41,5 +41,5 @@ def test_the_default_families_fall_on_the_side_the_measurements_chose(family, ex
     try:
         target = target_for_family(FAMILIES[family])
     except TargetError as exc:  # a packaged checkpoint whose package is not installed
-        pytest.skip(str(exc))
+        pytest.skip(f"{family}: its checkpoint is not here: {exc}")
     assert overlaps(Variant.make("bfloat16", "cpu"), Path(target.checkpoint)) is expected
