@@ -13,7 +13,8 @@ Contract:
 - :func:`cpu_kernel_path` describes this process (call it in the engine process *after* vLLM loaded
   its kernels, and in the references' process); :func:`label` turns a description into the short
   name reports and the support matrix show (``avx2``, ``avx512``, ``avx512-bf16``,
-  ``avx512-bf16-amx``; on a GPU ``cuda-<attention>-<eager|piecewise|full...>``).
+  ``avx512-bf16-amx``; on a GPU ``cuda-<attention>-<eager|piecewise|full...>``; an MLA model's
+  attention backend appended: ``avx512-bf16-cpu_mla``, ``avx512-bf16-amx_mla``).
 - :func:`emulated_env` / :func:`apply_emulation` (test-only): ``VLLM_PARITY_EMULATE_ISA=avx2`` makes
   an AVX-512 machine take the AVX2 path on both sides.  The environment part (ATen's
   ``ATEN_CPU_CAPABILITY``, oneDNN's ``ONEDNN_MAX_CPU_ISA``, MKL's ``MKL_ENABLE_INSTRUCTIONS``) must be
@@ -146,4 +147,10 @@ def label(path: dict | None) -> str:
         name = str(path.get("aten_capability") or "cpu").lower()
     if path.get("attention") == "amx" or (name == "avx512-bf16" and path.get("torch_probes", {}).get("amx_tile_supported")):
         name += "-amx"
-    return name + ("-emulated" if path.get("emulated") else "")
+    return name + _mla(path) + ("-emulated" if path.get("emulated") else "")
+
+
+def _mla(path: dict) -> str:
+    """``-cpu_mla`` / ``-amx_mla``: an MLA model's attention backend (harness.engines.mla_backends), which on a
+    CPU decides the kernels as much as the ISA does; nothing for other models."""
+    return f"-{path['mla_backend'].lower()}" if path.get("mla_backend") else ""

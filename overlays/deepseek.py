@@ -29,8 +29,15 @@ Hook by hook (:meth:`overlays.tree.TreeOverlay._mla`):
   layer's first input, with the rope part de-interleaved for V3, swapped to TL's heads-first
   ``[H, T, nope + rope]``.
 - ``attn.hook_v`` is ``kv_b_proj``'s output in prefill, split per head into ``[k_nope | v]``, v's
-  columns, heads-first ``[H, T, v]``.
-- ``attn.hook_z`` is ``o_proj``'s input split into ``H`` heads of ``v_head_dim``.
+  columns, heads-first ``[H, T, v]``.  Only the ``CPU_MLA`` backend calls ``kv_b_proj`` in prefill;
+  ``AMX_MLA`` and the CUDA backends absorb it, so there the hook is non-firing for that kernel path
+  (harness.engines.mla_backends, applied by the plan).
+- ``attn.hook_z`` is ``o_proj``'s input split into ``H`` heads of ``v_head_dim``.  TransformerLens
+  4.3.0 splits it by ``head_dim`` (= ``qk_rope_head_dim``): a reference layout bug, compared regrouped
+  with its signature checked (harness.comparison.known_issues.LAYOUT_BUGS).
+- Router choice (``mlp.gate.hook_expert_weights`` / ``hook_expert_indices``) and V2's
+  ``attn.q_a_layernorm.hook_normalized``: TL's adapters have no such hooks, so these rows are compared
+  against HF's modules (the ``hf`` reference) instead of the bridge.
 - Non-firing: ``attn.hook_k`` (TL: ``[k_nope | rope key repeated over heads]``) is concatenated
   inside the MLA backend, never at a module boundary; the scores and pattern are fused in the
   kernel and cannot be derived without that k.  In decode vLLM absorbs ``kv_b_proj`` into the
@@ -65,8 +72,16 @@ _NO_K = ("MLA: the full per-head key [k_nope | rope key] is concatenated inside 
 _NO_SCORES = ("vLLM's MLA attention kernel fuses QK^T, mask and softmax, and the full per-head key it would be "
               "derived from never crosses a module boundary (see attn.hook_k)")
 
+# TransformerLens 4.3.0's DeepSeek adapters have no router hooks, and V2's none on q_a_layernorm: those rows are
+# compared with HF's own modules instead (harness.references.reference: the router's (logits, top-k weights,
+# top-k ids) output, scattered and sorted as TL's router hooks hold them; the latent norm's output over its
+# weight), so every offered hook is gated
+_HF_ONLY = (("bridge", None), ("compat", None))
+_HF_ROUTER = tuple((f"mlp.gate.{h}", (*_HF_ONLY, ("hf", f"blocks.{{i}}.mlp.gate.{h}")))
+                   for h in ("hook_expert_weights", "hook_expert_indices"))
+
 DEEPSEEK_V3 = replace(
-    DECODER, name="deepseek_v3",
+    DECODER, name="deepseek_v3", references=_HF_ROUTER,
     attention=Attention(qkv_layout=MLA, rope_deinterleave_key="rope_interleave"),
     mlp=Mlp(kind=MOE, module="mlp", shared="shared_experts", routing=FROM_CONFIG), dense_layers="first_k_dense_replace",
     dense_mlp=Mlp(),
@@ -77,7 +92,9 @@ DEEPSEEK_V3 = replace(
 )
 # V2's HF rotary (complex numbers on adjacent pairs) keeps vLLM's order: no de-interleave
 DEEPSEEK_V2 = replace(DEEPSEEK_V3, name="deepseek_v2",
-                      attention=replace(DEEPSEEK_V3.attention, rope_deinterleave_key=None))
+                      attention=replace(DEEPSEEK_V3.attention, rope_deinterleave_key=None),
+                      references=(*_HF_ROUTER, ("attn.q_a_layernorm.hook_normalized",
+                                                (*_HF_ONLY, ("hf", "blocks.{i}.attn.q_a_layernorm.hook_normalized")))))
 
 
 class DeepseekV3Overlay(TreeOverlay):

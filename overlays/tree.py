@@ -52,7 +52,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from .base import (Conversion, Cols, DeInterleave, Derived, DropBatch, Heads, HookSpec, Mul, NonFiring, Overlay, Routing,
-                   SwapAxes, UnfoldNorm, config_get, expand_layers, hook_kind)
+                   SwapAxes, UnfoldNorm, config_get, expand_layers, hook_kind, layer_of)
 
 # qkv layouts
 FUSED = "fused"  # one projection returning [q | k | v] (k and v n_kv_heads * head_dim wide)
@@ -240,7 +240,8 @@ class Tree:
     # Non-firing hooks of the MoE kind (per-expert, routing) then list the sparse layers only.
     dense_layers: str | None = None
     dense_mlp: Mlp = Mlp()
-    # (hook kind, references) overrides, for hooks whose reference names differ (HookSpec.references)
+    # (hook kind, references) overrides, for hooks whose reference names differ (HookSpec.references);
+    # "{i}" in a name is the hook's layer
     references: tuple[tuple[str, References], ...] = ()
     nonfiring: tuple[NonFiring, ...] = ()
     cuda_graph_nonfiring: tuple[NonFiring, ...] = ()
@@ -416,7 +417,9 @@ class TreeOverlay(Overlay):
     # -- the builder ------------------------------------------------------------------------------------
     def _add(self, specs: dict[str, HookSpec], hook: str, module: str, read: str, convert: tuple, width: int,
              references: References = (), routing: Routing | None = None) -> None:
-        references = dict(self.tree.references).get(hook_kind(hook), references)
+        layer = layer_of(hook)  # a row's override names a per-layer hook as a template ("blocks.{i}....")
+        references = tuple((ref, name.replace("{i}", str(layer)) if name and layer is not None else name)
+                           for ref, name in dict(self.tree.references).get(hook_kind(hook), references))
         specs[hook] = HookSpec(module, read, (*self.tree.batch, *convert), width, references=references,
                                routing=routing)
 

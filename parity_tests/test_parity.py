@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.comparison import known_vllm_bugs
 from harness.comparison.known_issues import known_issue
 
 pytestmark = pytest.mark.parity
@@ -37,6 +38,12 @@ def test_parity(parity_case, parity_session):
     if issue is not None and row.passed:
         pytest.fail(f"{parity_case.model}: documented reference bug no longer reproduces ({row.hook} vs "
                     f"{row.reference} passes): retire it from harness/comparison/known_issues.py", pytrace=False)
+    bug = run.result.known_vllm_bug  # a declared vLLM bug's check in this run (harness.comparison.known_vllm_bugs)
+    if known_vllm_bugs.explains(bug, row.reference, row.status):
+        pytest.xfail(f"known vLLM bug (its signature holds in this run: {bug['why']}): {bug['reason']}")
+    if known_vllm_bugs.stale_at(bug, row.reference, row.hook):
+        pytest.fail(f"{parity_case.model}: {known_vllm_bugs.stale_message(bug)}"
+                    + ("" if row.passed else f"\n{row.message}"), pytrace=False)
     if row.status == "inconclusive":
         pytest.skip(f"NOT COMPARED (inconclusive): {row.message}")
     if not row.passed:

@@ -32,6 +32,7 @@ from harness.comparison.chaos import RESIDUAL_OUT, ChaoticToken, find_chaotic
 from harness.comparison.conversions import convert, left_out, stitch_calls
 from harness.comparison.derived import derive, ignore_common_mask
 from harness.comparison.gate import CROSS_REFERENCE, Band, Gate
+from harness.comparison.known_issues import regroup_layout
 from harness.comparison.nonfinite import NEG_INF_KINDS, describe, first_nonfinite
 from harness.comparison.logits import greedy_agreement, logit_rows
 from harness.comparison.rows import REFERENCE_ENGINE, Pairs, axes_of, compared_row, pairs_of
@@ -343,10 +344,13 @@ class _Evaluation:
             return compared_row(self.model, case, band, pairs, bad or ("" if pairs else
                                 f"{hook}: missing in TransformerBridge or HF"), pos_axis=self._pos_axis(hook))
         if ref == "bridge-ragged":
-            pairs, bad = self._checked(case, pairs_of(self.ragged(hook), self.refs.bridge, hook, n))
+            pairs, layout, stale = regroup_layout(self.gate.architecture, ref, hook,
+                                                  pairs_of(self.ragged(hook), self.refs.bridge, hook, n))
+            pairs, bad = self._checked(case, None if stale else pairs)
             pairs, note = self._without_left_out(hook, pairs)
-            return self._noted(note, compared_row(self.model, case, band, pairs, self.ragged_failed.get(hook, "") or bad,
-                                self.ragged_events, pos_axis=self._pos_axis(hook)))
+            return self._noted(" ".join(filter(None, (layout, note))), compared_row(
+                self.model, case, band, pairs, stale or self.ragged_failed.get(hook, "") or bad,
+                self.ragged_events, pos_axis=self._pos_axis(hook)))
         subj = self.value(hook)
         problem = self.failed.get(hook, "")
         if ref == "compat-processed":
@@ -359,11 +363,15 @@ class _Evaluation:
                                  f"{name!r} ({self.refs.meta.get('processed_error', 'not captured')})"),
             "hf": (self.refs.hf, f"{hook}: HF forward hooks did not capture it"),
         }[ref]
-        pairs, bad = self._checked(case, None if problem else pairs_of(subj, store, name, n))
+        pairs, layout, stale = regroup_layout(self.gate.architecture, ref, hook,
+                                              None if problem else pairs_of(subj, store, name, n))
+        problem = problem or stale  # a documented reference layout bug that no longer holds: an error
+        pairs, bad = self._checked(case, None if problem else pairs)
         pairs, note = self._without_left_out(hook, pairs)
         events = self.processed_events if ref == "compat-processed" else self.events
-        return self._noted(note, compared_row(self.model, case, band, pairs, problem or bad or ("" if pairs else missing),
-                                              events, pos_axis=self._pos_axis(hook)))
+        return self._noted(" ".join(filter(None, (layout, note))), compared_row(
+            self.model, case, band, pairs, problem or bad or ("" if pairs else missing), events,
+            pos_axis=self._pos_axis(hook)))
 
     @staticmethod
     def _noted(note: str, row: HookResult) -> HookResult:

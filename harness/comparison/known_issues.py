@@ -73,6 +73,60 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class LayoutBug:
+    """A reference that holds a hook's numbers in a wrong head layout: the same values per token, split into
+    other heads.  The row is compared after regrouping the reference into vLLM's layout (a reshape of each
+    token's row: the same numbers, in the same order), the note naming the bug.  Its signature, checked on every
+    row it covers: the reference's shape differs from the subject's with the same token count and the same
+    numbers per token.  Where the shapes agree the bug is gone and the row is an error saying to retire the
+    entry; where they differ otherwise the shape mismatch stands."""
+
+    architectures: tuple[str, ...]
+    references: tuple[str, ...]
+    template: str
+    reason: str
+
+    def covers(self, architecture: str, reference: str, hook: str) -> bool:
+        return architecture in self.architectures and reference in self.references and matches(self.template, hook)
+
+
+def _regroupable(subject: torch.Tensor, reference: torch.Tensor) -> bool:
+    return (subject.shape != reference.shape and subject.dim() >= 1 and reference.dim() >= 1
+            and subject.shape[0] == reference.shape[0] and subject.numel() == reference.numel())
+
+
+LAYOUT_BUGS: tuple[LayoutBug, ...] = (
+    LayoutBug(
+        ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"), ("bridge", "compat", "bridge-ragged"),
+        "blocks.{i}.attn.hook_z",
+        "TransformerLens 4.3.0 bug: its DeepSeek attention bridge splits o_proj's input into heads of the config's "
+        "head_dim, which HF sets to qk_rope_head_dim, instead of v_head_dim (n_heads x v_head_dim columns), so its "
+        "hook_z has the wrong head count wherever the two differ (every released DeepSeek-V2/V3 and Kimi-K2: 64 "
+        "against 128); regrouped per token into vLLM's n_heads x v_head_dim",
+    ),
+)
+
+
+def regroup_layout(architecture: str, reference: str, hook: str, pairs):
+    """``(pairs, note, stale)`` for a row a :class:`LayoutBug` covers: the pairs with each reference regrouped
+    into its subject's shape and the note that says so, where the signature holds on every pair; ``stale``
+    (an error message) where the reference already has the subject's shape.  Unchanged pairs and empty
+    strings where no entry covers the row or the shapes differ some other way."""
+    bug = next((b for b in LAYOUT_BUGS if b.covers(architecture, reference, hook)), None)
+    if bug is None or not pairs:
+        return pairs, "", ""
+    if all(s.shape == r.shape for s, r in pairs):
+        return pairs, "", (f"{hook} vs {reference}: documented reference layout bug no longer reproduces (the "
+                           f"reference's shape {tuple(pairs[0][1].shape)} is vLLM's): retire it from "
+                           f"harness/comparison/known_issues.py LAYOUT_BUGS ({bug.reason[:80]}...)")
+    if not all(_regroupable(s, r) for s, r in pairs):
+        return pairs, "", ""
+    shapes = f"{tuple(pairs[0][1].shape)} -> {tuple(pairs[0][0].shape)}"
+    return ([(s, r.reshape(s.shape)) for s, r in pairs],
+            f"[reference layout bug, its signature holds ({shapes}): {bug.reason}]", "")
+
+
 def known_issue(architecture: str, reference: str, hook: str) -> KnownIssue | None:
     for issue in KNOWN_ISSUES:
         if issue.architecture == architecture and reference in issue.references and matches(issue.template, hook):

@@ -3,9 +3,13 @@
 
 Contract: :func:`summarize` is the rule; harness.pipeline.runner.run_model applies it once, when the
 run ends (a failed or refused run included), and stores it in the result (``ModelResult.summary``).
-Reports, the support matrix, the CLI's exit status and the pytest plugin read that stored summary
-through :func:`summary_of` and never decide a verdict themselves.  Rows are read, not re-gated: each
-row's status and margin were decided by harness.comparison.gate.Gate.finalize.
+Reports, the support matrix, the CLI's exit status (:func:`fails_run`) and the pytest plugin read that
+stored summary through :func:`summary_of` and never decide a verdict themselves.  A declared known vLLM
+bug (harness.comparison.known_vllm_bugs) whose signature held leaves the verdict ``fail``, named
+(``known_vllm_bug``), and does not fail the run; one whose signature did not hold is stale
+(``stale_vllm_bug``): the run's rows decide ``fail`` as ever, and a run they would pass is an ``error``.
+Rows are read, not re-gated: each row's status and margin were decided by
+harness.comparison.gate.Gate.finalize.
 
 Trap: a result written before summaries were stored (an older report file) has none; :func:`summary_of`
 summarizes it here, by the same rule, and says so (``computed_on_read``).
@@ -15,6 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from harness.comparison.known_vllm_bugs import stale_message
+
 VERDICTS = ("pass", "partial", "fail", "error", "skipped")
 
 
@@ -23,8 +29,11 @@ def summarize(result: dict) -> dict:
     (at least one vLLM-vs-reference row compared it and passed or failed: not inconclusive, not
     explained by a reference bug) and no row failed or errored; ``partial`` when some hooks were
     not gated (listed in ``ungated_hooks``); ``fail`` when a row failed; ``error`` when a row or
-    the run could not be compared, or nothing was; ``skipped`` for a declared vLLM refusal."""
+    the run could not be compared, or nothing was, or a declared known vLLM bug did not show;
+    ``skipped`` for a declared vLLM refusal."""
     rows = result.get("rows", [])
+    bug = result.get("known_vllm_bug") or {}  # the run's check of a declared vLLM bug (known_vllm_bugs)
+    stale = bool(bug) and not bug.get("holds")
     known = [r for r in rows if r.get("known_issue") and r["status"] != "pass"]
     inconclusive = sum(r["status"] == "inconclusive" for r in rows)
     gated = [r for r in rows if r["kind"] != "argmax" and not r.get("known_issue") and r["status"] in ("pass", "fail")]
@@ -44,6 +53,8 @@ def summarize(result: dict) -> dict:
         verdict = "error"  # an engine failed, or nothing was compared (an overlay with no hooks)
     elif failed:
         verdict = "fail"
+    elif stale:  # the rows would pass (or be partial): what the declaration hides now runs
+        verdict = "error"
     elif errors:
         verdict = "error"
     elif ungated:
@@ -65,7 +76,18 @@ def summarize(result: dict) -> dict:
         "worst_where": f"{worst['hook']} vs {worst['reference']}" if worst else None,
         "selection": result.get("selected_hooks") is not None,
         "verdict": verdict,
+        "known_vllm_bug": bug["name"] if bug.get("holds") else None,
+        "stale_vllm_bug": stale_message(bug) if stale else None,
     }
+
+
+def fails_run(summary: dict) -> bool:
+    """Whether this verdict fails ``python -m harness run`` (exit status 1): ``fail`` and ``error`` do,
+    except a ``fail`` a declared known vLLM bug explains (its signature held and no row errored: an error
+    row is never explained); ``partial`` and ``skipped`` do not."""
+    if summary["verdict"] not in ("fail", "error"):
+        return False
+    return not (summary["verdict"] == "fail" and summary.get("known_vllm_bug") and not summary["errors"])
 
 
 def stored_margin(row: dict) -> float:

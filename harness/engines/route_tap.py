@@ -12,7 +12,8 @@ the worker's hooks read (overlays: ``mlp.gate.hook_expert_weights`` is ``out[0]`
 * ``out[0]``: the weights as TransformerLens's router bridge holds them, ``[T, n_experts]``: each
   chosen expert's weight at its id -- the factor its output is multiplied by, so times the runner's
   ``routed_scaling_factor`` where vLLM applies that to the routed output rather than to the weights
-  (GLM-4-MoE) -- and 0 elsewhere;
+  (GLM-4-MoE, DeepSeek; which object holds that factor moved between vLLM lines:
+  harness.engines.vllm_compat.routed_output_scale) -- and 0 elsewhere;
 * ``out[1]``: the chosen ids, ``[T, k]``, sorted ascending per token -- the canonical order
   (harness.vocab.hook_rules.SORTED_KINDS): which experts, not in which order the kernel listed them.
 
@@ -31,6 +32,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from harness.engines.vllm_compat import routed_output_scale
 
 TAP = "vp_route"
 
@@ -67,8 +70,9 @@ def install(runner: torch.nn.Module) -> bool:
     if n_experts <= 0:
         return False
     # where the runner scales the routed output instead of the weights (vLLM's routed_scaling_factor with
-    # apply_routed_scale_to_output: GLM-4-MoE), the weight each expert's output is multiplied by is both
-    tap = RouteTap(n_experts, float(getattr(runner, "routed_scaling_factor", 1.0) or 1.0))
+    # apply_routed_scale_to_output: GLM-4-MoE, DeepSeek), the weight each expert's output is multiplied by is
+    # both; which object holds that scale is a fact of the vLLM line (vllm_compat.routed_output_scale)
+    tap = RouteTap(n_experts, routed_output_scale(runner))
     runner.add_module(TAP, tap)
     select = router.select_experts
 

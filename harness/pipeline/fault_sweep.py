@@ -49,11 +49,7 @@ class Baseline:
     @property
     def order(self) -> list[str]:
         """Every compared hook in forward order (derived hooks after their last input)."""
-        hooks = [h for h in self.plan.compared_hooks if h not in self.plan.derived]
-        for name, d in self.plan.derived.items():
-            after = max((hooks.index(i) for i in d.inputs if i in hooks), default=len(hooks) - 1)
-            hooks.insert(after + 1, name)
-        return hooks
+        return self.plan.forward_order
 
 
 @dataclass

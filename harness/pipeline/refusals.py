@@ -26,6 +26,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
+from harness.engines import mla_backends
 from harness.engines.subject import SubjectKilled, capture_vllm, launch_subject
 from harness.models.targets import Target
 from harness.paths import RUNS_ROOT
@@ -40,9 +41,22 @@ def applies(target: Target, variant: Variant) -> bool:
     return target.refused is not None and variant.device in target.refused.devices
 
 
+def declared_dtype_refusal(target: Target, variant: Variant) -> str | None:
+    """Why vLLM is declared to refuse ``variant``'s dtype for ``target``: the family row's own declaration
+    (``ModelSpec.unsupported_dtypes``), else, for a model that uses MLA, its MLA backend's
+    (harness.engines.mla_backends: AMX_MLA and CUDA take no fp32), named with the backend; else None."""
+    if variant.dtype in target.unsupported_dtypes:
+        return target.unsupported_dtypes[variant.dtype]
+    if target.refused is None and mla_backends.uses_mla(target.hf_config):
+        why = mla_backends.declared_refusal(variant.mla_backend, variant.dtype)
+        if why is not None:
+            return f"{why} (MLA backend {variant.mla_backend} on {variant.device})"
+    return None
+
+
 def recheck_dtype(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
                   engine_timeout_s: float = 900) -> None:
-    declared = target.unsupported_dtypes[variant.dtype]
+    declared = declared_dtype_refusal(target, variant)
     said = _boot_refusal(target, variant, result, work_root, engine_timeout_s,
                          pick=lambda text: next((line.strip() for line in text.splitlines()
                                                  if "support" in line and variant.dtype in line), None))
@@ -50,7 +64,8 @@ def recheck_dtype(target: Target, variant: Variant, result: ModelResult, work_ro
         return
     if said is None:
         result.error = (f"declared refusal no longer holds: vLLM accepted {variant.dtype} for {target.name} "
-                        f"(declared: {declared}); remove it from the family row in harness/models/families.py")
+                        f"(declared: {declared}); remove it from the family row in harness/models/families.py "
+                        "or the MLA backend's row in harness/engines/mla_backends.py")
         return
     result.skipped = f"{variant.dtype} not run: {declared} (re-checked: vLLM still refuses: {said[:300]})"
 
@@ -97,7 +112,8 @@ def _boot_refusal(target: Target, variant: Variant, result: ModelResult, work_ro
         capture_vllm(target.checkpoint, dtype=variant.dtype, prompts=[[1, 2]], reads=[], params=[],
                      vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
                      full_logprobs=False, env=variant.subject_env, enforce_eager=True, device=variant.device,
-                     tp=variant.tp, ragged=False, timeout_s=engine_timeout_s)
+                     tp=variant.tp, ragged=False, timeout_s=engine_timeout_s,
+                     llm_overrides=mla_backends.llm_overrides(target.hf_config, variant.mla_backend))
     except SubjectKilled as exc:  # its work folder is kept, with the log
         result.error = f"{type(exc).__name__}: {exc}"
         return None
@@ -123,4 +139,4 @@ def probe_ops(device: str, ops: tuple[str, ...], work_root: str = "") -> dict:
     return answer
 
 
-__all__ = ["applies", "probe_ops", "recheck_architecture", "recheck_dtype"]
+__all__ = ["applies", "declared_dtype_refusal", "probe_ops", "recheck_architecture", "recheck_dtype"]

@@ -7,6 +7,8 @@ engine crash becomes ``ModelResult.error`` so the other models' results survive.
 A declared vLLM refusal (a dtype, or the architecture on this device) is re-checked and returned
 ``skipped`` without a parity run (harness.pipeline.refusals); so is a serving shape an encoder declares
 not applicable (overlays.base.Encoder.not_applicable: no engine is booted, the reason is the report's).
+A declared known vLLM bug that applies to the variant is checked against the run's rows before the verdict
+is decided (harness.comparison.known_vllm_bugs; stored as ``ModelResult.known_vllm_bug``).
 How the run is carried out (the engine timeout, stored references) is one
 :class:`~harness.values.settings.RunSettings`, not a variant axis.
 
@@ -43,6 +45,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from overlays.base import DropBatch
+from harness.comparison import known_vllm_bugs
 from harness.comparison.evaluate import evaluate
 from harness.comparison.verdict import summarize
 from harness.comparison.gate import Gate
@@ -61,6 +64,7 @@ from harness.values.plan import Plan, build_plan
 from harness.values.results import ModelResult, ModelRun
 from harness.values.settings import RunSettings
 from harness.values.variant import Variant
+from harness.engines import mla_backends
 from harness.references.reference import capture_references, tf32_floors
 from harness.comparison.tolerances import TORCH_DTYPES
 
@@ -102,7 +106,7 @@ def capture_subject(target: Target, variant: Variant, plan: Plan, prompts: list[
         vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
         full_logprobs=logprob_k(target.vocab_size) is None, env=env, enforce_eager=not variant.compiled,
         device=variant.device, tp=variant.tp, timeout_s=engine_timeout_s, serving=variant.serving,
-        executor=variant.executor,
+        executor=variant.executor, llm_overrides=mla_backends.llm_overrides(target.hf_config, variant.mla_backend),
         row_dims={s.raw_key: 1 for s in plan.specs.values() if s.convert and isinstance(s.convert[0], DropBatch)},
         **encoder_inputs(plan, prompts),
     )
@@ -288,7 +292,7 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
             if refusals.applies(target, variant):
                 with phases("refusal_recheck"):
                     refusals.recheck_architecture(target, variant, result, work_root, engine_timeout_s)
-            elif variant.dtype in target.unsupported_dtypes:
+            elif refusals.declared_dtype_refusal(target, variant) is not None:
                 with phases("refusal_recheck"):
                     refusals.recheck_dtype(target, variant, result, work_root, engine_timeout_s)
             elif (why := not_applicable(target, variant)) is not None:
@@ -299,7 +303,13 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
         result.timings = {**result.timings, "phases": phases.seconds, "peak_memory": peak_memory(),
                           "memory": memory.summary()}
         result.wall_s = time.perf_counter() - t0
-        result.summary = summarize(result.to_dict())  # the model's verdict, decided once, here
+        d = result.to_dict()
+        bug = getattr(target, "known_vllm_bug", None)
+        if bug is not None and bug.applies(variant.dtype, variant.device) and not result.skipped:
+            # a declared vLLM bug: does its signature hold in this run's rows? (known_vllm_bugs)
+            order = run.plan.forward_order if run.plan is not None else None
+            result.known_vllm_bug = d["known_vllm_bug"] = known_vllm_bugs.check(bug, d["rows"], order).to_dict()
+        result.summary = summarize(d)  # the model's verdict, decided once, here
     return run
 
 

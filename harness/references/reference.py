@@ -339,6 +339,38 @@ def _ssm_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tenso
             mixer.norm.register_forward_hook(norm, with_kwargs=True)]
 
 
+def _router_choice_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tensor]) -> list:
+    """A router whose output is HF's ``(logits, top-k weights, top-k ids)`` (DeepSeek-V2/V3's ``mlp.gate``; any
+    other layer: none), hooked as TransformerLens's router hooks hold the choice, for the rows its bridge lacks
+    (overlays/deepseek.py): ``mlp.gate.hook_expert_weights`` ``[T, n_experts]`` (each chosen expert's weight --
+    HF's, ``routed_scaling_factor`` included -- at its id, 0 elsewhere) and ``mlp.gate.hook_expert_indices``
+    (the ids, sorted by :func:`reference_to_canonical`)."""
+    gate = getattr(getattr(layer, "mlp", None), "gate", None)
+    if not isinstance(gate, torch.nn.Module):
+        return []
+
+    def hook(mod, args, out):
+        if not (isinstance(out, tuple) and len(out) == 3 and not out[2].is_floating_point()):
+            return
+        logits, weights, ids = (t.reshape(-1, t.shape[-1]) for t in out)
+        dense = torch.zeros(logits.shape, dtype=weights.dtype, device=weights.device).scatter_(1, ids.long(), weights)
+        caps[f"blocks.{i}.mlp.gate.hook_expert_weights"] = dense.detach().clone()[None]
+        caps[f"blocks.{i}.mlp.gate.hook_expert_indices"] = ids.detach().clone()[None]
+    return [gate.register_forward_hook(hook)]
+
+
+def _latent_norm_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tensor]) -> list:
+    """MLA's q latent norm (DeepSeek's ``self_attn.q_a_layernorm``; any other layer: none), as TL's
+    ``hook_normalized``: HF's output over its weight, the un-fold vLLM's side gets too (overlays/deepseek.py)."""
+    norm = getattr(getattr(layer, "self_attn", None), "q_a_layernorm", None)
+    if not isinstance(norm, torch.nn.Module) or getattr(norm, "weight", None) is None:
+        return []
+
+    def hook(mod, args, out):
+        caps[f"blocks.{i}.attn.q_a_layernorm.hook_normalized"] = (out / mod.weight).detach().clone()
+    return [norm.register_forward_hook(hook)]
+
+
 def _mamba1_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tensor]) -> list:
     """A Mamba-1 layer's mixer (a ``mixer`` with ``in_proj``, ``x_proj`` and ``out_proj``; any other layer:
     none), hooked under TransformerBridge's names (overlays/mamba.py): ``mixer.hook_in`` / ``hook_out``,
@@ -378,6 +410,8 @@ def _hf_run(model, tokens: list[int], device: str, n_layers: int,
         handles.append(layer.register_forward_hook(post, with_kwargs=True))
         handles += _ssm_mixer_hooks(layer, i, caps)
         handles += _mamba1_mixer_hooks(layer, i, caps)
+        handles += _router_choice_hooks(layer, i, caps)
+        handles += _latent_norm_hooks(layer, i, caps)
     handles.append(model.get_input_embeddings().register_forward_hook(
         lambda mod, args, out: caps.__setitem__("embed.hook_out", out.detach().clone())))
     try:

@@ -2,8 +2,8 @@
 
 Contract: every number shown is one the result holds (the rows' statistics and the margins the gate
 stored, the summary the run stored: harness.comparison.verdict.summary_of); nothing is decided here.
-Sections, in order: verdict and header table, prompts, skip / error, the hook rows and failures,
-routing flips, chaotic tokens, serving, non-firing hooks, timings.
+Sections, in order: verdict (and a declared known vLLM bug: held, or stale) and header table, prompts,
+skip / error, the hook rows and failures, routing flips, chaotic tokens, serving, non-firing hooks, timings.
 Trap: the report phase's own time is in the timings table only when harness.reporting.report.write_report
 added it before rendering.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from harness.comparison.known_vllm_bugs import explains
 from harness.comparison.verdict import stored_margin, summary_of
 
 def _finite(x: Any) -> bool:
@@ -87,6 +88,19 @@ def to_markdown(result: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def _vllm_bug(result: dict, s: dict) -> list[str]:
+    """A declared known vLLM bug that applies to this run (harness.comparison.known_vllm_bugs): held, or stale."""
+    bug = result.get("known_vllm_bug")
+    if not bug:
+        return []
+    if s.get("known_vllm_bug"):
+        return [f"**Known vLLM bug** (declared in harness/models/families.py; its signature holds in this run: "
+                f"{bug['why']}): {bug['reason']}. The failing vLLM rows below are this bug's"
+                + (f"; the {s['errors']} rows that error are not, and fail the run." if s["errors"] else "; "
+                   "the run is ❌ and does not fail `python -m harness run`."), ""]
+    return [f"**Stale declaration**: {s.get('stale_vllm_bug')}", ""]
+
+
 def _header(result: dict, s: dict) -> list[str]:
     """The verdict, what was gated, the header table and the prompts."""
     v = result.get("versions", {})
@@ -99,6 +113,7 @@ def _header(result: dict, s: dict) -> list[str]:
         f"{_fmt(s.get('worst_margin'), '.3f')}: relative error {_fmt(s['worst_rel_err'])} ({s['worst_where']})"
         + _worst_text(result, s) + ".",
         "",
+        *_vllm_bug(result, s),
         f"**Gated {s['hooks_gated']}/{s['hooks_compared']} hooks** (compared against at least one reference and "
         "decided pass or fail; an inconclusive row is *not compared*, never a pass)"
         + (f"; not gated: {', '.join(s['ungated_hooks'][:20])}{' ...' if len(s['ungated_hooks']) > 20 else ''}"
@@ -170,9 +185,12 @@ def _hook_rows(result: dict) -> list[str]:
     if lm:
         out += ["", "Logits vs HF: " + ", ".join(f"{k} {_fmt(v, '.3g')}" for k, v in lm.items()) + "."]
     failing = [r for r in result.get("rows", []) if r["status"] != "pass"]
+    bug = result.get("known_vllm_bug")
     if failing:
         out += ["", "### Failures", ""] + [
             f"- {r['message']}" + (f" — **known reference bug**: {r['known_issue']}" if r.get("known_issue") else "")
+            + (" — **known vLLM bug**" if not r.get("known_issue") and explains(bug, r["reference"], r["status"])
+               else "")
             + (f" — text there: {_code(ctx)}" if (ctx := row_context(result, r)) else "")
             for r in failing]
     return out

@@ -9,6 +9,9 @@ shards merge simply by sitting in the same folder, or by passing several folders
 (``report_dir`` a list; ``python -m harness matrix --report-dir A --report-dir B --out DIR``):
 the matrix is then written to ``out_dir`` and each row's ``report`` path is relative to it.
 
+A run a declared known vLLM bug explains (its signature held: harness.comparison.known_vllm_bugs) stays
+❌, its cell naming the bug; a stale declaration's message is in its cell too.
+
 Trap: two folders holding a report of the same model and variant (``<model>/<stem>.json``):
 the later folder's wins, and the matrix lists the one it replaced (a re-run shard's folder
 goes last).
@@ -80,6 +83,8 @@ def build_matrix(report_dir: Folders, relative_to: Path | None = None) -> list[d
             "verdict": s["verdict"], "report": os.path.relpath(path, base),
             "known_issues": s.get("known_issues", 0), "inconclusive": s.get("inconclusive", 0),
             "skipped": r.get("skipped"),
+            # a declared known vLLM bug whose signature held (its name), or the stale declaration's message
+            "known_vllm_bug": s.get("known_vllm_bug"), "stale_vllm_bug": s.get("stale_vllm_bug"),
             "error": (r.get("error") or "").strip().splitlines()[0] if r.get("error") else None,
         })
     return rows
@@ -105,6 +110,10 @@ def to_markdown(rows: list[dict]) -> str:
                    "skipped": "⏭ skipped"}[r["verdict"]]
         if r.get("skipped"):
             verdict += f": {r['skipped']}"
+        if r.get("known_vllm_bug"):
+            verdict += f" — known vLLM bug: {r['known_vllm_bug']} (its signature held in this run; see report)"
+        if r.get("stale_vllm_bug"):
+            verdict += f" — stale: {r['stale_vllm_bug'][:160]}"
         if r.get("error"):
             verdict += f": {r['error'][:80]}"
         if r.get("inconclusive"):
@@ -142,6 +151,10 @@ def to_grid(rows: list[dict]) -> str:
                 c += f" gated {r['hooks_gated']}/{r['hooks_compared']}"
             if r.get("inconclusive"):
                 c += f" ({r['inconclusive']} inc.)"
+            if r.get("known_vllm_bug"):
+                c += " known vLLM bug"
+            elif r.get("stale_vllm_bug"):
+                c += " stale vLLM-bug declaration"
             cells.append(c)
         out.append(f"| {fam} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"

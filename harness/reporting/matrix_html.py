@@ -225,6 +225,12 @@ def _summary_cells(row: dict) -> str:
     return "".join(f'<td class="num">{v}</td>' if i == 7 else f"<td>{v}</td>" for i, v in enumerate(vals))
 
 
+def _verdict_title(row: dict, verdict: str) -> str:
+    bug = row.get("known_vllm_bug")
+    return (row.get("error") or row.get("skipped") or (bug and f"known vLLM bug: {bug}")
+            or row.get("stale_vllm_bug") or verdict)
+
+
 def to_html(rows: list[dict], reports: Mapping[str, dict]) -> str:
     """The whole page for matrix ``rows``; ``reports`` keyed by each row's ``report`` path."""
     reps = [reports.get(r.get("report") or "", {}) for r in rows]
@@ -237,7 +243,8 @@ def to_html(rows: list[dict], reports: Mapping[str, dict]) -> str:
         verdict = row.get("verdict", "error")
         tr = [f'<tr class="v-{_e(verdict)}" data-family="{_e(row.get("model"))}" data-variant="{_e(row.get("variant"))}">',
               f"<th scope=\"row\">{_e(row.get('model'))}</th><td>{_e(row.get('variant'))}</td>",
-              f'<td class="verdict" title="{_e(row.get("error") or row.get("skipped") or verdict)}">{_e(verdict)}</td>']
+              f'<td class="verdict" title="{_e(_verdict_title(row, verdict))}">{_e(verdict)}'
+              + (" (known vLLM bug)" if row.get("known_vllm_bug") else "") + "</td>"]
         by_kind: dict[str, list[dict]] = {}
         for r in rep.get("rows", []):
             by_kind.setdefault(r["kind"], []).append(r)

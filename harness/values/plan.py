@@ -21,7 +21,7 @@ from overlays.base import Derived, Encoder, HookSpec, NonFiring, SwapAxes, confi
 from harness.values.selection import HookSelection
 from harness.vocab.hook_names import compat_alias, hf_hook
 from harness.vocab.hook_rules import GATE, heads_first, processed_hook
-from harness.vocab.hooks import expand_layers, hook_kind, layer_of
+from harness.vocab.hooks import expand_layers, hook_kind, layer_of, template_of
 
 LOGIT_CASES = (("hf", "logprobs", "log_softmax(logits)"), ("hf", "argmax", "argmax(logits)"))
 
@@ -154,6 +154,16 @@ class Plan:
         """Every hook with at least one row (the logit rows excluded), in row order."""
         return list(dict.fromkeys(c.hook for c in self.cases if c.hook not in ("logprobs", "argmax")))
 
+    @property
+    def forward_order(self) -> list[str]:
+        """Every compared hook in forward order: the overlay's order, each derived hook (attention scores /
+        pattern) right after the last hook it is computed from, not at the end where its rows sit."""
+        hooks = [h for h in self.compared_hooks if h not in self.derived]
+        for name, d in self.derived.items():
+            after = max((hooks.index(i) for i in d.inputs if i in hooks), default=len(hooks) - 1)
+            hooks.insert(after + 1, name)
+        return hooks
+
     def pos_axis(self, hook: str) -> int:
         """The token axis of ``hook``'s canonical value (a canonical or compatibility-mode name): 1 for
         heads-first values -- attention scores and patterns ``[heads, query, key]``, reads the overlay
@@ -207,6 +217,7 @@ def offered(target, variant) -> tuple[dict[str, HookSpec], dict[str, Derived], l
             specs = {h: s for h, s in specs.items() if h not in gone}
             derived = {h: d for h, d in derived.items() if h not in gone and not gone & set(d.inputs)}
             nonfiring = nonfiring + [nf]
+    specs, derived, nonfiring = _backend_uncalled(cfg, variant, specs, derived, nonfiring)
     from harness.engines.serving import SCHEMES
 
     if SCHEMES[variant.serving].stitched:
@@ -217,6 +228,24 @@ def offered(target, variant) -> tuple[dict[str, HookSpec], dict[str, Derived], l
                                               "logits processor runs on each step's sampled rows only; the "
                                               "distribution is compared through the log-prob rows") for h in sorted(per_row)]
     return specs, derived, nonfiring
+
+
+def _backend_uncalled(cfg, variant, specs: dict[str, HookSpec], derived: dict[str, Derived],
+                      nonfiring: list[NonFiring]):
+    """An MLA model's hooks read at modules its MLA backend never calls (harness.engines.mla_backends:
+    ``kv_b_proj`` outside CPU_MLA) move from offered to non-firing, with the backend's reason."""
+    from harness.engines import mla_backends
+
+    if not mla_backends.uses_mla(cfg):
+        return specs, derived, nonfiring
+    uncalled = mla_backends.uncalled_modules(variant.mla_backend)
+    gone = {h for h, s in specs.items() if s.module.rsplit(".", 1)[-1] in uncalled}
+    if not gone:
+        return specs, derived, nonfiring
+    reason = mla_backends.BACKENDS[variant.mla_backend].uncalled_reason
+    return ({h: s for h, s in specs.items() if h not in gone},
+            {h: d for h, d in derived.items() if not gone & set(d.inputs)},
+            nonfiring + [NonFiring(t, reason) for t in sorted({template_of(h) for h in gone})])
 
 
 def select_hooks(specs: dict[str, HookSpec], derived: dict[str, Derived], hooks: set[str]

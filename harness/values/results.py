@@ -91,6 +91,9 @@ class ModelResult:
     chaotic_tokens: list[dict] = field(default_factory=list)  # harness.comparison.chaos: set aside, with why
     selected_hooks: list[str] | None = None  # selective capture: the hooks asked for (None: all offered)
     skipped: str | None = None  # this (model, dtype) is not run, and why (a declared vLLM refusal)
+    # a declared known vLLM bug that applies to this run, and whether its signature held in the rows
+    # (harness.comparison.known_vllm_bugs.VllmBugCheck.to_dict); None where none applies
+    known_vllm_bug: dict | None = None
     error: str | None = None
     wall_s: float = 0.0
     fingerprint: str | None = None  # code, checkpoint, variant, versions (harness.values.fingerprint)

@@ -24,6 +24,11 @@ Traps:
   alone, one prefill step, one token) or a serving shape -- ``prefix-cache``, ``chunked``,
   ``decode``, ``preempt`` -- whose captures are stitched by position back into one tensor per
   prompt, so every comparison downstream is the same.
+- ``mla_backend``: the MLA attention backend (harness.engines.mla_backends) for a model that uses MLA
+  (DeepSeek, Kimi); ``auto`` resolves to ``CPU_MLA`` on a CPU -- requested explicitly, since vLLM would
+  otherwise take ``AMX_MLA`` on an AMX machine only -- and to vLLM's own pick on CUDA.  ``AMX_MLA`` is a
+  kernel path of its own (``-amx-mla`` in names), refused before a boot on a CPU without AMX.  Models
+  without MLA ignore it.
 - ``pp`` is declared so reports can name it; one pipeline stage is driven today.
 - ``executor``: vLLM's ``distributed_executor_backend``, ``mp`` (vLLM's default: one process per
   rank on this host) or ``ray`` (vLLM's own Ray executor: ranks on the nodes of a Ray cluster).
@@ -76,11 +81,18 @@ class Variant:
     pp: int = 1
     serving: str = "single"  # harness.engines.serving.SCHEMES
     executor: str = "mp"  # vLLM's distributed_executor_backend: EXECUTORS
+    mla_backend: str = "auto"  # harness.engines.mla_backends.BACKENDS (MLA models only); auto: the device's
+
+    def __post_init__(self) -> None:
+        if self.mla_backend == "auto":  # the device's default, however the variant was built
+            from harness.engines.mla_backends import DEFAULT
+
+            object.__setattr__(self, "mla_backend", DEFAULT.get(self.device, "auto"))
 
     @classmethod
     def make(cls, dtype: str = "float32", device: str = "cpu", precision: str = "ieee", compiled: bool = False,
              tp: int = 1, subject: str = "vllm", runner: str = "auto", pp: int = 1,
-             serving: str = "single", executor: str = "mp") -> "Variant":
+             serving: str = "single", executor: str = "mp", mla_backend: str = "auto") -> "Variant":
         if dtype not in DTYPES:
             raise VariantError(f"--dtype {dtype!r}: supported: {', '.join(DTYPES)}")
         if precision not in PRECISIONS:
@@ -110,13 +122,20 @@ class Variant:
                                "device by this harness; drop --tp or use --subject vllm")
         device = resolve_device(device)
         _check_executor(executor, device, subject)
+        from harness.engines import mla_backends
+
+        try:
+            mla_backend = mla_backends.resolve(mla_backend, device)
+            mla_backends.check_available(mla_backend)
+        except mla_backends.MlaBackendError as exc:
+            raise VariantError(str(exc)) from None
         if not (device == "cuda" and dtype == "float32"):
             precision = "ieee"  # the matmul precision means something for CUDA fp32 only
         if runner == "auto":
             from harness.engines.vllm_compat import default_runner
 
             runner = default_runner(device)
-        return cls(dtype, device, precision, bool(compiled), tp, subject, runner, pp, serving, executor)
+        return cls(dtype, device, precision, bool(compiled), tp, subject, runner, pp, serving, executor, mla_backend)
 
     def derive(self, **changes) -> "Variant":
         """This variant with ``changes``, through :meth:`make` again (its rules, e.g. precision, reapply)."""
@@ -152,13 +171,22 @@ class Variant:
             info["executor"] = self.executor
         if self.serving != "single":
             info["serving"] = self.serving
+        if not self.default_mla_backend:
+            info["mla_backend"] = self.mla_backend
         return info
+
+    @property
+    def default_mla_backend(self) -> bool:
+        from harness.engines.mla_backends import DEFAULT
+
+        return self.mla_backend == DEFAULT.get(self.device)
 
     @property
     def axes_suffix(self) -> str:
         """``-v2``, ``-decode``, ``-v2-prefix-cache``: the serving axes where they are not the
         default shape (V1 runner, single prompts), in names and file stems."""
-        return ("-v2" if self.runner == "v2" else "") + ("" if self.serving == "single" else f"-{self.serving}")
+        return (("-v2" if self.runner == "v2" else "") + ("" if self.serving == "single" else f"-{self.serving}")
+                + ("" if self.default_mla_backend else f"-{self.mla_backend.lower().replace('_', '-')}"))
 
     @property
     def device_dtype(self) -> str:
@@ -193,7 +221,8 @@ class Variant:
                 + (f", tp {self.tp}" if self.tp > 1 else "")
                 + (f", executor {self.executor}" if self.executor != "mp" else "")
                 + (", runner v2" if self.runner == "v2" else "")
-                + ("" if self.serving == "single" else f", serving {self.serving}"))
+                + ("" if self.serving == "single" else f", serving {self.serving}")
+                + ("" if self.default_mla_backend else f", MLA backend {self.mla_backend}"))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -206,7 +235,8 @@ class Variant:
         precision = info.get("precision", "ieee") if device == "cuda" and result["dtype"] == "float32" else "ieee"
         return cls(result["dtype"], device, precision, bool(result.get("compiled")),
                    int(info.get("tp", 1) or 1), result.get("subject", "vllm"), info.get("runner", "v1"),
-                   serving=info.get("serving", "single"), executor=info.get("executor", "mp"))
+                   serving=info.get("serving", "single"), executor=info.get("executor", "mp"),
+                   mla_backend=info.get("mla_backend", "auto"))
 
 
 def _check_executor(executor: str, device: str, subject: str) -> None:
@@ -234,7 +264,7 @@ def split_list(text: str | None) -> list[str]:
 
 def variants(dtypes: list[str], device: str, precisions: list[str], modes: list[str], tp: int = 1,
              subject: str = "vllm", runners: list[str] = ("auto",), servings: list[str] = ("single",),
-             executor: str = "mp") -> list[Variant]:
+             executor: str = "mp", mla_backend: str = "auto") -> list[Variant]:
     """Every variant a run asks for, in run order (compiled first: the longest runs start first).
     Precisions multiply CUDA fp32 runs only; elsewhere they collapse to one."""
     bad = [m for m in modes if m not in MODES]
@@ -243,7 +273,7 @@ def variants(dtypes: list[str], device: str, precisions: list[str], modes: list[
     out: list[Variant] = []
     for mode, dtype, prec, runner, serving in product(sorted(modes), dtypes, precisions, runners, servings):
         v = Variant.make(dtype, device, prec, mode == "compiled", tp, subject, runner, serving=serving,
-                         executor=executor)
+                         executor=executor, mla_backend=mla_backend)
         if v not in out:
             out.append(v)
     return out

@@ -19,9 +19,25 @@ def _failures(run):
     return [r.message for r in run.result.rows if r.status in ("fail", "error") and not r.known_issue]
 
 
+def _known_vllm_bug(run) -> None:
+    """A declared known vLLM bug of this run (harness.comparison.known_vllm_bugs): a strict xfail while its
+    signature holds and no row errors; a failure when it does not."""
+    from harness.comparison.known_vllm_bugs import stale_message
+
+    assert run.result.error is None, run.result.error
+    bug = run.result.known_vllm_bug
+    if bug is None:
+        return
+    assert bug["holds"], stale_message(bug)
+    errors = [r.message for r in run.result.rows if r.status == "error"]
+    assert not errors, errors[:5]
+    pytest.xfail(f"known vLLM bug (its signature holds in this run: {bug['why']}): {bug['reason']}")
+
+
 @pytest.mark.parametrize("family", SYNTHETIC)
 def test_bf16_passes_with_calibrated_tolerances(parity_session, family):
     run = parity_session.run(family, dtype="bfloat16", compiled=False)
+    _known_vllm_bug(run)
     assert not _failures(run)
     if FAMILIES[family].refused is not None:  # a declared refusal, re-checked by the run (harness.pipeline.refusals)
         assert run.result.skipped, f"{family}: declared refused, but the run was not skipped"

