@@ -345,7 +345,8 @@ class _Evaluation:
                                 f"{hook}: missing in TransformerBridge or HF"), pos_axis=self._pos_axis(hook))
         if ref == "bridge-ragged":
             pairs, layout, stale = regroup_layout(self.gate.architecture, ref, hook,
-                                                  pairs_of(self.ragged(hook), self.refs.bridge, hook, n))
+                                                  pairs_of(self.ragged(hook), self.refs.bridge, hook, n),
+                                                  self.refs.meta.get("layout_config"))
             pairs, bad = self._checked(case, None if stale else pairs)
             pairs, note = self._without_left_out(hook, pairs)
             return self._noted(" ".join(filter(None, (layout, note))), compared_row(
@@ -364,7 +365,8 @@ class _Evaluation:
             "hf": (self.refs.hf, f"{hook}: HF forward hooks did not capture it"),
         }[ref]
         pairs, layout, stale = regroup_layout(self.gate.architecture, ref, hook,
-                                              None if problem else pairs_of(subj, store, name, n))
+                                              None if problem else pairs_of(subj, store, name, n),
+                                              self.refs.meta.get("layout_config"))
         problem = problem or stale  # a documented reference layout bug that no longer holds: an error
         pairs, bad = self._checked(case, None if problem else pairs)
         pairs, note = self._without_left_out(hook, pairs)

@@ -86,9 +86,20 @@ class LayoutBug:
     references: tuple[str, ...]
     template: str
     reason: str
+    # the two HF config keys whose values must differ for the bug to show (equal: the wrong split is the right
+    # one, and the row is compared as it is)
+    shows_when_differ: tuple[str, str] | None = None
 
     def covers(self, architecture: str, reference: str, hook: str) -> bool:
         return architecture in self.architectures and reference in self.references and matches(self.template, hook)
+
+    def shows(self, config: dict | None) -> bool | None:
+        """Whether the bug can show for a model with these config values (None: not known -- a stored
+        reference captured before the values were recorded)."""
+        if self.shows_when_differ is None:
+            return True
+        a, b = (config or {}).get(self.shows_when_differ[0]), (config or {}).get(self.shows_when_differ[1])
+        return None if a is None or b is None else a != b
 
 
 def _regroupable(subject: torch.Tensor, reference: torch.Tensor) -> bool:
@@ -104,19 +115,30 @@ LAYOUT_BUGS: tuple[LayoutBug, ...] = (
         "head_dim, which HF sets to qk_rope_head_dim, instead of v_head_dim (n_heads x v_head_dim columns), so its "
         "hook_z has the wrong head count wherever the two differ (every released DeepSeek-V2/V3 and Kimi-K2: 64 "
         "against 128); regrouped per token into vLLM's n_heads x v_head_dim",
+        shows_when_differ=("v_head_dim", "qk_rope_head_dim"),
     ),
 )
 
 
-def regroup_layout(architecture: str, reference: str, hook: str, pairs):
+def layout_config(cfg) -> dict:
+    """The HF config values the :data:`LAYOUT_BUGS` depend on (recorded by the reference side)."""
+    keys = {k for bug in LAYOUT_BUGS if bug.shows_when_differ for k in bug.shows_when_differ}
+    return {k: getattr(cfg, k) for k in sorted(keys) if isinstance(getattr(cfg, k, None), (int, float, str))}
+
+
+def regroup_layout(architecture: str, reference: str, hook: str, pairs, config: dict | None = None):
     """``(pairs, note, stale)`` for a row a :class:`LayoutBug` covers: the pairs with each reference regrouped
     into its subject's shape and the note that says so, where the signature holds on every pair; ``stale``
-    (an error message) where the reference already has the subject's shape.  Unchanged pairs and empty
-    strings where no entry covers the row or the shapes differ some other way."""
+    (an error message) where the bug should show for this model (``config``: :func:`layout_config`) and the
+    reference already has the subject's shape.  Unchanged pairs and empty strings where no entry covers the
+    row, the model cannot show the bug, or the shapes differ some other way."""
     bug = next((b for b in LAYOUT_BUGS if b.covers(architecture, reference, hook)), None)
-    if bug is None or not pairs:
+    shows = bug.shows(config) if bug is not None else False
+    if bug is None or not pairs or shows is False:
         return pairs, "", ""
     if all(s.shape == r.shape for s, r in pairs):
+        if shows is None:  # the model's values are unknown: nothing to say either way
+            return pairs, "", ""
         return pairs, "", (f"{hook} vs {reference}: documented reference layout bug no longer reproduces (the "
                            f"reference's shape {tuple(pairs[0][1].shape)} is vLLM's): retire it from "
                            f"harness/comparison/known_issues.py LAYOUT_BUGS ({bug.reason[:80]}...)")

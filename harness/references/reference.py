@@ -66,6 +66,7 @@ from harness.comparison.chaos import ChaoticToken, find_chaotic
 from harness.comparison.compare import all_finite, compare_tensors, top_k_mask
 from harness.comparison.set_aside import mask_from, set_aside
 from harness.comparison.derived import ignore_common_mask
+from harness.comparison.known_issues import layout_config
 from harness.comparison.shapes import reference_to_canonical
 from harness.vocab.hook_rules import heads_first
 from harness.engines.timing import profile_call
@@ -602,6 +603,7 @@ def _run_dtype_hf(job: _Job, timing_repeats: int):
     with job.clock("hf"):
         hf_model = _load_hf(job.checkpoint, job.dtype, job.device, hf_class=job.inputs.hf_class)
         n_layers = int(getattr(hf_model.config, "num_hidden_layers", 0) or 0)
+        job.meta["layout_config"] = layout_config(hf_model.config)  # where a reference layout bug can show
         hf, logprobs = {}, {}
         for p, toks in enumerate(job.prompts):
             hf[p], logprobs[p] = _hf_run(hf_model, toks, job.device, n_layers, job.types(p))
