@@ -222,12 +222,14 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
                  enforce_eager: bool = True, device: str = "cpu", tp: int = 1, serving: str = "single",
                  row_dims: dict[str, int] | None = None,
                  llm_overrides: dict | None = None, executor: str = "mp",
-                 pooling_task: str | None = None, token_types: list[list[int]] | None = None) -> SubjectCapture:
+                 pooling_task: str | None = None, token_types: list[list[int]] | None = None,
+                 discover: bool = False) -> SubjectCapture:
     """``device`` picks the engine's arguments (harness.engines.vllm_compat); ``tp``: tensor-parallel ranks,
     started by vLLM's ``executor`` (``mp`` or ``ray``: harness.values.variant);
     ``serving``: how the engine is driven (harness.engines.serving), its captures stitched back by
     position in the engine's process (``row_dims``: read key -> token dim, for ``[1, T, ...]`` reads);
     ``timeout_s``: the engine process's limit (``--engine-timeout``), past which it is killed;
+    ``discover``: also return the loaded model's module tree (``meta["module_tree"]``);
     ``pooling_task``: an encoder, run by vLLM's pooling runner and ``LLM.encode`` with this task instead of
     ``generate`` (overlays.base.Encoder), with ``token_types`` per prompt (None: none passed)."""
     from safetensors.torch import load_file
@@ -243,6 +245,8 @@ def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], read
         "serving": serving, "row_dims": row_dims or {},
         "llm_overrides": llm_overrides or {},  # merged into LLM(...) last (a GGUF file's tokenizer, quantization)
     }
+    if discover:  # the engine's module tree into meta["module_tree"] (harness.engines.discovery)
+        request["discover"] = True
     if pooling_task is not None:  # an encoder (harness.engines.subject_vllm: the pooling path); else unchanged
         request.update(pooling_task=pooling_task, token_types=token_types)
     launch_subject("harness.engines.subject_vllm", request, work_dir, "subject", env, timeout_s)

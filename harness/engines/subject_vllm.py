@@ -345,6 +345,8 @@ def main(request_path: str) -> int:
     meta["enforce_eager"] = req.get("enforce_eager", True)
     meta["device_info"]["engine"] = llm.collective_rpc("vp_engine_info")[0]
     meta["device_info"]["kernel_path"] = llm.collective_rpc("vp_kernel_path")[0]
+    if req.get("discover"):  # the module tree a generic overlay is discovered from (harness.engines.discovery)
+        meta["module_tree"] = llm.collective_rpc("vp_module_tree")[0]
     meta["missing_params"] = llm.collective_rpc(
         "vp_dump_params", args=(req["params"], str(out_dir / "params.safetensors")))[0]
 

@@ -406,6 +406,11 @@ class CaptureExtension:
                         graph_buffer_mib=sum(t.numel() * t.element_size() for t in graph.flat.values()) / 2**20)
         return info
 
+    def vp_module_tree(self) -> list[tuple[str, str]]:
+        """Every module of the loaded model as ``(dot path, class name)``: what a generic overlay is discovered
+        from (overlays.generic.find_layout), for an architecture with no declared row."""
+        return [(name, type(mod).__name__) for name, mod in runner_model(self).named_modules() if name]
+
     def vp_kernel_path(self) -> dict:
         """The kernels this worker runs (harness.engines.vllm_compat.kernel_path)."""
         return kernel_path(self)

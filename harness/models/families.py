@@ -239,11 +239,14 @@ class ModelSpec:
     def norm_weight_offset(self) -> float:
         """Norm weights stored as offsets from 1 (Gemma's ``(1 + w)``): declared once, in the
         architecture's overlay row (overlays.norm_weight_offset); the builder randomizes around it."""
-        from overlays import norm_weight_offset
+        from overlays import NoOverlayError, norm_weight_offset
 
         if self.refused is not None:  # no overlay to declare it: such a family is never compared
             return 0.0
-        return norm_weight_offset(self.architecture)
+        try:
+            return norm_weight_offset(self.architecture)
+        except NoOverlayError:  # an architecture with no row (a generic-overlay checkpoint): plain weights
+            return 0.0
 
 
 # ModelSpec.auto_class -> the transformers name table it builds from (model_type -> architecture)

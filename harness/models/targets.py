@@ -5,8 +5,9 @@ Contract: :func:`targets_from_options(model, model_path)` returns
 HF config, source ("synthetic", "packaged" or "path") and, for a packaged
 checkpoint, its ``provenance.json`` -- or raises :class:`TargetError` with a
 message naming the bad input and the fix (unknown family, missing directory,
-no ``config.json``, architecture without an overlay, a packaged checkpoint's
-package not installed).
+no ``config.json``, a packaged checkpoint's package not installed).  A ``--model-path``
+checkpoint whose architecture has no declared overlay runs on the seed's generic overlay, discovered from
+vLLM's loaded model (harness.engines.discovery), or gets an error naming what its tree lacks.
 """
 from __future__ import annotations
 
@@ -123,8 +124,14 @@ def target_for_path(path: str) -> Target:
     arch = _architecture(ckpt)
     try:
         overlay = _overlay(arch)
-    except NoOverlayError as exc:
-        raise TargetError(f"--model-path {path}: {exc}") from None
+    except NoOverlayError:
+        # no declared row: the seed's generic overlay, discovered from vLLM's loaded model (one boot)
+        from harness.engines.discovery import DiscoveryError, generic_overlay
+
+        try:
+            overlay = generic_overlay(ckpt, arch)
+        except DiscoveryError as exc:
+            raise TargetError(f"--model-path {path}: {exc}") from None
     return Target(ckpt.name, ckpt, arch, overlay, "path")
 
 

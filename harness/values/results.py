@@ -109,7 +109,8 @@ class ModelResult:
     @classmethod
     def start(cls, target: Any, variant: Any, overlay_name: str | None = None) -> "ModelResult":
         """An empty result naming ``target`` and ``variant`` (harness.values.variant.Variant)."""
-        return cls(target.name, target.architecture, overlay_name or (type(target.overlay).__name__ if target.overlay is not None else target.overlay_name), target.source,
+        return cls(target.name, target.architecture, overlay_name or (getattr(target.overlay, "report_name", None) or type(target.overlay).__name__
+                                                         if target.overlay is not None else target.overlay_name), target.source,
                    str(target.checkpoint), variant.dtype, target.seed, device=variant.device,
                    subject=variant.subject, compiled=variant.compiled, device_info=dict(variant.run_info),
                    provenance=dict(getattr(target, "provenance", None) or {}))
