@@ -380,7 +380,10 @@ def main(request_path: str) -> int:
         dumps = llm.collective_rpc("vp_dump", args=(str(out_dir / f"raw{p}.safetensors"),))
         dump = dumps[0]
         if len(dump["forward_s"]) != 1:
-            raise RuntimeError(f"prompt {p}: expected one model forward, saw {len(dump['forward_s'])}")
+            raise RuntimeError(f"prompt {p}: expected one model forward, saw {len(dump['forward_s'])}"
+                               + ("; vLLM generated without calling the model's nn.Module hooks, so no module "
+                                  "hook can capture this architecture on this vLLM line" if not dump["forward_s"]
+                                  else ""))
         # key is already "{read key}#{call}" (capture_keys.call_key)
         _save_captures({f"{p}:{key}": t for key, t in _load_dump(dumps, tp_stats).items()}, out_dir, str(p))
         calls[p] = dump["calls"]
