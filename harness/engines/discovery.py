@@ -53,7 +53,8 @@ def generic_overlay(checkpoint: Path, architecture: str) -> GenericDecoderOverla
         tree = module_tree(checkpoint)
     except Exception as exc:  # noqa: BLE001 -- vLLM's own reason, said with the architecture
         raise DiscoveryError(f"{architecture} has no declared overlay, and vLLM could not boot the checkpoint to "
-                             f"discover its module tree: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}") from None
+                             f"discover its module tree: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}"
+                             "; declare a row in overlays/__init__.py (docs/adding-an-architecture.md)") from None
     try:
         from harness.engines.vllm_compat import model_implementation
 
@@ -61,7 +62,7 @@ def generic_overlay(checkpoint: Path, architecture: str) -> GenericDecoderOverla
     except NotStandardShape as exc:
         raise DiscoveryError(f"{architecture} has no declared overlay, and vLLM's module tree of it is not the "
                              f"standard decoder shape the generic overlay needs: missing {exc}; declare a row "
-                             "(docs/adding-an-architecture.md)") from None
+                             "in overlays/__init__.py (docs/adding-an-architecture.md)") from None
     return GenericDecoderOverlay(layout, declared_kinds=_declared_kinds())
 
 

