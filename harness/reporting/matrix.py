@@ -132,12 +132,53 @@ def to_markdown(rows: list[dict]) -> str:
 _CELL = {"pass": "✅", "partial": "🟡", "fail": "❌", "error": "💥", "skipped": "⏭"}
 
 
-def to_grid(rows: list[dict]) -> str:
-    """Families by variants: verdict, hooks passed / offered, and the inconclusive rows' count."""
+KINDS = ("dense", "MoE", "MLA", "SSM / hybrid", "encoder", "generic overlay", "refusals")
+
+
+def kind_of(architecture: str, overlay: str = "") -> str:
+    """Which group of :data:`KINDS` an architecture's matrix rows go in, from its overlay row (MLA attention,
+    MoE feed-forward, a mixer-only tree, an encoder); ``refusals`` is decided by the runs (:func:`to_grid`)."""
+    if overlay.startswith("GenericDecoderOverlay"):
+        return "generic overlay"
+    from overlays import NoOverlayError, get_overlay, implementations
+    from overlays.tree import MLA, MOE
+
+    try:
+        ov = get_overlay(architecture, implementations(architecture)[0])
+    except (NoOverlayError, ValueError):
+        return "dense"
+    if getattr(ov, "encoder", None) is not None:
+        return "encoder"
+    tree = getattr(ov, "tree", None)
+    if tree is None:
+        return "SSM / hybrid"
+    if tree.attention.qkv_layout == MLA:
+        return "MLA"
+    return "MoE" if tree.mlp.kind == MOE else "dense"
+
+
+def to_grid(rows: list[dict], grouped: bool = True) -> str:
+    """Families by variants: verdict, hooks passed / offered, and the inconclusive rows' count; ``grouped``:
+    one table per kind (:data:`KINDS`), families whose every run is a declared refusal last."""
     variants = sorted({r["variant"] for r in rows if "variant" in r},
                       key=lambda v: (v.endswith("-tp2"), "compiled" in v, v))
     families = list(dict.fromkeys(r["model"] for r in rows))
+    if not grouped:
+        return _grid_table(rows, families, variants)
+    by_family = {f: [r for r in rows if r["model"] == f] for f in families}
+    kind = {f: ("refusals" if all(r.get("verdict") == "skipped" for r in rs) else
+                kind_of(rs[0].get("architecture", ""), rs[0].get("overlay") or "")) for f, rs in by_family.items()}
+    out = []
+    for k in KINDS:
+        members = [f for f in families if kind[f] == k]
+        if members:
+            out += [f"**{k}** ({len(members)})", "", _grid_table(rows, members, variants)]
+    return "\n".join(out)
+
+
+def _grid_table(rows: list[dict], families: list[str], variants: list[str]) -> str:
     cell = {(r["model"], r.get("variant")): r for r in rows}
+    variants = [v for v in variants if any((f, v) in cell for f in families)]
     out = ["| family | " + " | ".join(f"`{v}`" for v in variants) + " |", "|---|" + "---|" * len(variants)]
     for fam in families:
         cells = []

@@ -77,7 +77,7 @@ def test_grid_has_a_family_per_row_and_a_variant_per_column(tmp_path):
     write_report(_result("a"), tmp_path)
     write_report(_result("a", dtype="bfloat16"), tmp_path)
     write_report(_result("b", status="fail", rel=0.3), tmp_path)
-    grid = to_grid(build_matrix(tmp_path))
+    grid = to_grid(build_matrix(tmp_path), grouped=False)
     lines = grid.strip().splitlines()
     assert lines[0] == "| family | `cpu-bfloat16` | `cpu-float32` |"
     assert lines[2] == "| a | ✅ 1/1 | ✅ 1/1 |" and lines[3] == "| b | — | ❌ 0/1 |"
@@ -85,6 +85,17 @@ def test_grid_has_a_family_per_row_and_a_variant_per_column(tmp_path):
     readme.write_text("x\n<!-- gpu-grid:start -->\nold\n<!-- gpu-grid:end -->\ny\n")
     update_readme(readme, grid, "gpu-grid")
     assert "old" not in readme.read_text() and "| a | ✅ 1/1 | ✅ 1/1 |" in readme.read_text()
+
+
+def test_the_grid_groups_families_by_kind(tmp_path):
+    from harness.reporting.matrix import kind_of, to_grid
+
+    assert (kind_of("LlamaForCausalLM"), kind_of("MixtralForCausalLM"), kind_of("DeepseekV3ForCausalLM"),
+            kind_of("Mamba2ForCausalLM"), kind_of("BertForMaskedLM")) == ("dense", "MoE", "MLA", "SSM / hybrid", "encoder")
+    assert kind_of("HunYuanDenseV1ForCausalLM", "GenericDecoderOverlay (5 hook kinds)") == "generic overlay"
+    write_report(_result("a"), tmp_path)
+    grid = to_grid(build_matrix(tmp_path))
+    assert grid.startswith("**dense** (1)") and "| a | ✅ 1/1 |" in grid
 
 
 def test_routing_flips_are_listed_in_the_report():
