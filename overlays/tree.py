@@ -99,11 +99,13 @@ class NormKind:
 
     offset: float = 0.0  # 1.0 where the norm multiplies by (1 + w) (Gemma)
     bias: bool = False  # LayerNorm with a bias: un-fold is (y - b) / (w + offset)
+    affine: bool = True  # False: no learned weight or bias (OLMo-1's LayerNorm): nothing to un-fold
 
 
 RMS = NormKind()
 LAYER_NORM = NormKind(bias=True)
 GEMMA_RMS = NormKind(offset=1.0)
+NO_AFFINE = NormKind(affine=False)
 
 
 @dataclass(frozen=True)
@@ -338,7 +340,8 @@ class TreeOverlay(Overlay):
         for i in range(d["n_layers"]):
             self._layer(specs, i, d, residual_scale, t.mlp_at(cfg, i), cfg)
         final = f"{t.root}.{t.norms.final}"
-        self._add(specs, "ln_final.hook_normalized", final, t.norms.final_read, (self.unfold(final),), d["d_model"])
+        self._add(specs, "ln_final.hook_normalized", final, t.norms.final_read,
+                  (self.unfold(final),) if t.norms.kind.affine else (), d["d_model"])
         unembed = self.unembed_spec(cfg)
         if unembed is not None:
             specs["unembed.hook_out"] = unembed
@@ -462,7 +465,7 @@ class TreeOverlay(Overlay):
             self._add(specs, f"{b}.{kind}", module, read, convert, width, references, routing)
 
         def norm(kind: str, attr: str, read: str) -> None:
-            add(kind, f"{L}.{attr}", read, (self.unfold(f"{L}.{attr}"),))
+            add(kind, f"{L}.{attr}", read, (self.unfold(f"{L}.{attr}"),) if norms.kind.affine else ())
 
         def contribution(post_norm: str, legacy: str, sublayer_out: tuple[str, str]) -> None:
             """What a sublayer adds to the stream -- its post-norm's output, or its output times the
@@ -581,7 +584,7 @@ class TreeOverlay(Overlay):
         return zip("qkv", (f"{A}.{att.qkv}",) * 3, converts, widths)
 
 
-__all__ = ["Attention", "FUSED", "FUSED_PAIR", "GATED", "GEMMA_RMS", "LAYER_NORM", "MLA", "MOE", "Mlp", "Norms",
-           "NormKind", "PARALLEL", "PER_HEAD", "PLAIN", "PLAIN_STREAM", "POST_NORM", "QK_PER_HEAD", "QK_WHOLE", "RMS",
+__all__ = ["Attention", "FUSED", "FUSED_PAIR", "GATED", "GEMMA_RMS", "LAYER_NORM", "MLA", "MOE", "Mlp", "NO_AFFINE",
+           "Norms", "NormKind", "PARALLEL", "PER_HEAD", "PLAIN", "PLAIN_STREAM", "POST_NORM", "QK_PER_HEAD", "QK_WHOLE", "RMS",
            "Residual", "SCORES_FROM_QK", "SCORES_FROM_ROTATED", "SEPARATE", "STREAM_PAIR", "Scale", "Tree",
            "TreeOverlay", "transformers_backend"]

