@@ -23,8 +23,8 @@ Not held: the declaration is stale (:func:`stale_message`), the run fails, and t
 signature's hooks fail saying so (:func:`stale_at`): strict xfail semantics.
 
 Traps:
-- A selective run (``-k``, ``--layers``) that leaves out the signature's hook cannot confirm the bug:
-  its failures downstream stay plain failures.
+- A selective run (``-k``, ``--layers``) that leaves out the signature's hooks cannot confirm the bug
+  (:func:`observable`): it is not checked, and its failures stay plain failures.
 - The signature is a fingerprint of the bug, not a proof: name the layer where it first shows and,
   for a scale bug, its rel err (1 - 1/2.5 is not a rounding error), so another fault at the same hook
   fails instead of hiding behind the declaration.
@@ -113,6 +113,13 @@ def check(bug: KnownVllmBug, rows: list[Mapping], order: Iterable[str] | None = 
     return out(True, f"first failing hook in forward order {hook} ({_rows_text(at)}); the {len(up)} vLLM rows of "
                      f"the {len(upstream)} hooks upstream of it pass"
                      + (f" ({inconclusive} inconclusive: not compared)" if inconclusive else ""), hook)
+
+
+def observable(bug: KnownVllmBug, plan) -> bool:
+    """Whether a run with ``plan`` (harness.values.plan.Plan; None: the run never got one, an engine error) can
+    show ``bug``'s signature: a selection (``-k``, ``--layers``, ``--hook-kinds``) that leaves out every
+    signature hook cannot, and is not checked -- its failures stay plain failures, its passes plain passes."""
+    return plan is None or any(matches(t, h) for t in bug.first_failing for h in plan.forward_order)
 
 
 def explains(check_: Mapping | None, reference: str, status: str) -> bool:

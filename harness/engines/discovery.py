@@ -14,6 +14,7 @@ Traps:
 """
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import tempfile
@@ -29,7 +30,14 @@ class DiscoveryError(ValueError):
 
 
 def module_tree(checkpoint: Path, timeout_s: float = 600) -> list[tuple[str, str]]:
-    """vLLM's loaded model of ``checkpoint`` as ``(dot path, class name)`` pairs."""
+    """vLLM's loaded model of ``checkpoint`` as ``(dot path, class name)`` pairs: booted once per process and
+    checkpoint (the pytest plugin resolves a ``--model-path`` target more than once)."""
+    return list(_module_tree(str(Path(checkpoint).resolve()), timeout_s))
+
+
+@functools.lru_cache(maxsize=16)
+def _module_tree(checkpoint_dir: str, timeout_s: float) -> tuple[tuple[str, str], ...]:
+    checkpoint = Path(checkpoint_dir)
     import torch
 
     from harness.engines.subject import capture_vllm
@@ -42,7 +50,7 @@ def module_tree(checkpoint: Path, timeout_s: float = 600) -> list[tuple[str, str
         cap = capture_vllm(checkpoint, dtype="float32", prompts=[[1, min(2, vocab - 1)]], reads=[("logits_processor", "out")], params=[],
                            vocab_size=vocab, max_model_len=64, work_dir=work, full_logprobs=False, ragged=False,
                            device="cuda" if torch.cuda.is_available() else "cpu", timeout_s=timeout_s, discover=True)
-        return [tuple(x) for x in cap.meta.get("module_tree") or []]
+        return tuple(tuple(x) for x in cap.meta.get("module_tree") or [])
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

