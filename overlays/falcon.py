@@ -10,9 +10,9 @@ Tree: ``transformer.word_embeddings``, ``transformer.h.{i}`` (``input_layernorm`
   ``hook_resid_mid``, no ``ln2`` (TransformerBridge's ``ParallelBlockBridge`` maps ``ln1`` only here).
 - LayerNorm with bias, un-folded ``(y - b) / w``.
 - q/k/v: vLLM's loader splits HF's fused ``query_key_value`` (multi-query: ``[q | k | v]`` with one k / v head)
-  into a ``QKVParallelLinear`` ``[q | k | v]`` with one KV head: column slices.  The config carries
-  ``num_key_value_heads=1`` beside ``num_kv_heads`` so the builder's grouped-query width reads the one KV head
-  HF and vLLM both use for ``multi_query`` (neither reads that key for Falcon).
+  into a ``QKVParallelLinear`` ``[q | k | v]`` with one KV head: column slices.  The KV head count is the
+  config's ``num_kv_heads``, or one where ``multi_query`` is set, as HF's and vLLM's (the 7B-style tree:
+  ``Attention.kv_heads_keys`` / ``multi_query_key``).
 - Rotary: NeoX-style over the whole head, ``rotary_emb(positions, q, k) -> (q, k)`` a module: ``hook_rot_q`` /
   ``hook_rot_k`` are its outputs, captured as the inputs of the derived scores / pattern.  They are *not
   compared*: TransformerBridge's Falcon adapter (``JointQKVPositionEmbeddingsAttentionBridge``) exposes no
@@ -36,7 +36,8 @@ _NOT_COMPARED = (("bridge", None), ("compat", None), ("hf", None))
 
 FALCON = Tree(
     "falcon", root="transformer", embed="word_embeddings", layers="h",
-    attention=Attention(module="self_attention", qkv="query_key_value", out_proj="dense", returns="out[0]"),
+    attention=Attention(module="self_attention", qkv="query_key_value", out_proj="dense", returns="out[0]",
+                        kv_heads_keys=("num_kv_heads",), multi_query_key="multi_query"),
     mlp=Mlp(kind=PLAIN, module=None, up="mlp.dense_h_to_4h", down="mlp.dense_4h_to_h"),
     norms=Norms(kind=LAYER_NORM, ln2=None, final="ln_f", read="out", final_read="out"),
     residual=PARALLEL,

@@ -158,6 +158,10 @@ class Attention:
 
     module: str = "self_attn"
     qkv_layout: str = FUSED
+    # config keys of the KV head count (the first one set wins; none set: as many as query heads), and the
+    # config flag that, when true, means one KV head whatever those say (Falcon-7B's multi_query)
+    kv_heads_keys: tuple[str, ...] = ("num_key_value_heads",)
+    multi_query_key: str | None = None
     qkv: str = "qkv_proj"  # the fused projection (FUSED, PER_HEAD)
     q_k_v: tuple[str, str, str] = ("q_proj", "k_proj", "v_proj")  # SEPARATE
     # width declared on hook_q/k/v: their own ("slice") or the whole fused projection's
@@ -317,7 +321,9 @@ class TreeOverlay(Overlay):
         d_model = config_get(cfg, "hidden_size", "n_embd")
         n_heads = config_get(cfg, "num_attention_heads", "n_head")
         head_dim = config_get(cfg, "head_dim", default=None) or d_model // n_heads
-        n_kv = config_get(cfg, "num_key_value_heads", default=None) or n_heads
+        att = self.tree.attention
+        n_kv = (1 if att.multi_query_key and config_get(cfg, att.multi_query_key, default=False)
+                else config_get(cfg, *att.kv_heads_keys, default=None) or n_heads)
         mlp_width, ratio = config_get(cfg, *self.tree.d_mlp_keys, default=None), self.tree.d_mlp_ratio
         d_mlp = int(mlp_width) if ratio is None else (mlp_width or ratio * d_model)
         dims = dict(d_model=d_model, n_heads=n_heads, head_dim=head_dim, n_kv=n_kv, d_mlp=d_mlp,

@@ -575,10 +575,10 @@ FAMILIES: dict[str, ModelSpec] = {
         ModelSpec("phi", "phi", {**_TINY, "num_key_value_heads": 4, "partial_rotary_factor": 0.5,
                                  "layer_norm_eps": 1e-5}),
         # Falcon (7B-style): new_decoder_architecture False, parallel attention + MLP off one LayerNorm (with bias),
-        # multi-query (one KV head; num_key_value_heads mirrors it for the overlay, overlays/falcon.py), NeoX rotary
+        # multi-query (one KV head whatever num_kv_heads says, as HF and vLLM read it: overlays/falcon.py), NeoX rotary
         # over the whole head, no linear biases (as the released rotary Falcons), gelu MLP 4 x d, tied.
         ModelSpec("falcon", "falcon", {"hidden_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4,
-                                       "num_kv_heads": 1, "num_key_value_heads": 1, "vocab_size": 512,
+                                       "num_kv_heads": 4, "vocab_size": 512,
                                        "max_position_embeddings": 256, "layer_norm_epsilon": 1e-5,
                                        "new_decoder_architecture": False, "multi_query": True,
                                        "parallel_attn": True, "alibi": False, "bias": False,
