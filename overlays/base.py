@@ -157,10 +157,16 @@ class Routing:
     n_group: int = 1
     topk_group: int = 1
     bias: str | None = None
+    # scoring "sparsemixer" (Phi-3.5-MoE, top-2): expert 1 the arg-max logit, expert 2 the arg-max of the rest, each
+    # weighted by a softmax over the logits within a relative 2 * jitter_eps of its own: the choice is the two ids
+    # *and* each softmax's members, whose threshold is a second kind of near-tie (harness.comparison.routing)
+    jitter_eps: float | None = None
 
     def __post_init__(self) -> None:
-        if self.scoring not in ("softmax", "sigmoid"):
-            raise ValueError(f"Routing.scoring {self.scoring!r} is neither 'softmax' nor 'sigmoid'")
+        if self.scoring not in ("softmax", "sigmoid", "sparsemixer"):
+            raise ValueError(f"Routing.scoring {self.scoring!r} is none of 'softmax', 'sigmoid', 'sparsemixer'")
+        if (self.scoring == "sparsemixer") != (self.jitter_eps is not None):
+            raise ValueError("Routing: jitter_eps is the sparsemixer's, and it needs one")
         if not 1 <= self.topk_group <= self.n_group:
             raise ValueError(f"Routing: topk_group {self.topk_group} outside 1..n_group {self.n_group}")
 
@@ -191,6 +197,10 @@ class HookSpec:
     # A router-logits hook's choice rule where it is not the top-k logits (:class:`Routing`); its bias
     # parameter is read from the engine with the hook's other parameters.
     routing: Routing | None = None
+    # The raw read's token dim where it is neither 0 nor, after a leading DropBatch, 1: HF's heads-first
+    # [1, heads, T, d_head] reads under vLLM's Transformers backend (HunYuan's q/k norms): 2.  Stitching
+    # and the ragged-batch split cut the raw read along it (:attr:`raw_token_dim`).
+    token_dim: int | None = None
 
     def __post_init__(self) -> None:
         if not READ_GRAMMAR.match(self.read):
@@ -209,6 +219,14 @@ class HookSpec:
     def raw_key(self) -> str:
         """Key of the raw capture this hook is converted from."""
         return read_key(self.module, self.read)
+
+    @property
+    def raw_token_dim(self) -> int:
+        """The token dim of the raw read: :attr:`token_dim` where set, else 1 for a ``[1, T, ...]`` read
+        (a leading :class:`DropBatch`), else 0."""
+        if self.token_dim is not None:
+            return self.token_dim
+        return 1 if self.convert and isinstance(self.convert[0], DropBatch) else 0
 
     def params(self) -> list[str]:
         """The engine parameters this hook's conversion and comparison read."""
@@ -239,9 +257,12 @@ class Derived:
     softcap: float | None = None
     # False: bidirectional attention (an encoder, :class:`Encoder`): every query sees every key, no mask
     causal: bool = True
+    # ALiBi (BLOOM): per-head slopes; scores get ``slope_h * j`` for key position ``j`` (HF's build_alibi_tensor)
+    alibi_slopes: tuple[float, ...] | None = None
 
     def describe(self) -> str:
         extra = "".join(f", {n}={v:g}" for n, v in (("window", self.window), ("softcap", self.softcap)) if v)
+        extra += ", alibi" if self.alibi_slopes else ""
         return f"{self.kind}({', '.join(self.inputs)}; scale={self.scale:.6g}{extra}{'' if self.causal else ', bidirectional'})"
 
 

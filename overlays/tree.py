@@ -48,6 +48,7 @@ family that would need a method is a new field.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -62,8 +63,15 @@ MLA = "mla"  # multi-head latent attention (DeepSeek-V2/V3): compressed q / kv l
 # q/k norm kinds
 QK_PER_HEAD = "per_head"  # RMSNorm over head_dim on [T, heads, head_dim] (Qwen3, Gemma-3)
 QK_WHOLE = "whole"  # norm over the whole q / k projection, flat (OLMo-2)
+# norm over head_dim with a weight per (head, dim) (Cohere's (heads, head_dim) LayerNorm): TL's bridge runs it on the
+# pre-transpose [T, heads, d_head] layout (PositionEmbeddingsAttentionBridge._qk_norm_per_head), so no swap
+QK_PER_HEAD_WEIGHTS = "per_head_weights"
+# RMSNorm over head_dim on HF's heads-first [1, heads, T, d_head] (HunYuan, whose HF attention transposes before its
+# norms, run by vLLM's Transformers backend): after DropBatch already TL's [heads, T, d_head], so no swap
+QK_PER_HEAD_HEADS_FIRST = "per_head_heads_first"
 # MLP kinds
 TOP_K, SIGMOID_BIAS, FROM_CONFIG = "top-k", "sigmoid-bias", "from-config"  # Mlp.routing
+SPARSEMIXER = "sparsemixer"  # Mlp.routing: Phi-3.5-MoE's top-2 (overlays.base.Routing), jitter from router_jitter_noise
 ROUTE_TAP = "vp_route"  # harness.engines.route_tap.TAP: the child module the worker gives a MoE runner
 GATED = "gated"  # fused [gate | up] projection, then down
 PLAIN = "plain"  # up projection -> activation -> down projection, no gate
@@ -71,6 +79,8 @@ MOE = "moe"  # sparse mixture of experts: router + fused experts
 # where scores / pattern are derived from (layer-free hooks)
 SCORES_FROM_ROTATED = ("attn.hook_rot_q", "attn.hook_rot_k")
 SCORES_FROM_QK = ("attn.hook_q", "attn.hook_k")  # no rotary embedding (GPT-2, OPT)
+# Attention.position_bias kinds: ALiBi, a per-head linear bias on the scores (BLOOM), in the derived scores
+ALIBI = "alibi"
 
 References = tuple[tuple[str, "str | None"], ...]
 
@@ -170,10 +180,16 @@ class Attention:
     out_proj: str = "o_proj"  # its input is hook_z
     # module returning the rotated (q, k): hook_rot_q / hook_rot_k; None: not captured
     rotary: str | None = "rotary_emb"
-    qk_norm: str | None = None  # QK_PER_HEAD | QK_WHOLE, modules q_norm / k_norm
+    qk_norm: str | None = None  # QK_PER_HEAD | QK_WHOLE | QK_PER_HEAD_WEIGHTS, modules q_norm / k_norm
+    qk_norm_read: str = "out"  # read of q_norm / k_norm: "out[0]" where the norm returns (normed, residual) (Cohere)
+    qk_norm_key: str | None = None  # config flag switching the q/k norms on (Cohere's use_qk_norm); None: always on
+    qk_norm_modules: tuple[str, str] = ("q_norm", "k_norm")  # the q / k norm modules (HunYuan: query_layernorm, ...)
     # False: multi-head only (GPT-2, OPT, GPT-NeoX): k / v have every query head, whatever the config says
     grouped_query: bool = True
     returns: str = "out"  # read of the module's return: "out[0]" for HF's (output, weights)
+    # a bias the kernel adds to the scores: ALIBI (slope_h x key position, HF's build_alibi_tensor), which the
+    # derived scores / pattern add (Derived.alibi_slopes); None: none
+    position_bias: str | None = None
     # MLA only (qkv_layout MLA; dims from the config's q_lora_rank, kv_lora_rank, qk_nope_head_dim,
     # qk_rope_head_dim, v_head_dim): the latents' norms (their outputs are hook_q_latent / hook_kv_latent),
     # the kv up-projection (prefill: per-head [k_nope | v]), the attention layer whose input is the final q
@@ -184,11 +200,24 @@ class Attention:
     # config key that, when true, says the reference rotates de-interleaved (HF DeepSeek-V3's
     # rope_interleave) while vLLM rotates adjacent pairs in place: the rope dims get DeInterleave
     rope_deinterleave_key: str | None = None
+    # the per-layer module whose inputs [0] / [1] are the q / k attention takes (vLLM's ``attn``), read as
+    # hook_rot_q / hook_rot_k instead of ``rotary``'s output: Cohere2, whose rotary module vLLM shares across
+    # layers and skips on the NoPE layers, so its calls cannot be told apart by order; on a NoPE layer the
+    # read is q / k unrotated, as TransformerBridge's hook_rot_q / hook_rot_k are there.  None: ``rotary``
+    rotated_from: str | None = None
+    # QK_WHOLE norms vLLM applies without calling them as modules (MiniMax-M2's MiniMaxText01RMSNormTP.forward_qk, a
+    # static method): their outputs are read as the rotary module's q / k inputs (in[1] / in[2]), un-folded by the
+    # norm's weight
+    qk_norm_at_rotary: bool = False
+    # QK_PER_HEAD: TL's hook is heads-first ([heads, T, d_head]: the norm's output is swapped); False where TL's
+    # bridge wraps HF's norm on [T, heads, d_head] and keeps that layout (AFMoE)
+    qk_norm_heads_first: bool = True
 
     def __post_init__(self) -> None:
         _check("qkv_layout", self.qkv_layout, (FUSED, PER_HEAD, SEPARATE, MLA))
         _check("qkv_width", self.qkv_width, ("slice", "projection"))
-        _check("qk_norm", self.qk_norm, (None, QK_PER_HEAD, QK_WHOLE))
+        _check("position_bias", self.position_bias, (None, ALIBI))
+        _check("qk_norm", self.qk_norm, (None, QK_PER_HEAD, QK_WHOLE, QK_PER_HEAD_WEIGHTS, QK_PER_HEAD_HEADS_FIRST))
 
 
 @dataclass(frozen=True)
@@ -219,10 +248,21 @@ class Mlp:
     # GLM-4-MoE, whose config does not say so), FROM_CONFIG (DeepSeek: scoring_func, and the bias where
     # topk_method is "noaux_tc")
     routing: str = "top-k"
+    # MOE: the router's and the route tap's reads hold no batch dim where every other read of the tree has one
+    # (``Tree.batch``): vLLM's Transformers backend runs HF's MoE block, which flattens to ``[T, d]`` before its
+    # router and experts (FlexOlmo); those reads skip the batch conversions
+    flat_reads: bool = False
+    # MOE: False where no reference names the router's choice (TransformerLens 4.3.0's FlexOlmo adapter wraps the
+    # router as a plain component, without hook_expert_weights / hook_expert_indices): the route tap is not read,
+    # and the row lists mlp.gate.hook_expert_* non-firing with its reason; the router logits are still compared
+    route_choice: bool = True
+    # SIGMOID_BIAS: the correction bias's attribute on the MoE block where it is not the router's
+    # (<router>.e_score_correction_bias): MiniMax-M2's block-level e_score_correction_bias
+    routing_bias: str | None = None
 
     def __post_init__(self) -> None:
         _check("Mlp.kind", self.kind, (GATED, PLAIN, MOE))
-        _check("Mlp.routing", self.routing, (TOP_K, SIGMOID_BIAS, FROM_CONFIG))
+        _check("Mlp.routing", self.routing, (TOP_K, SIGMOID_BIAS, FROM_CONFIG, SPARSEMIXER))
         if self.module is None and self.kind == MOE:
             raise ValueError("Mlp: a MoE block is a module (module=None is for projections on the layer)")
 
@@ -235,6 +275,9 @@ class Tree:
     root: str = "model"  # dot path holding the embeddings, layers and final norm
     embed: str = "embed_tokens"
     pos_embed: str | None = None  # learned positional embedding module (pos_embed.hook_out)
+    # a LayerNorm on the embedding, under root, before layer 0 (BLOOM's word_embeddings_layernorm):
+    # embed_ln.hook_normalized, its output un-folded with the row's norm kind; None: none
+    embed_norm: str | None = None
     # vLLM multiplies the embedding module's output by this before the stream (Gemma's sqrt(d_model)
     # normalizer, Granite's embedding_multiplier): embed.hook_out is then read as layer 0's hidden_states
     # input, the engine's own scaled value -- an embed_tokens read times the config's factor would hide a
@@ -260,6 +303,9 @@ class Tree:
     references: tuple[tuple[str, References], ...] = ()
     nonfiring: tuple[NonFiring, ...] = ()
     cuda_graph_nonfiring: tuple[NonFiring, ...] = ()
+    # references the reference library refuses for this architecture (TransformerLens 4.3.0's VaultGemma adapter:
+    # supports_compatibility_mode = False): every hook the builder adds names no tensor there ((ref, None))
+    refused_references: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         mid_module = self.norms.ln2 if self.residual.mid_at == "ln2" else self.mlp.module
@@ -274,6 +320,19 @@ class Tree:
         if self.dense_layers and layer < int(config_get(cfg, self.dense_layers, default=0)):
             return self.dense_mlp
         return self.mlp
+
+
+def alibi_slopes(n_heads: int) -> tuple[float, ...]:
+    """ALiBi's per-head slopes as HF's ``build_alibi_tensor`` (BLOOM) and vLLM's ``_get_alibi_slopes`` compute
+    them: ``2^(-8/n) ** (1..n)`` for the largest power of two ``n <= n_heads``, then every other slope of
+    ``2n`` for the remaining heads."""
+    closest = 2 ** math.floor(math.log2(n_heads))
+    base = 2.0 ** (-(2.0 ** -(math.log2(closest) - 3)))
+    slopes = [base ** p for p in range(1, closest + 1)]
+    if closest != n_heads:
+        extra = 2.0 ** (-(2.0 ** -(math.log2(2 * closest) - 3)))
+        slopes += [extra ** p for p in range(1, 1 + 2 * min(closest, n_heads - closest), 2)]
+    return tuple(slopes)
 
 
 def transformers_backend(tree: Tree, nonfiring: tuple[NonFiring, ...]) -> Tree:
@@ -342,6 +401,9 @@ class TreeOverlay(Overlay):
             self._add(specs, "embed.hook_out", f"{t.root}.{t.embed}", "out", (), d["d_model"])
         if t.pos_embed:
             self._add(specs, "pos_embed.hook_out", f"{t.root}.{t.pos_embed}", "out", (), d["d_model"])
+        if t.embed_norm:  # Tree.embed_norm
+            ln = f"{t.root}.{t.embed_norm}"
+            self._add(specs, "embed_ln.hook_normalized", ln, "out", (self.unfold(ln),), d["d_model"])
         residual_scale = (t.residual_scale.mul(cfg),) if t.residual_scale else None
         for i in range(d["n_layers"]):
             self._layer(specs, i, d, residual_scale, t.mlp_at(cfg, i), cfg)
@@ -364,15 +426,18 @@ class TreeOverlay(Overlay):
             return {}
         captured = self.hook_specs(cfg)
         scale, softcap = self.attn_scale(cfg), config_get(cfg, "attn_logit_softcapping")
+        slopes = alibi_slopes(self.dims(cfg)["n_heads"]) if self.tree.attention.position_bias == ALIBI else None
         out: dict[str, Derived] = {}
         for i in range(self.dims(cfg)["n_layers"]):
             inputs = tuple(f"blocks.{i}.{h}" for h in self.tree.score_inputs)
             if not all(h in captured for h in inputs):
                 continue
             common = dict(inputs=inputs, scale=scale, window=self.sliding_window(cfg, i),
-                          softcap=float(softcap) if softcap else None)
+                          softcap=float(softcap) if softcap else None, alibi_slopes=slopes)
             out[f"blocks.{i}.attn.hook_attn_scores"] = Derived("attn_scores", **common)
-            out[f"blocks.{i}.attn.hook_pattern"] = Derived("pattern", **common)
+            if "blocks.{i}.attn.hook_pattern" not in {nf.template for nf in self.tree.nonfiring}:
+                # a row listing the pattern non-firing (GPT-OSS's attention sinks join its softmax) derives scores only
+                out[f"blocks.{i}.attn.hook_pattern"] = Derived("pattern", **common)
         return out
 
     def nonfiring_for(self, cfg: Any) -> list[NonFiring]:
@@ -434,22 +499,28 @@ class TreeOverlay(Overlay):
 
     # -- the builder ------------------------------------------------------------------------------------
     def _add(self, specs: dict[str, HookSpec], hook: str, module: str, read: str, convert: tuple, width: int,
-             references: References = (), routing: Routing | None = None) -> None:
+             references: References = (), routing: Routing | None = None, token_dim: int | None = None,
+             flat: bool = False) -> None:
         layer = layer_of(hook)  # a row's override names a per-layer hook as a template ("blocks.{i}....")
         references = tuple((ref, name.replace("{i}", str(layer)) if name and layer is not None else name)
                            for ref, name in dict(self.tree.references).get(hook_kind(hook), references))
-        specs[hook] = HookSpec(module, read, (*self.tree.batch, *convert), width, references=references,
-                               routing=routing)
+        references = (*references, *((ref, None) for ref in self.tree.refused_references))  # Tree.refused_references
+        specs[hook] = HookSpec(module, read, (*(() if flat else self.tree.batch), *convert), width,
+                               references=references, routing=routing, token_dim=token_dim)
 
     @staticmethod
     def _routing(mlp: Mlp, cfg: Any, router: str) -> Routing | None:
         """The router's choice rule (overlays.base.Routing), None for the plain top-k logits."""
         if mlp.routing == TOP_K:
             return None
+        if mlp.routing == SPARSEMIXER:
+            return Routing("sparsemixer", jitter_eps=float(config_get(cfg, "router_jitter_noise", default=0.01)))
         n_group = int(config_get(cfg, "n_group", default=1) or 1)
         topk_group = int(config_get(cfg, "topk_group", default=1) or 1)
         if mlp.routing == SIGMOID_BIAS:
-            return Routing("sigmoid", n_group, topk_group, f"{router}.e_score_correction_bias")
+            bias = (f"{router.rsplit('.', 1)[0]}.{mlp.routing_bias}" if mlp.routing_bias
+                    else f"{router}.e_score_correction_bias")
+            return Routing("sigmoid", n_group, topk_group, bias)
         scoring = str(config_get(cfg, "scoring_func", default="softmax"))
         biased = config_get(cfg, "topk_method") == "noaux_tc"
         if scoring == "softmax" and n_group == 1 and not biased:
@@ -467,8 +538,9 @@ class TreeOverlay(Overlay):
         qh, kh = Heads(d["n_heads"], d["head_dim"]), Heads(n_kv, d["head_dim"])
 
         def add(kind: str, module: str, read: str, convert: tuple = (), width: int = D,
-                references: References = (), routing: Routing | None = None) -> None:
-            self._add(specs, f"{b}.{kind}", module, read, convert, width, references, routing)
+                references: References = (), routing: Routing | None = None, token_dim: int | None = None,
+                flat: bool = False) -> None:
+            self._add(specs, f"{b}.{kind}", module, read, convert, width, references, routing, token_dim, flat)
 
         def norm(kind: str, attr: str, read: str) -> None:
             add(kind, f"{L}.{attr}", read, (self.unfold(f"{L}.{attr}"),) if norms.kind.affine else ())
@@ -495,15 +567,27 @@ class TreeOverlay(Overlay):
             self._mla(add, A, cfg, d)
         for x, module, convert, width in self._qkv(A, d, q, kv, qh, kh):
             add(f"attn.hook_{x}", module, "out[0]", convert, width)
-        if t.attention.qk_norm:
+        if t.attention.qk_norm and (t.attention.qk_norm_key is None
+                                    or config_get(cfg, t.attention.qk_norm_key, default=False)):
             for x, width in (("q", q), ("k", kv)):
-                qk = f"{A}.{x}_norm"
+                qk = f"{A}.{t.attention.qk_norm_modules['qk'.index(x)]}"
                 if t.attention.qk_norm == QK_PER_HEAD:  # vLLM: [T, heads, d_head]; TL's hook: [heads, T, d_head]
-                    add(f"attn.{x}_norm.hook_normalized", qk, "out", (self.unfold(qk), SwapAxes(0, 1)), width)
+                    add(f"attn.{x}_norm.hook_normalized", qk, "out",
+                        (self.unfold(qk), *((SwapAxes(0, 1),) if t.attention.qk_norm_heads_first else ())), width)
+                elif t.attention.qk_norm == QK_PER_HEAD_HEADS_FIRST:  # raw [1, heads, T, d_head]: tokens on dim 2
+                    add(f"attn.{x}_norm.hook_normalized", qk, t.attention.qk_norm_read, (self.unfold(qk),), width,
+                        token_dim=2)
+                elif t.attention.qk_norm == QK_PER_HEAD_WEIGHTS:  # [T, heads, d_head] on both sides
+                    add(f"attn.{x}_norm.hook_normalized", qk, t.attention.qk_norm_read, (self.unfold(qk),), width)
                 else:  # QK_WHOLE: flat [T, heads * d_head], as in TL
-                    add(f"attn.{x}_norm.hook_normalized", qk, "out", (self.unfold(qk),), width)
-                    add(f"attn.hook_{x}_normed", qk, "out", (), width)
-        if t.attention.rotary and t.attention.qkv_layout != MLA:
+                    at, read = ((f"{A}.{t.attention.rotary}", "in[1]" if x == "q" else "in[2]")
+                                if t.attention.qk_norm_at_rotary else (qk, "out"))  # Attention.qk_norm_at_rotary
+                    add(f"attn.{x}_norm.hook_normalized", at, read, (self.unfold(qk),), width)
+                    add(f"attn.hook_{x}_normed", at, read, (), width)
+        if t.attention.rotary and t.attention.qkv_layout != MLA and t.attention.rotated_from:  # the kernel's inputs
+            add("attn.hook_rot_q", f"{A}.{t.attention.rotated_from}", "in[0]", (qh,), q)
+            add("attn.hook_rot_k", f"{A}.{t.attention.rotated_from}", "in[1]", (kh,), kv)
+        elif t.attention.rotary and t.attention.qkv_layout != MLA:
             add("attn.hook_rot_q", f"{A}.{t.attention.rotary}", "out[0]", (qh,), q)
             add("attn.hook_rot_k", f"{A}.{t.attention.rotary}", "out[1]", (kh,), kv)
         if t.attention.qkv_layout == MLA:  # z is n_heads x v_head_dim
@@ -523,10 +607,12 @@ class TreeOverlay(Overlay):
         add("mlp.hook_in", M or up, "in[0]")  # no MLP module (OPT): its projections' input / output
         if mlp.kind == MOE:
             add("mlp.gate.hook_out", f"{M}.{mlp.router}", "out[0]", (), d["n_experts"],
-                routing=self._routing(mlp, cfg, f"{M}.{mlp.router}"))
+                routing=self._routing(mlp, cfg, f"{M}.{mlp.router}"), flat=mlp.flat_reads)
             tap = f"{M}.{mlp.experts}.{ROUTE_TAP}"  # the router's choice (harness.engines.route_tap)
-            add("mlp.gate.hook_expert_weights", tap, "out[0]", (), d["n_experts"])
-            add("mlp.gate.hook_expert_indices", tap, "out[1]", (), int(config_get(cfg, "num_experts_per_tok")))
+            if mlp.route_choice:
+                add("mlp.gate.hook_expert_weights", tap, "out[0]", (), d["n_experts"], flat=mlp.flat_reads)
+                add("mlp.gate.hook_expert_indices", tap, "out[1]", (), int(config_get(cfg, "num_experts_per_tok")),
+                    flat=mlp.flat_reads)
             if mlp.shared:  # a gated MLP of its own, run on every token
                 S, h = f"{M}.{mlp.shared}", f"mlp.{mlp.shared_hook}"
                 ds = (int(config_get(cfg, mlp.shared_width)) if mlp.shared_width else
@@ -590,7 +676,7 @@ class TreeOverlay(Overlay):
         return zip("qkv", (f"{A}.{att.qkv}",) * 3, converts, widths)
 
 
-__all__ = ["Attention", "FUSED", "FUSED_PAIR", "GATED", "GEMMA_RMS", "LAYER_NORM", "MLA", "MOE", "Mlp", "NO_AFFINE",
-           "Norms", "NormKind", "PARALLEL", "PER_HEAD", "PLAIN", "PLAIN_STREAM", "POST_NORM", "QK_PER_HEAD", "QK_WHOLE", "RMS",
-           "Residual", "SCORES_FROM_QK", "SCORES_FROM_ROTATED", "SEPARATE", "STREAM_PAIR", "Scale", "Tree",
-           "TreeOverlay", "transformers_backend"]
+__all__ = ["ALIBI", "Attention", "FUSED", "FUSED_PAIR", "GATED", "GEMMA_RMS", "LAYER_NORM", "MLA", "MOE", "Mlp", "NO_AFFINE",
+           "Norms", "NormKind", "PARALLEL", "PER_HEAD", "PLAIN", "PLAIN_STREAM", "POST_NORM", "QK_PER_HEAD", "QK_PER_HEAD_HEADS_FIRST", "QK_PER_HEAD_WEIGHTS", "QK_WHOLE", "RMS",
+           "Residual", "SCORES_FROM_QK", "SCORES_FROM_ROTATED", "SEPARATE", "SPARSEMIXER", "STREAM_PAIR", "Scale", "Tree",
+           "TreeOverlay", "alibi_slopes", "transformers_backend"]

@@ -10,7 +10,9 @@ tokens, with q ``[T, n_heads, d_head]`` and k ``[T, n_kv, d_head]``:
   ``h // group`` as HF's ``repeat_kv`` does), then ``cap * tanh(s / cap)``
   where the config soft-caps, then the mask: key ``j`` is visible from query
   ``i`` iff ``j <= i`` and, with a sliding window ``w``, ``i - j < w`` (HF's
-  ``kv_idx > q_idx - w``).  Masked entries are ``-inf``.  A bidirectional
+  ``kv_idx > q_idx - w``).  Masked entries are ``-inf``.  ALiBi (``Derived.alibi_slopes``, BLOOM) adds
+  ``slope_h * j`` for key ``j`` after the scale, as HF's ``build_alibi_tensor`` and TL's bridge do (a kernel
+  adding ``slope_h * (j - i)`` differs by a per-query constant the softmax cancels: the pattern is the same).  A bidirectional
   spec (``Derived.causal`` False: an encoder) masks nothing: every key is visible.
 * ``pattern`` -> ``[n_heads, T, T]``: softmax of the scores over keys.
 
@@ -49,7 +51,8 @@ def visible_keys(n_tokens: int, window: int | None = None, causal: bool = True) 
 
 
 def attention_scores(q: torch.Tensor, k: torch.Tensor, *, scale: float, window: int | None = None,
-                     softcap: float | None = None, causal: bool = True) -> torch.Tensor:
+                     softcap: float | None = None, causal: bool = True,
+                     alibi_slopes: tuple[float, ...] | None = None) -> torch.Tensor:
     if q.ndim != 3 or k.ndim != 3 or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
         raise ValueError(f"attention_scores needs q [T, H, D] and k [T, KV, D]; got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}")
@@ -59,6 +62,11 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, *, scale: float, window: 
     out_dtype = torch.promote_types(q.dtype, torch.float32)
     k = k.to(torch.float64).repeat_interleave(n_heads // n_kv, dim=1)
     scores = torch.einsum("ihd,jhd->hij", q.to(torch.float64), k) * scale
+    if alibi_slopes is not None:  # [H, 1, 1] x key position [1, 1, T]
+        slopes = torch.tensor(alibi_slopes, dtype=torch.float64)
+        if slopes.numel() != n_heads:
+            raise ValueError(f"{slopes.numel()} ALiBi slopes for {n_heads} heads")
+        scores = scores + slopes[:, None, None] * torch.arange(q.shape[0], dtype=torch.float64)[None, None, :]
     if softcap:
         scores = softcap * torch.tanh(scores / softcap)
     scores = scores.masked_fill(~visible_keys(q.shape[0], window, causal), -torch.inf)
@@ -82,7 +90,8 @@ def derive(spec: Derived, values: Mapping[str, torch.Tensor]) -> torch.Tensor:
     if missing:
         raise KeyError(f"derived {spec.kind} needs {', '.join(missing)}, which was not captured")
     q, k = (values[h] for h in spec.inputs)
-    return fn(q, k, scale=spec.scale, window=spec.window, softcap=spec.softcap, causal=spec.causal)
+    return fn(q, k, scale=spec.scale, window=spec.window, softcap=spec.softcap, causal=spec.causal,
+              alibi_slopes=spec.alibi_slopes)
 
 
 def is_masked(x: torch.Tensor) -> torch.Tensor:

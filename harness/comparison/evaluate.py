@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import torch
 
-from overlays.base import DropBatch, HookSpec
+from overlays.base import HookSpec
 from harness.comparison.chaos import RESIDUAL_OUT, ChaoticToken, find_chaotic
 from harness.comparison.conversions import convert, left_out, stitch_calls
 from harness.comparison.derived import derive, ignore_common_mask
 from harness.comparison.gate import CROSS_REFERENCE, Band, Gate
-from harness.comparison.known_issues import regroup_layout
+from harness.comparison.known_issues import explain_gated_norm, gated_norm_bug, gated_norm_signature, regroup_layout
 from harness.comparison.nonfinite import NEG_INF_KINDS, describe, first_nonfinite
 from harness.comparison.logits import greedy_agreement, logit_rows
 from harness.comparison.rows import REFERENCE_ENGINE, Pairs, axes_of, compared_row, pairs_of
@@ -99,7 +99,11 @@ class _Evaluation:
         self.converted = _Values()  # converted captures, also the inputs of derived hooks
         self.failed = self.converted.failed  # hook -> why its capture has no value
         self.bridge_floor = refs.floors.get("bridge", {})
-        self.router_tol = {h: gate.tolerance("bridge", self.bridge_floor.get(h)) for h in plan.specs if GATE.match(h)}
+        # router logits' reference: the bridge under the hook's name, else compatibility mode under the overlay's name
+        # for it (GPT-OSS's / AFMoE's routers, which TransformerLens names other than mlp.gate): (store, name, reference)
+        self.router_refs = {h: self._router_reference(h) for h in plan.specs if GATE.match(h)}
+        self.router_tol = {h: gate.tolerance(ref, refs.floors.get(ref, {}).get(name))
+                           for h, (_, name, ref) in self.router_refs.items()}
         self.flips = self._routing_flips(self.value)
         self.derived = _Values()
         self.derived_failed = self.derived.failed
@@ -110,6 +114,9 @@ class _Evaluation:
         # the batched forward may flip other near-ties than the single-prompt ones
         self.ragged_flips = self.flips + [f for f in self._routing_flips(self.ragged) if f not in self.flips]
         chaos = list(getattr(refs, "chaos", []) or [])
+        # a chaotic token is the references' own low-precision run off its truth: the references' rows against each
+        # other (bridge~hf) set it aside too (a routing near-tie in the reference's own run: FlexOlmo in bf16)
+        self.chaos_events = chaos
         self.events, self.ragged_events = self.flips + chaos, self.ragged_flips + chaos
         self.processed_events = self.events + self._references_disagree()
 
@@ -170,13 +177,23 @@ class _Evaluation:
 
         def compute() -> list[torch.Tensor]:
             spec = self.plan.specs[hook]
-            row_dim = 1 if spec.convert and isinstance(spec.convert[0], DropBatch) else 0  # [1, T, ...] reads
+            row_dim = spec.raw_token_dim  # 1: [1, T, ...] reads; 2: heads-first [1, heads, T, d] (HookSpec.token_dim)
             raws = [self.subject.ragged_read(p, spec.raw_key, self.lengths, row_dim) for p in range(self.n)]
             if any(r is None for r in raws):
                 raise NoValue(f"{hook}: no ragged-batch capture (vLLM did not report its batch layout)")
             return [convert(spec, r, self.subject.params) for r in raws]
 
         return self.ragged_converted.get(hook, compute, lambda exc: f"{hook}: conversion failed: {exc}")
+
+    def _router_reference(self, hook: str):
+        """``(store, name, reference)`` holding the reference's router logits for ``hook``: the bridge's own
+        hook where it has it, else compatibility mode's under the overlay's name (``HookSpec.references``)."""
+        if all(hook in self.refs.bridge.get(p, {}) for p in range(self.n)):
+            return self.refs.bridge, hook, "bridge"
+        name = dict(self.plan.specs[hook].references).get("compat")
+        if name and all(name in (self.refs.compat or {}).get(p, {}) for p in range(self.n)):
+            return self.refs.compat, name, "compat"
+        return self.refs.bridge, hook, "bridge"
 
     def _routing_flips(self, value_of) -> list[Flip]:
         """Every token whose chosen expert set differs between vLLM's router logits (``value_of(hook)``)
@@ -188,13 +205,14 @@ class _Evaluation:
         for hook in self.plan.specs:
             m = GATE.match(hook)
             subj = value_of(hook) if m else None
-            if subj is None or pairs_of(subj, self.refs.bridge, hook, self.n) is None:
+            store, name, _ = self.router_refs.get(hook, (self.refs.bridge, hook, "bridge"))
+            if subj is None or pairs_of(subj, store, name, self.n) is None:
                 continue
             routing = self.plan.specs[hook].routing
             bias = routing.bias if routing is not None else None
             for p in range(self.n):
                 tol = self.router_tol[hook]
-                out += find_flips(subj[p], self.refs.bridge[p][hook], int(k), p, int(m.group(1)), tol,
+                out += find_flips(subj[p], store[p][name], int(k), p, int(m.group(1)), tol,
                                   gated=tol <= self.gate.ceiling, routing=routing,
                                   subject_bias=(self.subject.params or {}).get(bias) if bias else None,
                                   reference_bias=self.reference_params.get(bias) if bias else None)
@@ -319,6 +337,26 @@ class _Evaluation:
             row.status = "error"
             row.message = (f"{case.hook} vs {case.reference}: the reference's own noise-floor run holds non-finite "
                            f"values for this hook (NaN floor), so no tolerance can be calibrated")
+        return self._gated_norm(case, row)
+
+    def _gated_norm(self, case: Case, row: HookResult) -> HookResult:
+        """A gated norm's output row a documented reference bug covers (known_issues.GATED_NORM_BUGS, a model with
+        more than one group): its signature checked on both sides' captured input, gate and output of the norm,
+        and the row explained, left standing, or an error saying to retire the entry (explain_gated_norm)."""
+        bug = None if case.derived else gated_norm_bug(self.gate.architecture, case.reference, case.hook,
+                                                       self.refs.meta.get("layout_config"))
+        if bug is None:
+            return row
+        names = [case.hook.rsplit(".", 1)[0] + n for n in (".hook_in", ".hook_gate", ".hook_out")]
+        ref_names = [case.reference_hook.rsplit(".", 1)[0] + n for n in (".hook_in", ".hook_gate", ".hook_out")]
+        subject = [self.ragged(h) if case.reference == "bridge-ragged" else self.value(h) for h in names]
+        store = {"hf": self.refs.hf, "bridge": self.refs.bridge, "compat": self.refs.compat,
+                 "bridge-ragged": self.refs.bridge}.get(case.reference) or {}
+        reference = [[store.get(p, {}).get(h) for p in range(self.n)] for h in ref_names]
+        complete = all(v is not None for v in subject) and all(t is not None for r in reference for t in r)
+        config = self.refs.meta.get("layout_config")
+        explain_gated_norm(bug, row, gated_norm_signature(tuple(subject), tuple(reference), bug.groups(config),
+                                                          bug.eps(config)) if complete else None)
         return row
 
     def _checked(self, case: Case, pairs: Pairs | None) -> tuple[Pairs | None, str]:
@@ -342,7 +380,8 @@ class _Evaluation:
             pairs = None if any(v is None for v in bridge_vals) else pairs_of(bridge_vals, self.refs.hf, name, n)
             pairs, bad = self._checked(case, pairs)
             return compared_row(self.model, case, band, pairs, bad or ("" if pairs else
-                                f"{hook}: missing in TransformerBridge or HF"), pos_axis=self._pos_axis(hook))
+                                f"{hook}: missing in TransformerBridge or HF"), self.chaos_events,
+                                pos_axis=self._pos_axis(hook))
         if ref == "bridge-ragged":
             pairs, layout, stale = regroup_layout(self.gate.architecture, ref, hook,
                                                   pairs_of(self.ragged(hook), self.refs.bridge, hook, n),

@@ -88,6 +88,8 @@ def chosen(logits: torch.Tensor, k: int, routing=None, bias: torch.Tensor | None
     group left out, or a chosen expert and the best allowed expert left out).  ``routing``: the router
     hook's ``overlays.base.Routing`` (None: the top-k logits); ``bias``: its correction bias."""
     x = logits.double()
+    if routing is not None and routing.scoring == "sparsemixer":
+        return _sparsemixer_chosen(x, float(routing.jitter_eps))
     if routing is None:
         ranked = x.sort(dim=-1, descending=True).values
         mask = torch.zeros_like(x, dtype=torch.bool).scatter_(-1, x.topk(k, dim=-1).indices, True)
@@ -110,6 +112,34 @@ def chosen(logits: torch.Tensor, k: int, routing=None, bias: torch.Tensor | None
     expert_gap = torch.where(torch.isfinite(expert_gap), expert_gap, inf)
     mask = torch.zeros_like(x, dtype=torch.bool).scatter_(-1, allowed.topk(k, dim=-1).indices, True)
     return mask, torch.minimum(group_gap, expert_gap)
+
+
+def _sparsemixer_chosen(x: torch.Tensor, jitter_eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Phi-3.5-MoE's sparsemixer (top-2, inference), as HF's ``sparsemixer`` and vLLM's ``phimoe_routing_function``
+    compute it: expert 1 is the arg-max logit and its weight a softmax over the logits whose relative distance
+    ``(max - s) / max(|s|, max)`` is within ``2 * jitter_eps``; expert 2 the arg-max of the others, likewise.  The
+    choice is ``[chosen ids | stage-1 members | stage-2 members]`` (``[T, 3 n_experts]``): a member crossing the
+    threshold changes a weight as a swapped id changes the output.  The gap: the smaller of the top-3 logits'
+    gaps and each expert's distance from a threshold (in logit units)."""
+    thr, t = 2.0 * jitter_eps, x.shape[0]
+    rows = torch.arange(t)
+    top1 = x.argmax(dim=-1)
+    m1 = x[rows, top1][:, None]
+    d1 = (m1 - x) / x.abs().clamp(min=m1)
+    masked = x.clone()
+    masked[rows, top1] = -math.inf
+    top2 = masked.argmax(dim=-1)
+    m2 = x[rows, top2][:, None]
+    d2 = (m2 - x) / x.abs().clamp(min=m2)
+    in1, in2 = d1 <= thr, (d2 <= thr) & torch.isfinite(masked)
+    chosen_ids = torch.zeros_like(x, dtype=torch.bool)
+    chosen_ids[rows, top1] = True
+    chosen_ids[rows, top2] = True
+    ranked = x.sort(dim=-1, descending=True).values
+    id_gap = (ranked[:, :2] - ranked[:, 1:3]).amin(-1) if x.shape[-1] > 2 else ranked[:, 0] - ranked[:, 1]
+    edge1 = ((d1 - thr).abs() * x.abs().clamp(min=m1)).amin(-1)
+    edge2 = ((d2 - thr).abs() * x.abs().clamp(min=m2)).masked_fill(~torch.isfinite(masked), math.inf).amin(-1)
+    return torch.cat([chosen_ids, in1, in2], dim=-1), torch.minimum(id_gap, torch.minimum(edge1, edge2))
 
 
 def find_flips(subject: torch.Tensor, reference: torch.Tensor, k: int, prompt: int, layer: int,
@@ -144,4 +174,5 @@ def after_routing(hook: str, layer: int) -> bool:
         return not hook.startswith("embed.")  # ln_final, unembed, logits
     if i != layer:
         return i > layer
-    return kind in ("hook_out", "mlp.hook_out") or (kind.startswith("mlp.") and kind not in _BEFORE_ROUTING_IN_LAYER)
+    return (kind in ("hook_out", "mlp.hook_out", "hook_mlp_out") or kind.startswith("ln2_post.")  # a post-MLP norm
+            or (kind.startswith("mlp.") and kind not in _BEFORE_ROUTING_IN_LAYER))

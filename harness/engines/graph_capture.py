@@ -13,9 +13,10 @@ to ``counts[slot]``.  Every replay repeats those kernels on the replay's inputs.
 
 The host side, per forward (:class:`GraphBuffers`): :meth:`~GraphBuffers.begin` before it (the
 model's pre-hook, or the replay wrapper) resets the Python call index; :meth:`~GraphBuffers.drain`
-after it (the model's post-hook, or the wrapper around the runner's full-graph replay) reads
-``counts`` (one host copy), checks every hook ran as many times as the capture recorded, copies
-the forward's rows into record storage, and zeroes ``counts``.  The shape each buffer holds
+after it (the model's post-hook, or the wrapper around the runner's full-graph replay) enqueues the
+copy of the forward's rows into record storage, then reads ``counts`` (one host copy: the step's one
+host wait, so the drain's Python runs while the device still computes), checks every hook ran as many
+times as the capture recorded (a mismatch raises and records nothing), and zeroes ``counts``.  The shape each buffer holds
 depends on the forward's padded token count ``T`` only (vLLM captures one graph per ``T``), so the
 shapes seen when the body ran for ``T`` (:attr:`GraphBuffers.table`) say how to read a replay of
 ``T``.  They are compiled once per ``T`` into a :class:`DrainPlan` (the record key, shape and flat
@@ -280,19 +281,37 @@ class GraphBuffers:
         return flat if flat.numel() == numel else flat[:numel]
 
     def drain(self, tokens: int | None, plans: list[tuple], n: int | None,
-              copy: bool = True) -> tuple[DrainPlan, list[torch.Tensor]] | None:
+              copy: bool = True, wait_first: bool = False) -> tuple[DrainPlan, list[torch.Tensor]] | None:
         """After a forward of ``tokens`` tokens: copy every read's rows into the flat record tensors of
         step ``n`` (:meth:`record_flat`, one batched copy per dtype) and return ``(plan, flats)`` for
         :meth:`DrainPlan.resolve` (``n`` None: capture off, only reset; None).  Raises when a hook ran
         a different number of times than the graph recorded, or the forward exceeded the buffers.
-        ``copy=False`` (graph_anatomy's bookkeeping) does everything but the copy."""
+        ``copy=False`` (graph_anatomy's bookkeeping) does everything but the copy.
+
+        Order (off the step's critical path): everything the host knows -- the plan, the "over" check,
+        the record tensors -- is done and the copy is *enqueued* before the one host wait, the read of
+        ``counts``; so the Python runs while the device still computes the forward, and the wait covers
+        the forward and the copy together.  The copy reads only static buffers into step ``n``'s record
+        tensors, which become records only if the counts match (a mismatch raises and records nothing;
+        the next step writes the same tensors).  ``wait_first`` (the benchmark's comparison with the
+        drain before 2026-12-03): read the counts first, then copy."""
         self.open = False
-        counts = self.counts.tolist()
-        self.counts.zero_()
         if n is None:
+            self.counts.zero_()
             return None
         tokens = tokens if tokens is not None else -1
         plan = self.plan(tokens, plans)
+        counts = self.counts.tolist() if wait_first else None
+        if not plan.over:
+            flats = []
+            for dtype, sources, _sizes, total in plan.groups:
+                flat = self.record_flat(n, dtype, total)
+                if copy:
+                    torch.cat(sources, out=flat)  # one batched copy of every source, in record order
+                flats.append(flat)
+        if counts is None:
+            counts = self.counts.tolist()  # the one host wait: forward and copy done
+        self.counts.zero_()
         if counts != plan.expected:
             bad = {s: (c, e) for s, (c, e) in enumerate(zip(counts, plan.expected)) if c != e}
             raise RuntimeError(f"graph-safe capture, forward of {tokens} tokens: hook slots ran (counted by the "
@@ -300,10 +319,4 @@ class GraphBuffers:
         if plan.over:
             raise RuntimeError(f"graph-safe capture: a forward of {tokens} tokens is larger than the "
                                f"buffers' {self.rows} rows (set {ROWS_ENV})")
-        flats = []
-        for dtype, sources, _sizes, total in plan.groups:
-            flat = self.record_flat(n, dtype, total)
-            if copy:
-                torch.cat(sources, out=flat)  # one batched copy of every source, in record order
-            flats.append(flat)
         return plan, flats

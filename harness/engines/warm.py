@@ -65,7 +65,8 @@ WARM_IMPORTS = ("transformer_lens", "transformer_lens.model_bridge", "transforme
 MODEL_MODULES = tuple(f"vllm.model_executor.models.{m}" for m in (
     "bert", "deepseek_v2", "gemma", "gemma2", "gemma3", "glm4", "glm4_moe", "gpt2", "granite", "jamba", "llama", "mamba", "mamba2",
     "mistral", "mixtral", "nemotron_h", "opt", "phi3", "qwen2", "qwen3", "qwen3_moe", "stablelm", "transformers",
-    "qwen2_moe", "olmoe", "granitemoe", "exaone4", "gpt_j", "falcon"))
+    "qwen2_moe", "olmoe", "granitemoe", "exaone4", "gpt_j", "falcon", "glm4_moe_lite", "apertus", "afmoe", "gpt_oss",
+    "minimax_m2", "bloom", "commandr", "nemotron"))
 # read when torch / vLLM are imported (or their thread pools first start): a request that differs
 # from the server here cannot reuse the server's imports
 IMPORT_TIME_ENV = ("VLLM_PARITY_EMULATE_ISA", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",

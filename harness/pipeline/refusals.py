@@ -8,7 +8,9 @@ Contract: two kinds of declaration, both data in harness.models.families:
   :class:`~harness.models.families.Refusal`): :func:`recheck_architecture` runs its probe --
   ``"boot"`` (as for a dtype) or ``"op:<name>"`` (the kernel op the architecture's vLLM layers
   call must still be missing from the platform's extension, checked in a probe process before any
-  engine boots: harness.engines.op_probe).
+  engine boots: harness.engines.op_probe) or ``"hf:<model_type>"`` (:func:`recheck_hf_missing`: the
+  installed transformers must still have no config class for it, and vLLM's registry must still say
+  what the row declares; nothing is built, since no config can be).
 
 Still refused: the result is ``skipped`` with the declaration and what vLLM (or torch, for a
 missing op) said.  Accepted: ``error`` naming the stale declaration, since it hides a model or a
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from harness.engines import mla_backends
 from harness.engines.subject import SubjectKilled, capture_vllm, launch_subject
+from harness.engines.vllm_compat import registry_entry
 from harness.models.targets import Target
 from harness.paths import RUNS_ROOT
 from harness.values.results import ModelResult
@@ -74,6 +77,9 @@ def recheck_architecture(target: Target, variant: Variant, result: ModelResult, 
                          engine_timeout_s: float = 900) -> None:
     refusal = target.refused
     where = f"{target.architecture} on {variant.device}"
+    if refusal.hf_model_type is not None:
+        recheck_hf_missing(target, variant, result)
+        return
     if refusal.probe.startswith("op:"):
         op = refusal.probe[3:]
         try:
@@ -98,6 +104,44 @@ def recheck_architecture(target: Target, variant: Variant, result: ModelResult, 
         return
     result.skipped = (f"{target.architecture} not run on {variant.device}: {refusal.reason} (re-checked: vLLM "
                       f"refuses it: {said[:300]})")
+
+
+def hf_config_class(model_type: str) -> str | None:
+    """The installed transformers' config class for ``model_type`` (its auto mapping), None where it has none."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    return CONFIG_MAPPING_NAMES.get(model_type)
+
+
+def recheck_hf_missing(target: Target, variant: Variant, result: ModelResult,
+                       registry_source: str | None = None) -> None:
+    """An ``"hf:<model_type>"`` refusal, re-checked without building anything: the installed transformers must
+    still have no config class for ``model_type``, and vLLM's registry must still say what the row declares
+    (``Refusal.vllm_registry``; ``registry_source``: the text of a registry.py instead of the installed one)."""
+    import transformers
+
+    refusal, mt = target.refused, target.refused.hf_model_type
+    kind, detail = registry_entry(target.architecture, registry_source)
+    vllm_says = {"native": f"maps it to its own class {detail}", "transformers": "runs it through its "
+                 "Transformers backend", "removed": f"lists it as supported only until v{detail}",
+                 "absent": "does not list it"}[kind]
+    if (kind, detail) != tuple(refusal.vllm_registry):
+        result.error = (f"declared refusal is stale: vLLM's registry now {vllm_says} ({kind!r}, {detail!r}), not "
+                        f"{tuple(refusal.vllm_registry)!r} as {target.name}'s row declares; update its Refusal "
+                        "(vllm_registry and reason) in harness/models/families.py")
+        return
+    config_class = hf_config_class(mt)
+    if config_class is not None:
+        todo = (f"declare {target.name} as a family that runs (harness/models/families.py) with an overlay"
+                if kind in ("native", "transformers") else
+                f"declare it refused by a boot probe, in vLLM's words (its registry {vllm_says})")
+        result.error = (f"declared refusal no longer holds: transformers {transformers.__version__} has model_type "
+                        f"{mt!r} ({config_class}), so a synthetic {target.architecture} checkpoint can be built "
+                        f"(declared: {refusal.reason}); {todo}")
+        return
+    result.skipped = (f"{target.architecture} not run: {refusal.reason} (re-checked before anything is built: "
+                      f"transformers {transformers.__version__} has no model_type {mt!r}; vLLM's registry "
+                      f"{vllm_says})")
 
 
 def _boot_refusal(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
@@ -139,4 +183,5 @@ def probe_ops(device: str, ops: tuple[str, ...], work_root: str = "") -> dict:
     return answer
 
 
-__all__ = ["applies", "declared_dtype_refusal", "probe_ops", "recheck_architecture", "recheck_dtype"]
+__all__ = ["applies", "declared_dtype_refusal", "hf_config_class", "probe_ops", "recheck_architecture", "recheck_dtype",
+           "recheck_hf_missing"]

@@ -44,7 +44,6 @@ from collections import OrderedDict
 from contextlib import nullcontext
 from pathlib import Path
 
-from overlays.base import DropBatch
 from harness.comparison import known_vllm_bugs
 from harness.comparison.evaluate import evaluate
 from harness.comparison.verdict import summarize
@@ -107,7 +106,7 @@ def capture_subject(target: Target, variant: Variant, plan: Plan, prompts: list[
         full_logprobs=logprob_k(target.vocab_size) is None, env=env, enforce_eager=not variant.compiled,
         device=variant.device, tp=variant.tp, timeout_s=engine_timeout_s, serving=variant.serving,
         executor=variant.executor, llm_overrides=mla_backends.llm_overrides(target.hf_config, variant.mla_backend),
-        row_dims={s.raw_key: 1 for s in plan.specs.values() if s.convert and isinstance(s.convert[0], DropBatch)},
+        row_dims={s.raw_key: s.raw_token_dim for s in plan.specs.values() if s.raw_token_dim},
         **encoder_inputs(plan, prompts),
     )
 
@@ -363,6 +362,7 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
                     beside.stop()
                     beside = None
         run.refs = beside.result() if beside is not None else references(prompts)
+        result.reference_corrected = run.refs.meta.get("reference_corrected")
         with phases("compare"):
             result.rows, flips = evaluate(plan, run.subject, run.refs, prompts, gate, target.name,
                                           routing_params(plan, Path(target.checkpoint), variant.dtype))

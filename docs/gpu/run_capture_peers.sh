@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Issue #44, first slice, on one H200 in one device session: correctness of the graph path's drain off the
+# step's critical path (CUDA-event timers, the copy enqueued before the one host wait), then the capture
+# cost on the peers' terms (benchmarks/bench_capture_peers.py). Results: docs/gpu/evidence/capture-cost-2026-12-03/.
+#   A. beside each other: the graph-capture unit tests on CUDA (tests/unit/engines/test_graph_capture.py: the
+#      stale-capture test, graph path = sink path, the batched-drain tests; test_graph_anatomy.py), qwen3 and
+#      llama bf16 compiled under vLLM's default FULL_AND_PIECEWISE graphs (run_h200.sh's family re-run,
+#      MODELS=qwen3,llama VARIANTS="--dtype bfloat16 --modes compiled", plus --serving single,decode: decode
+#      drains full-graph replays), and the 8B-shaped checkpoint build;
+#   B. alone on the GPU: python -m benchmarks.bench_capture_peers (phases none+residual+tl-set+tl, none+all).
+#
+# Device calls (the machine is lost 30 s after a call ends; the wheelhouse in 45 MiB pieces, because the
+# checkout itself is ~15 MB of the 64 MiB a call carries):
+#   1. bash .gpuwhl/host.sh acc && bash docs/gpu/run_capture_peers.sh acc     carry .gpuwhl/host.sh .gpuwhl/p00 .gpuwhl/pyt.tgz
+#   2. bash .gpuwhl/host.sh acc                                               carry .gpuwhl/host.sh .gpuwhl/p01
+#   3. bash .gpuwhl/host.sh acc                                               carry .gpuwhl/host.sh .gpuwhl/p02
+#   4. bash .gpuwhl/host.sh install && export PYTHONPATH=/tmp/site:$PWD &&
+#      bash docs/gpu/run_capture_peers.sh launch && bash docs/gpu/run_capture_peers.sh collect 540
+#                                                                             carry .gpuwhl/host.sh .gpuwhl/p03 .gpuwhl/bundle.sha256
+#   5. bash docs/gpu/run_capture_peers.sh collect 560                         (as often as needed)
+# .gpuwhl/pyt.tgz (the host has no pytest): tar --exclude=__pycache__ -czf .gpuwhl/pyt.tgz -C
+#   .venv/lib/python3*/site-packages pytest _pytest pluggy iniconfig packaging py.py and their *.dist-info.
+# Knobs: CKPT, BENCH_ARGS (more bench options), PARITY_S, PHASE_BUDGETS.
+# Measured 2026-12-03: install ~25 s, A 105 s (checkpoint 34 s, unit tests 96 s, parity 97 s); the full bench
+# (two phases, 6 rounds) did not run that day (a bare `wait` on the sampler, fixed above): its phase 0 alone
+# with none+residual (--phases none,residual --rounds 3) took 118 s (boot 92 s, 3 rounds 24 s). Estimate for
+# the whole default plan: ~9-10 min after install, so call 4 + one collect.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+phase=${1:?acc|launch|plan|collect}; shift || true
+SITE=${SITE:-/tmp/site}; WORK=${WORK:-/tmp/cpw}; RES=${RES:-/tmp/cpres}; OUT=${OUT:-/tmp/out}; PYT=/root/pyt
+CKPT=${CKPT:-/tmp/llama3-8b-shaped}
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+case "$phase" in
+  acc)
+    rm -rf "$PYT" && mkdir -p "$PYT" && tar -xzf .gpuwhl/pyt.tgz -C "$PYT" && ls "$PYT" ;;
+  launch)
+    PY=python3 bash docs/gpu/register_plugin.sh "$SITE" || exit 1
+    rm -rf "$WORK" "$RES"; mkdir -p "$WORK" "$RES/bench"
+    tar --exclude=./.gpuwhl --exclude=./.cache --exclude=./.venv -cf - . | tar -xf - -C "$WORK"
+    cd "$WORK" && rm -rf reports/*/
+    setsid nohup bash docs/gpu/run_capture_peers.sh plan >"$RES/plan.out" 2>&1 </dev/null &
+    sleep 2; echo "plan started in $WORK, results in $RES" ;;
+  plan)
+    export PYTHONPATH=$SITE:$WORK
+    log=$RES/job.log
+    { date; nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv; nproc
+      python3 -c "import torch, vllm, transformers, transformer_lens; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'vllm', vllm.__version__, 'transformers', transformers.__version__)"
+    } >>"$log" 2>&1
+    step() { local name=$1 s=$2; shift 2; echo "+ [$(date +%T)] $name: timeout $s $*" >>"$log"
+             timeout -k 10 "$s" "$@" >"$RES/$name.log" 2>&1; echo "$name rc=$? at $(date +%T)" >>"$log"; }
+    nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 1000 >"$RES/gpu_mem.csv" 2>/dev/null &
+    SAMPLER=$!
+    ( [ -e "$CKPT/shaped_checkpoint.json" ] || step checkpoint 300 python3 -m benchmarks.shaped_checkpoint \
+        --shape llama3-8b --dtype bfloat16 --out "$CKPT" ) &
+    P1=$!
+    ( export PYTHONPATH=$PYT:$SITE:$WORK; step graph_capture_tests 300 python3 -m pytest \
+        tests/unit/engines/test_graph_capture.py tests/unit/engines/test_graph_anatomy.py -v -rs -p no:cacheprovider ) &
+    P2=$!
+    step parity "${PARITY_S:-300}" python3 -m harness run --device cuda --model qwen3,llama --dtype bfloat16 \
+        --modes compiled --serving single,decode --jobs 8 --report-dir "$RES/reports"
+    wait $P1 $P2  # not a bare `wait`: the memory sampler runs until the end (a bare wait hung the 2026-12-03 run)
+    python3 -m harness matrix --report-dir "$RES/reports" --grid >"$RES/grid.md" 2>&1
+    step bench 900 python3 -m benchmarks.bench_capture_peers --checkpoint "$CKPT" --dtype bfloat16 \
+        --rounds 6 --phase-budget-s "${PHASE_BUDGETS:-330,230}" --out "$RES/bench/capture_peers" ${BENCH_ARGS:-}
+    kill $SAMPLER 2>/dev/null
+    touch "$RES/DONE" ;;
+  collect)
+    end=$(( $(date +%s) + ${1:-540} ))
+    while [ ! -e "$RES/DONE" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+    mkdir -p "$OUT"; cd "$RES" || exit 1
+    tar -czf "$OUT/capture-peers.tgz" --exclude="*.safetensors" . 2>/dev/null
+    [ -e DONE ] && echo DONE || echo "still running"
+    cat job.log; tail -4 graph_capture_tests.log 2>/dev/null; grep -E "passed|failed|PASS|FAIL" parity.log 2>/dev/null | tail -8
+    cat grid.md 2>/dev/null | head -20
+    grep -E " up in |round|stopping|failed|Error" bench.log 2>/dev/null | grep -v Processed | tail -20
+    [ -e bench/capture_peers.md ] && cat bench/capture_peers.md ;;
+  *) echo "unknown phase $phase"; exit 2 ;;
+esac
