@@ -93,6 +93,12 @@ from .phimoe import PhiMoEOverlay
 # -- imports: mla-lite-and-hf-missing --
 from .glm4_moe_lite import Glm4MoeLiteOverlay
 # -- imports: mamba2-groups --
+# -- imports: hybrids --
+# -- imports: shortconv-and-encoders --
+# -- imports: llama4 --
+# -- imports: laguna-ernie --
+# -- imports: linear-attention --
+# -- imports: gemma4 --
 
 _DECODER = DecoderOnlyOverlay()
 
@@ -157,6 +163,12 @@ OVERLAYS: dict[str, TreeOverlay] = {
     # -- overlays: mla-lite-and-hf-missing --
     "Glm4MoeLiteForCausalLM": Glm4MoeLiteOverlay(),  # GLM-4.7-Flash: DeepSeek MLA + GLM-4.5 MoE routing
     # -- overlays: mamba2-groups --
+    # -- overlays: hybrids --
+    # -- overlays: shortconv-and-encoders --
+    # -- overlays: llama4 --
+    # -- overlays: laguna-ernie --
+    # -- overlays: linear-attention --
+    # -- overlays: gemma4 --
 }
 
 IMPLEMENTATIONS = ("native", "transformers")  # vLLM's own model class | its Transformers modeling backend
@@ -174,6 +186,12 @@ VARIANTS: dict[str, dict[str, TreeOverlay]] = {
     # -- variants: more-moe --
     # -- variants: mla-lite-and-hf-missing --
     # -- variants: mamba2-groups --
+    # -- variants: hybrids --
+    # -- variants: shortconv-and-encoders --
+    # -- variants: llama4 --
+    # -- variants: laguna-ernie --
+    # -- variants: linear-attention --
+    # -- variants: gemma4 --
 }
 
 

@@ -912,6 +912,18 @@ FAMILIES: dict[str, ModelSpec] = {
                  tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
         ),
         # -- end rows: mamba2-groups --
+        # -- rows: hybrids (falcon_h1, granitemoehybrid, zamba2, bamba, olmo_hybrid) --
+        # -- end rows: hybrids --
+        # -- rows: shortconv-and-encoders (lfm2, lfm2_moe, roberta, modernbert) --
+        # -- end rows: shortconv-and-encoders --
+        # -- rows: llama4 (llama4_text) --
+        # -- end rows: llama4 --
+        # -- rows: laguna-ernie (laguna, ernie4_5, ernie4_5_moe) --
+        # -- end rows: laguna-ernie --
+        # -- rows: linear-attention (qwen3_next, qwen3_5, qwen3_5_moe) --
+        # -- end rows: linear-attention --
+        # -- rows: gemma4 (gemma4_text) --
+        # -- end rows: gemma4 --
         # Architectures vLLM cannot run here: rows of their own, re-checked on every run
         # (harness.pipeline.refusals), so the matrix says so in vLLM's words, and the day vLLM runs
         # one the row fails until it is declared as a family that runs.  T5: neither vLLM line has
