@@ -31,6 +31,12 @@ row sets the config's to match) and a ``(delta, residual)`` return, so the strea
   fused-MoE kernel: per-expert hooks non-firing (:data:`overlays.mixtral.MOE_NONFIRING`).
   ``mlp.hook_out`` is the block's output (HF's ``GptOssMLP`` returns ``(output, router scores)``;
   the bridge's ``hook_out`` is the output).
+- No ``compat-processed`` rows (``Tree.refused_references``): TransformerLens 4.3.0's weight processing folds the
+  value biases into ``b_O`` (``fold_value_biases``), which holds only where each query's attention weights over
+  the real keys sum to 1; a sink takes part of the softmax mass, so the processed model's ``hook_z`` and every
+  hook after layer 0's attention are not the model's (its ``hook_q`` / ``hook_k`` / pattern equal the unprocessed
+  bridge's, ``hook_v`` and ``hook_z`` do not: docs/evidence.md, 2026-12-03).  The bridge, compatibility mode
+  and HF gate every hook.
 """
 from __future__ import annotations
 
@@ -57,6 +63,7 @@ GPT_OSS = replace(
     mlp=Mlp(kind=MOE, module="mlp", router="router"),
     references=_ROUTER,
     nonfiring=(NonFiring("blocks.{i}.attn.hook_pattern", _NO_PATTERN), *MOE_NONFIRING),
+    refused_references=("compat-processed",),
 )
 
 
