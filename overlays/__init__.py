@@ -94,11 +94,19 @@ from .phimoe import PhiMoEOverlay
 from .glm4_moe_lite import Glm4MoeLiteOverlay
 # -- imports: mamba2-groups --
 # -- imports: hybrids --
+from .granitemoehybrid import GraniteMoeHybridOverlay
 # -- imports: shortconv-and-encoders --
+from .lfm2 import Lfm2Overlay
 # -- imports: llama4 --
+from .llama4 import Llama4Overlay
 # -- imports: laguna-ernie --
+from .laguna import LagunaOverlay
+from .ernie4_5_moe import Ernie4_5MoeOverlay
 # -- imports: linear-attention --
+from .qwen3_next import Qwen3NextOverlay
+from .qwen3_5 import Qwen3_5MoeOverlay, Qwen3_5Overlay
 # -- imports: gemma4 --
+from .gemma4 import Gemma4Overlay
 
 _DECODER = DecoderOnlyOverlay()
 
@@ -164,11 +172,21 @@ OVERLAYS: dict[str, TreeOverlay] = {
     "Glm4MoeLiteForCausalLM": Glm4MoeLiteOverlay(),  # GLM-4.7-Flash: DeepSeek MLA + GLM-4.5 MoE routing
     # -- overlays: mamba2-groups --
     # -- overlays: hybrids --
+    "GraniteMoeHybridForCausalLM": GraniteMoeHybridOverlay(),  # Mamba-2 or attention by layer_types (Tree.ssm_mixer)
     # -- overlays: shortconv-and-encoders --
+    "Lfm2ForCausalLM": Lfm2Overlay(),  # short-conv mixer in attention's place by layer_types, q/k norms
     # -- overlays: llama4 --
+    "Llama4ForCausalLM": Llama4Overlay(),  # chunked attention, NoPE layers, interleaved MoE + shared expert
     # -- overlays: laguna-ernie --
+    "LagunaForCausalLM": LagunaOverlay(),  # per-layer heads, softplus-gated attention, dense then MoE + shared
+    "Ernie4_5_MoeForCausalLM": Ernie4_5MoeOverlay(),  # GPT-J-style rope, dense then MoE + shared experts
+    "Ernie4_5ForCausalLM": _DECODER,  # vLLM: a LlamaForCausalLM subclass (GPT-J-style rope, no o_proj bias)
     # -- overlays: linear-attention --
+    "Qwen3NextForCausalLM": Qwen3NextOverlay(),  # Gated DeltaNet / gated attention by layer_types, MoE
+    "Qwen3_5ForCausalLM": Qwen3_5Overlay(),  # Qwen3-Next's hybrid, flat GDN projections, dense MLP
+    "Qwen3_5MoeForCausalLM": Qwen3_5MoeOverlay(),  # Qwen3-Next's hybrid, flat GDN projections, MoE
     # -- overlays: gemma4 --
+    "Gemma4ForCausalLM": Gemma4Overlay(),  # sandwich norms (x w), q / k / v norms, per-layer head dims, layer_scalar
 }
 
 IMPLEMENTATIONS = ("native", "transformers")  # vLLM's own model class | its Transformers modeling backend

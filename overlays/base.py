@@ -129,16 +129,33 @@ class DeInterleave:
 
     start: int
     stop: int
+    # True: the inverse, halves -> pairs: vLLM's Llama-4 loader permutes each q / k head's rows from HF's adjacent
+    # pairs to halves (permute_qk_weight_for_rotary) so its NeoX rotary matches HF's complex one; HF's q / k are
+    # the pairs order (overlays/llama4.py)
+    inverse: bool = False
 
     def __post_init__(self) -> None:
         if self.start < 0 or self.stop <= self.start or (self.stop - self.start) % 2:
             raise ValueError(f"DeInterleave: [{self.start}, {self.stop}) is not an even, non-empty range")
 
     def describe(self) -> str:
-        return f"x[..., {self.start}:{self.stop}] pairs -> halves"
+        return f"x[..., {self.start}:{self.stop}] {'halves -> pairs' if self.inverse else 'pairs -> halves'}"
 
 
-Conversion = Mul | UnfoldNorm | Cols | Heads | DropBatch | SwapAxes | DeInterleave
+@dataclass(frozen=True)
+class Flatten:
+    """Merge dims ``start..end`` into one, ``x.flatten(start, end)``: a per-group split back to TL's per-head
+    layout (Qwen3-Next's Gated DeltaNet projections, interleaved per key-head group: ``[T, k_heads, ratio, d]``
+    -> ``[T, v_heads, d]``)."""
+
+    start: int
+    end: int
+
+    def describe(self) -> str:
+        return f"x.flatten({self.start}, {self.end})"
+
+
+Conversion = Mul | UnfoldNorm | Cols | Heads | DropBatch | SwapAxes | DeInterleave | Flatten
 
 
 @dataclass(frozen=True)
@@ -259,9 +276,14 @@ class Derived:
     causal: bool = True
     # ALiBi (BLOOM): per-head slopes; scores get ``slope_h * j`` for key position ``j`` (HF's build_alibi_tensor)
     alibi_slopes: tuple[float, ...] | None = None
+    # chunked attention (Llama-4's attention_chunk_size on its "chunked_attention" layers): key ``j`` is visible from
+    # query ``i`` only within the same chunk, ``i // chunk == j // chunk`` (HF's chunked_overlay, vLLM's
+    # ChunkedLocalAttention); None: no chunking
+    chunk: int | None = None
 
     def describe(self) -> str:
-        extra = "".join(f", {n}={v:g}" for n, v in (("window", self.window), ("softcap", self.softcap)) if v)
+        extra = "".join(f", {n}={v:g}" for n, v in (("window", self.window), ("softcap", self.softcap),
+                                                    ("chunk", self.chunk)) if v)
         extra += ", alibi" if self.alibi_slopes else ""
         return f"{self.kind}({', '.join(self.inputs)}; scale={self.scale:.6g}{extra}{'' if self.causal else ', bidirectional'})"
 
@@ -364,5 +386,5 @@ def config_get(cfg: Any, *names: str, default: Any = None) -> Any:
     return default
 
 
-__all__ = ["READ_GRAMMAR", "Cols", "Conversion", "DeInterleave", "Derived", "DropBatch", "Encoder", "Heads", "HookSpec", "Mul", "Routing",
+__all__ = ["READ_GRAMMAR", "Cols", "Conversion", "DeInterleave", "Derived", "DropBatch", "Flatten", "Encoder", "Heads", "HookSpec", "Mul", "Routing",
            "NonFiring", "Overlay", "SwapAxes", "UnfoldNorm", "config_get", "expand_layers", "hook_kind", "layer_of"]

@@ -35,6 +35,9 @@ docstrings; the rules this builder applies to every row:
   ``rope_deinterleave_key`` is set in the config.
 - Dense-then-sparse stacks (``dense_layers``): ``dense_mlp`` below ``cfg.<dense_layers>``, ``mlp``
   above, and the non-firing hooks under ``blocks.{i}.mlp.`` listed for the sparse layers only.
+- Short-convolution layers (``short_conv``, LFM2): on the layers the config's layer types name, the mixer's
+  ``<hook>.hook_in`` / ``in.hook_out`` / ``out.hook_in`` / ``hook_out`` take the attention hooks' place; each
+  layer's hooks of the mixer it does not run are non-firing, per layer, with the reason.
 - ``unembed.hook_out`` divides out vLLM's logit scale (``logit_scale /
   logits_scaling``) and is not offered under a final logit soft-cap (tanh
   cannot be undone); attention scores / pattern are derived from
@@ -49,10 +52,11 @@ family that would need a method is a new field.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from .base import (Conversion, Cols, DeInterleave, Derived, DropBatch, Heads, HookSpec, Mul, NonFiring, Overlay, Routing,
+from .base import (Conversion, Cols, DeInterleave, Derived, DropBatch, Flatten, Heads, HookSpec, Mul, NonFiring, Overlay, Routing,
                    SwapAxes, UnfoldNorm, config_get, expand_layers, hook_kind, layer_of)
 
 # qkv layouts
@@ -71,6 +75,7 @@ QK_PER_HEAD_WEIGHTS = "per_head_weights"
 QK_PER_HEAD_HEADS_FIRST = "per_head_heads_first"
 # MLP kinds
 TOP_K, SIGMOID_BIAS, FROM_CONFIG = "top-k", "sigmoid-bias", "from-config"  # Mlp.routing
+SOFTMAX_BIAS = "softmax-bias"  # Mlp.routing: softmax scores plus the correction bias choose; ERNIE-4.5-MoE
 SPARSEMIXER = "sparsemixer"  # Mlp.routing: Phi-3.5-MoE's top-2 (overlays.base.Routing), jitter from router_jitter_noise
 ROUTE_TAP = "vp_route"  # harness.engines.route_tap.TAP: the child module the worker gives a MoE runner
 GATED = "gated"  # fused [gate | up] projection, then down
@@ -212,12 +217,25 @@ class Attention:
     # QK_PER_HEAD: TL's hook is heads-first ([heads, T, d_head]: the norm's output is swapped); False where TL's
     # bridge wraps HF's norm on [T, heads, d_head] and keeps that layout (AFMoE)
     qk_norm_heads_first: bool = True
+    # True where vLLM's loader permutes each q / k head's projection rows from HF's adjacent pairs to halves
+    # (Llama-4's permute_qk_weight_for_rotary, every layer, so its NeoX rotary equals HF's complex one): hook_q /
+    # hook_k are turned back into HF's order (DeInterleave inverse); scores are the same in either order
+    qk_rows_halved: bool = False
+    # config key listing each layer's query-head count (Laguna's num_attention_heads_per_layer; TreeOverlay.layer_dims);
+    # None: num_attention_heads on every layer
+    heads_per_layer: str | None = None
     # a fixed softmax scale where the config names none (Gemma-4: 1.0, its q / k norms carry the scaling); None:
     # attention_multiplier, query_pre_attn_scalar ** -0.5 or head_dim ** -0.5 (TreeOverlay.attn_scale)
     scale: float | None = None
     # a weightless per-head norm on v (Gemma-4's v_norm, [T, kv_heads, d_head] in vLLM and TL): attn.<v_norm>.hook_out,
     # read as is (nothing to un-fold); None: none
     v_norm: str | None = None
+    # FUSED only: the query projection is twice as wide, per head [q_h | gate_h] (Qwen3-Next / Qwen3.5's gated
+    # attention, vLLM's attn_output_gate): hook_q is TL's, the whole 2 x q columns split in head_dim slices
+    # ([T, 2 x heads, d_head]: TransformerBridge hooks q_proj before splitting off the gate), attn.hook_q_gate each
+    # head's second half (flat, TL's q_gate); the attention output is multiplied by sigmoid(gate) before o_proj (hook_z
+    # is o_proj's input, after the gate, as TL's o.hook_in); k / v follow the 2 x q columns
+    output_gate: bool = False
 
     def __post_init__(self) -> None:
         _check("qkv_layout", self.qkv_layout, (FUSED, PER_HEAD, SEPARATE, MLA))
@@ -244,6 +262,8 @@ class Mlp:
     shared_hook: str = "shared_experts"
     # config key of the shared block's width; None: moe_intermediate_size x n_shared_experts (DeepSeek)
     shared_width: str | None = None
+    # config key of the shared experts' count where shared_width is None (ERNIE-4.5-MoE: moe_num_shared_experts)
+    shared_count: str = "n_shared_experts"
     # a sigmoid gate on the shared block (Qwen2-MoE's shared_expert_gate, Linear d_model -> 1, on the MoE
     # block): mlp.<shared_gate>.hook_in / hook_out are its input and logit; vLLM applies sigmoid(logit) inside
     # the shared module's forward, after down_proj, so the shared block's hook_out (HF's module output, before
@@ -265,12 +285,105 @@ class Mlp:
     # SIGMOID_BIAS: the correction bias's attribute on the MoE block where it is not the router's
     # (<router>.e_score_correction_bias): MiniMax-M2's block-level e_score_correction_bias
     routing_bias: str | None = None
+    # GATED (and a MoE's shared block): the gate as a projection of its own beside the up projection (vLLM's
+    # LagunaMLP: gate_proj / up_proj): hook_pre is its output, hook_pre_linear the up projection's (``up`` on a
+    # dense block, ``up_proj`` on a shared one); None: the fused [gate | up] (``up`` / ``gate_up_proj``)
+    gate_proj: str | None = None
 
     def __post_init__(self) -> None:
         _check("Mlp.kind", self.kind, (GATED, PLAIN, MOE))
-        _check("Mlp.routing", self.routing, (TOP_K, SIGMOID_BIAS, FROM_CONFIG, SPARSEMIXER))
+        _check("Mlp.routing", self.routing, (TOP_K, SIGMOID_BIAS, FROM_CONFIG, SPARSEMIXER, SOFTMAX_BIAS))
         if self.module is None and self.kind == MOE:
             raise ValueError("Mlp: a MoE block is a module (module=None is for projections on the layer)")
+
+
+@dataclass(frozen=True)
+class ShortConv:
+    """A gated short-convolution mixer run in attention's place on the layers the config names (LFM2's
+    ``Lfm2ShortConv``, vLLM's ``ShortConv``): ``in_proj`` -> ``[B | C | x]``, a depthwise causal conv of
+    ``B * x`` (kernel ``conv_L_cache``), ``C *`` its output, ``out_proj``.  Offered as TransformerLens's
+    ``blocks.{i}.<hook>.*``: ``hook_in`` (the mixer's input), ``in.hook_out`` (``in_proj``'s ``[B | C | x]``),
+    ``out.hook_in`` (``C * conv(B * x)``, ``out_proj``'s input), ``hook_out`` (``out_proj``'s output); what
+    runs inside a fused op is ``nonfiring`` (per short-conv layer, with its reason)."""
+
+    module: str = "short_conv"  # vLLM's mixer module on the layer
+    in_proj: str = "in_proj"
+    out_proj: str = "out_proj"
+    hook: str = "conv"  # TransformerLens's name of the mixer: blocks.{i}.<hook>.*
+    layer_types_key: str = "layer_types"  # config key: one type per layer
+    layer_type: str = "conv"  # the type of the layers that run this mixer
+    nonfiring: tuple[NonFiring, ...] = ()  # hooks of the mixer no module boundary exposes ("blocks.{i}.conv...")
+
+    def runs(self, cfg: Any, layer: int) -> bool:
+        types = config_get(cfg, self.layer_types_key, default=None)
+        return types is not None and types[layer] == self.layer_type
+
+
+@dataclass(frozen=True)
+class SsmMixer:
+    """A Mamba-2 mixer run in attention's place on the layers the config names (GraniteMoeHybrid's
+    ``layer_types`` "linear_attention", vLLM's ``MambaMixer2`` at ``module`` on the layer).  Offered as
+    TransformerLens's ``blocks.{i}.mixer.*``: ``hook_in`` / ``hook_out`` (the mixer's input and output) and
+    Mamba-2's inner hooks (:func:`overlays.mamba2.mixer_specs`: ``in_proj`` and its xBC / dt columns, the gated
+    norm's input, gate and output), each with its HF forward-hook row; sizes from the config keys below.  The
+    sublayer's scaled contribution (``hook_attn_out``) is not offered on these layers: TransformerLens's
+    ``ScaledResidualBlockBridge`` hooks it at attention only.  On an attention layer the mixer's hooks, and on a
+    Mamba layer the attention's, are listed non-firing per layer (:meth:`TreeOverlay.nonfiring_for`), with
+    Mamba-2's fused internals (:data:`overlays.mamba2.NONFIRING`'s mixer hooks)."""
+
+    module: str = "mamba"  # vLLM's mixer module on the layer
+    layer_types_key: str = "layer_types"  # config key: one type per layer
+    layer_type: str = "linear_attention"  # the type of the layers that run this mixer
+    heads_key: str = "mamba_n_heads"
+    head_dim_key: str = "mamba_d_head"
+    groups_key: str = "mamba_n_groups"
+    state_key: str = "mamba_d_state"
+
+    def runs(self, cfg: Any, layer: int) -> bool:
+        types = config_get(cfg, self.layer_types_key, default=None)
+        return types is not None and types[layer] == self.layer_type
+
+    def sizes(self, cfg: Any) -> tuple[int, int, int]:
+        """``(I, conv_dim, H)``: inner width, the conv's width (x, B, C), heads."""
+        heads = int(config_get(cfg, self.heads_key))
+        inner = heads * int(config_get(cfg, self.head_dim_key))
+        groups = int(config_get(cfg, self.groups_key, default=1))
+        return inner, inner + 2 * groups * int(config_get(cfg, self.state_key)), heads
+
+
+@dataclass(frozen=True)
+class GdnMixer:
+    """A Gated DeltaNet linear-attention mixer run in attention's place on the layers the config names (Qwen3-Next /
+    Qwen3.5's ``layer_types`` "linear_attention", vLLM's ``QwenGatedDeltaNetAttention`` at ``module`` on the layer).
+    Offered as TransformerLens's ``GatedDeltaNetBridge`` hooks ``blocks.{i}.<hook>.*`` where vLLM has a module boundary:
+    ``hook_in`` / ``hook_out`` (the mixer's input and output), ``hook_{q,k,v}_pre_conv`` (``in_proj_qkvz``'s columns,
+    per head), ``hook_beta_logit`` (``in_proj_ba``'s b columns), ``hook_recurrence_out`` / ``hook_gate_input`` (the
+    gated norm's two inputs: the delta rule's output and z).  ``layout``: "interleaved" (Qwen3-Next's checkpoint: per
+    key-head group ``[q | k | v (ratio heads) | z (ratio heads)]`` and ``[b (ratio) | a (ratio)]``) or "flat" (Qwen3.5:
+    ``[q | k | v | z]`` and ``[b | a]``).  What runs inside vLLM's fused op (the conv, the gating, the recurrence) is
+    ``nonfiring`` (templates ``blocks.{i}.<hook>.*``, per mixer layer, with its reason)."""
+
+    module: str = "linear_attn"  # vLLM's mixer module on the layer
+    hook: str = "linear_attn"  # TransformerLens's name of the mixer: blocks.{i}.<hook>.*
+    qkvz: str = "in_proj_qkvz"
+    ba: str = "in_proj_ba"
+    norm: str = "norm"  # the gated RMSNorm, called (core_out, z)
+    layout: str = "interleaved"
+    layer_types_key: str = "layer_types"
+    layer_type: str = "linear_attention"
+    nonfiring: tuple[NonFiring, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check("GdnMixer.layout", self.layout, ("interleaved", "flat"))
+
+    def runs(self, cfg: Any, layer: int) -> bool:
+        types = config_get(cfg, self.layer_types_key, default=None)
+        return types is not None and types[layer] == self.layer_type
+
+    def sizes(self, cfg: Any) -> tuple[int, int, int, int]:
+        """``(k_heads, v_heads, head_k_dim, head_v_dim)``."""
+        return tuple(int(config_get(cfg, k)) for k in ("linear_num_key_heads", "linear_num_value_heads",
+                                                       "linear_key_head_dim", "linear_value_head_dim"))
 
 
 @dataclass(frozen=True)
@@ -304,6 +417,12 @@ class Tree:
     # Non-firing hooks of the MoE kind (per-expert, routing) then list the sparse layers only.
     dense_layers: str | None = None
     dense_mlp: Mlp = Mlp()
+    # Interleaved stacks (Llama-4's interleave_moe_layer_step): the config key listing the layers that run ``mlp``
+    # (HF's moe_layers), the others running ``dense_mlp``; None: as ``dense_layers`` says
+    sparse_layers: str | None = None
+    # the config key naming each layer's MLP type, "sparse" where it runs ``mlp`` (Laguna's mlp_layer_types), the
+    # others running ``dense_mlp``; None: as ``dense_layers`` / ``sparse_layers`` say
+    mlp_layer_types: str | None = None
     # (hook kind, references) overrides, for hooks whose reference names differ (HookSpec.references);
     # "{i}" in a name is the hook's layer
     references: tuple[tuple[str, References], ...] = ()
@@ -316,6 +435,14 @@ class Tree:
     # references the reference library refuses for this architecture (TransformerLens 4.3.0's VaultGemma adapter:
     # supports_compatibility_mode = False): every hook the builder adds names no tensor there ((ref, None))
     refused_references: tuple[str, ...] = ()
+    # a short-convolution mixer in attention's place on the layers the config names (LFM2): its hooks replace the
+    # attention hooks there; the attention hooks of those layers (and the mixer's of the attention layers) are
+    # listed non-firing per layer (TreeOverlay.nonfiring_for); None: every layer runs attention
+    short_conv: ShortConv | None = None
+    # the MLP width as a config flag adjusts it, (flag key, multiplier key, multiple-of key): where cfg.<flag> is
+    # true, int(2 w / 3), times the multiplier where set, rounded up to the multiple (LFM2's
+    # block_auto_adjust_ff_dim, as vLLM's Lfm2MLP computes it); None: the width as read
+    d_mlp_adjust: tuple[str, str, str] | None = None
     # the hook every norm is offered at: "hook_normalized" (its output un-folded) or "hook_out" (its output as is, where
     # the reference wraps the norms as bare components with hook_in / hook_out only: TransformerLens 4.3.0's Gemma-4
     # adapter); with "hook_out" the q / k norms are read in vLLM's [T, heads, d_head], TL's layout for them there
@@ -323,6 +450,18 @@ class Tree:
     # head_dim / num_key_value_heads per layer from HF's heterogeneous ``cfg.per_layer_config`` (Gemma-4's wider global
     # layers); False: the config's global values on every layer
     per_layer_dims: bool = False
+    # a Mamba-2 mixer in attention's place on the layers the config names (GraniteMoeHybrid, SsmMixer); None: none
+    ssm_mixer: SsmMixer | None = None
+    # (builder's hook kind, TransformerLens's) for per-layer hooks TL names otherwise, the hook offered under TL's name
+    # (GraniteMoeHybrid's dense MLP: mlp.hook_in -> shared_mlp.hook_in); references overrides are keyed by the builder's
+    hook_names: tuple[tuple[str, str], ...] = ()
+    # a Gated DeltaNet mixer in attention's place on the layers the config names (Qwen3-Next, Qwen3.5: GdnMixer); None:
+    # none
+    gdn_mixer: GdnMixer | None = None
+    # serving shapes (--serving, harness.engines.serving) that cannot exist for this tree, ((name, why), ...), reported
+    # skipped with the reason (harness.pipeline.runner.not_applicable), as overlays.base.Encoder.not_applicable; ():
+    # every shape runs
+    serving_not_applicable: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         _check("Tree.norm_hook", self.norm_hook, ("hook_normalized", "hook_out"))
@@ -330,12 +469,17 @@ class Tree:
         if self.residual.mid and mid_module is None:
             raise ValueError(f"Tree {self.name!r}: hook_resid_mid is read at {self.residual.mid_at}, "
                              "which this tree does not have")
-        if self.dense_layers and (self.dense_mlp.kind == MOE or self.mlp.kind != MOE):
+        if ((self.dense_layers or self.sparse_layers or self.mlp_layer_types)
+                and (self.dense_mlp.kind == MOE or self.mlp.kind != MOE)):
             raise ValueError(f"Tree {self.name!r}: dense_layers is for a MoE mlp with a dense dense_mlp")
 
     def mlp_at(self, cfg: Any, layer: int) -> Mlp:
         """The feed-forward block of ``layer``: ``dense_mlp`` below ``cfg.<dense_layers>``, else ``mlp``."""
         if self.dense_layers and layer < int(config_get(cfg, self.dense_layers, default=0)):
+            return self.dense_mlp
+        if self.sparse_layers and layer not in config_get(cfg, self.sparse_layers, default=()):  # Tree.sparse_layers
+            return self.dense_mlp
+        if self.mlp_layer_types and config_get(cfg, self.mlp_layer_types)[layer] != "sparse":  # Tree.mlp_layer_types
             return self.dense_mlp
         return self.mlp
 
@@ -398,12 +542,22 @@ class TreeOverlay(Overlay):
     def dims(self, cfg: Any) -> dict[str, int]:
         d_model = config_get(cfg, "hidden_size", "n_embd")
         n_heads = config_get(cfg, "num_attention_heads", "n_head")
-        head_dim = config_get(cfg, "head_dim", default=None) or d_model // n_heads
+        # a heterogeneous config (Tree.per_layer_dims) refuses its global head_dim: layer 0's
+        head_dim = (self._per_layer(cfg, 0, "head_dim") or config_get(cfg, "head_dim", default=None)
+                    or d_model // n_heads)
         att = self.tree.attention
         n_kv = (1 if att.multi_query_key and config_get(cfg, att.multi_query_key, default=False)
-                else config_get(cfg, *att.kv_heads_keys, default=None) or n_heads)
+                else self._per_layer(cfg, 0, "num_key_value_heads")
+                or config_get(cfg, *att.kv_heads_keys, default=None) or n_heads)
         mlp_width, ratio = config_get(cfg, *self.tree.d_mlp_keys, default=None), self.tree.d_mlp_ratio
         d_mlp = int(mlp_width) if ratio is None else (mlp_width or ratio * d_model)
+        adjust = self.tree.d_mlp_adjust  # Tree.d_mlp_adjust
+        if adjust and config_get(cfg, adjust[0], default=False):
+            d_mlp = int(2 * int(d_mlp) / 3)
+            if config_get(cfg, adjust[1], default=None) is not None:
+                d_mlp = int(float(config_get(cfg, adjust[1])) * d_mlp)
+            multiple = int(config_get(cfg, adjust[2]))
+            d_mlp = multiple * ((d_mlp + multiple - 1) // multiple)
         dims = dict(d_model=d_model, n_heads=n_heads, head_dim=head_dim, n_kv=n_kv, d_mlp=d_mlp,
                     n_layers=config_get(cfg, "num_hidden_layers", "n_layer"))
         if self.tree.mlp.kind == MOE:
@@ -427,8 +581,9 @@ class TreeOverlay(Overlay):
         for i in range(d["n_layers"]):
             self._layer(specs, i, d, residual_scale, t.mlp_at(cfg, i), cfg)
         final = f"{t.root}.{t.norms.final}"
-        self._add(specs, "ln_final.hook_normalized", final, t.norms.final_read,
-                  (self.unfold(final),) if t.norms.kind.affine else (), d["d_model"])
+        self._add(specs, f"ln_final.{t.norm_hook}", final, t.norms.final_read,
+                  (self.unfold(final),) if t.norms.kind.affine and t.norm_hook == "hook_normalized" else (),
+                  d["d_model"])
         unembed = self.unembed_spec(cfg)
         if unembed is not None:
             specs["unembed.hook_out"] = unembed
@@ -452,7 +607,8 @@ class TreeOverlay(Overlay):
             if not all(h in captured for h in inputs):
                 continue
             common = dict(inputs=inputs, scale=scale, window=self.sliding_window(cfg, i),
-                          softcap=float(softcap) if softcap else None, alibi_slopes=slopes)
+                          softcap=float(softcap) if softcap else None, alibi_slopes=slopes,
+                          chunk=self.attention_chunk(cfg, i))
             out[f"blocks.{i}.attn.hook_attn_scores"] = Derived("attn_scores", **common)
             if "blocks.{i}.attn.hook_pattern" not in {nf.template for nf in self.tree.nonfiring}:
                 # a row listing the pattern non-firing (GPT-OSS's attention sinks join its softmax) derives scores only
@@ -465,11 +621,17 @@ class TreeOverlay(Overlay):
         listed = self.nonfiring()
         offered = set(self.hook_specs(cfg)) | set(self.derived_specs(cfg))
         n_layers = self.dims(cfg)["n_layers"]
-        if self.tree.dense_layers:  # the MLP's non-firing hooks are the sparse layers' (Tree.dense_layers)
+        if self.tree.dense_layers or self.tree.sparse_layers or self.tree.mlp_layer_types:  # the sparse layers'
             sparse = [i for i in range(n_layers) if self.tree.mlp_at(cfg, i) is self.tree.mlp]
             listed = [nf for t in listed for nf in (
                 [NonFiring(t.template.replace("{i}", str(i)), t.reason) for i in sparse]
                 if t.template.startswith("blocks.{i}.mlp.") else [t])]
+        if self.tree.short_conv:  # Tree.short_conv: each layer's hooks of the mixer it does not run
+            listed = listed + self._short_conv_nonfiring(cfg, n_layers)
+        if self.tree.ssm_mixer:  # Tree.ssm_mixer: each layer's hooks of the mixer it does not run
+            listed = listed + self._ssm_nonfiring(cfg, n_layers)
+        if self.tree.gdn_mixer:  # Tree.gdn_mixer: each layer's hooks of the mixer it does not run
+            listed = listed + self._gdn_nonfiring(cfg, n_layers)
         return listed + [NonFiring(t, why) for t, why in _UNOFFERED.items()
                          if t not in {nf.template for nf in listed}
                          and not offered & set(expand_layers(t, n_layers))]
@@ -490,6 +652,8 @@ class TreeOverlay(Overlay):
                         int(config_get(cfg, "vocab_size")), calls="all")
 
     def attn_scale(self, cfg: Any) -> float:
+        if self.tree.attention.scale is not None:  # Attention.scale
+            return self.tree.attention.scale
         multiplier = config_get(cfg, "attention_multiplier")  # Granite
         if multiplier is not None:
             return float(multiplier)
@@ -511,6 +675,11 @@ class TreeOverlay(Overlay):
             return None
         return int(window)
 
+    def attention_chunk(self, cfg: Any, layer: int) -> int | None:
+        """HF's rule (Llama-4): ``attention_chunk_size`` on the layers ``layer_types`` names ``chunked_attention``."""
+        chunk, types = config_get(cfg, "attention_chunk_size"), config_get(cfg, "layer_types")
+        return int(chunk) if chunk and types is not None and types[layer] == "chunked_attention" else None
+
     def unfold(self, module: str) -> UnfoldNorm:
         """Un-fold a norm's affine part: ``÷ (w + offset)``, after ``- b`` for a LayerNorm with bias."""
         kind = self.tree.norms.kind
@@ -524,6 +693,8 @@ class TreeOverlay(Overlay):
         references = tuple((ref, name.replace("{i}", str(layer)) if name and layer is not None else name)
                            for ref, name in dict(self.tree.references).get(hook_kind(hook), references))
         references = (*references, *((ref, None) for ref in self.tree.refused_references))  # Tree.refused_references
+        if hook_kind(hook) in dict(self.tree.hook_names):  # Tree.hook_names: TransformerLens's name of the hook
+            hook = f"blocks.{layer}.{dict(self.tree.hook_names)[hook_kind(hook)]}"
         specs[hook] = HookSpec(module, read, (*(() if flat else self.tree.batch), *convert), width,
                                references=references, routing=routing, token_dim=token_dim)
 
@@ -536,19 +707,40 @@ class TreeOverlay(Overlay):
             return Routing("sparsemixer", jitter_eps=float(config_get(cfg, "router_jitter_noise", default=0.01)))
         n_group = int(config_get(cfg, "n_group", default=1) or 1)
         topk_group = int(config_get(cfg, "topk_group", default=1) or 1)
-        if mlp.routing == SIGMOID_BIAS:
+        if mlp.routing in (SIGMOID_BIAS, SOFTMAX_BIAS):  # SOFTMAX_BIAS: the same with softmax scores
             bias = (f"{router.rsplit('.', 1)[0]}.{mlp.routing_bias}" if mlp.routing_bias
                     else f"{router}.e_score_correction_bias")
-            return Routing("sigmoid", n_group, topk_group, bias)
+            return Routing("sigmoid" if mlp.routing == SIGMOID_BIAS else "softmax", n_group, topk_group, bias)
         scoring = str(config_get(cfg, "scoring_func", default="softmax"))
         biased = config_get(cfg, "topk_method") == "noaux_tc"
         if scoring == "softmax" and n_group == 1 and not biased:
             return None  # the top-k of the softmax is the top-k of the logits
         return Routing(scoring, n_group, topk_group, f"{router}.e_score_correction_bias" if biased else None)
 
+    def layer_dims(self, cfg: Any, layer: int, d: dict[str, int]) -> dict[str, int]:
+        """``d`` with ``layer``'s head_dim / n_kv from HF's ``per_layer_config`` where the row says so
+        (:attr:`Tree.per_layer_dims`): the config object's per-layer view, or the sparse ``{"<layer>": {...}}``
+        mapping its config.json holds."""
+        head_dim, n_kv = self._per_layer(cfg, layer, "head_dim"), self._per_layer(cfg, layer, "num_key_value_heads")
+        key = self.tree.attention.heads_per_layer  # Attention.heads_per_layer: this layer's query-head count
+        heads = config_get(cfg, key, default=None) if key else None
+        return {**d, "head_dim": int(head_dim or d["head_dim"]), "n_kv": int(n_kv or d["n_kv"]),
+                "n_heads": int(heads[layer]) if heads is not None else d["n_heads"]}
+
+    def _per_layer(self, cfg: Any, layer: int, key: str) -> Any:
+        """``key`` of ``layer`` in HF's ``per_layer_config`` (:attr:`Tree.per_layer_dims`; None where unset): the
+        config object's view (whose global ``head_dim`` raises as ambiguous), or config.json's sparse mapping."""
+        plc = config_get(cfg, "per_layer_config") if self.tree.per_layer_dims else None
+        if plc is None:
+            return None
+        if isinstance(plc, Mapping):
+            return (plc.get(layer, plc.get(str(layer))) or {}).get(key)
+        return getattr(plc[layer], key, None)
+
     def _layer(self, specs: dict[str, HookSpec], i: int, d: dict[str, int], residual_scale: tuple | None,
                mlp: Mlp, cfg: Any) -> None:
         t, norms = self.tree, self.tree.norms
+        d = self.layer_dims(cfg, i, d)  # Tree.per_layer_dims
         L, b, D = f"{t.root}.{t.layers}.{i}", f"blocks.{i}", d["d_model"]
         A = f"{L}.{t.attention.module}"
         M = f"{L}.{mlp.module}" if mlp.module else None
@@ -562,6 +754,9 @@ class TreeOverlay(Overlay):
             self._add(specs, f"{b}.{kind}", module, read, convert, width, references, routing, token_dim, flat)
 
         def norm(kind: str, attr: str, read: str) -> None:
+            if t.norm_hook == "hook_out":  # Tree.norm_hook: the norm's output as is, under its own hook_out
+                add(kind.replace("hook_normalized", "hook_out"), f"{L}.{attr}", read)
+                return
             add(kind, f"{L}.{attr}", read, (self.unfold(f"{L}.{attr}"),) if norms.kind.affine else ())
 
         def contribution(post_norm: str, legacy: str, sublayer_out: tuple[str, str]) -> None:
@@ -569,7 +764,8 @@ class TreeOverlay(Overlay):
             residual multiplier -- which compatibility mode's legacy hook_attn_out / hook_mlp_out name."""
             attr = getattr(norms, post_norm)
             if attr:
-                norm(f"{post_norm}.hook_normalized", attr, "out")
+                if t.norm_hook == "hook_normalized":  # with "hook_out" the line below is the norm's one hook
+                    norm(f"{post_norm}.hook_normalized", attr, "out")
                 add(f"{post_norm}.hook_out", f"{L}.{attr}", "out", references=(("compat", f"{b}.{legacy}"),))
             elif residual_scale:
                 add(legacy, *sublayer_out, residual_scale, references=(("compat", f"{b}.{legacy}"),))
@@ -581,42 +777,21 @@ class TreeOverlay(Overlay):
         add("hook_in", L, t.residual.block_in)
         if norms.ln1:
             norm("ln1.hook_normalized", norms.ln1, norms.read)
-        add("attn.hook_in", A, "in.hidden_states")
-        if t.attention.qkv_layout == MLA:
-            self._mla(add, A, cfg, d)
-        for x, module, convert, width in self._qkv(A, d, q, kv, qh, kh):
-            add(f"attn.hook_{x}", module, "out[0]", convert, width)
-        if t.attention.qk_norm and (t.attention.qk_norm_key is None
-                                    or config_get(cfg, t.attention.qk_norm_key, default=False)):
-            for x, width in (("q", q), ("k", kv)):
-                qk = f"{A}.{t.attention.qk_norm_modules['qk'.index(x)]}"
-                if t.attention.qk_norm == QK_PER_HEAD:  # vLLM: [T, heads, d_head]; TL's hook: [heads, T, d_head]
-                    add(f"attn.{x}_norm.hook_normalized", qk, "out",
-                        (self.unfold(qk), *((SwapAxes(0, 1),) if t.attention.qk_norm_heads_first else ())), width)
-                elif t.attention.qk_norm == QK_PER_HEAD_HEADS_FIRST:  # raw [1, heads, T, d_head]: tokens on dim 2
-                    add(f"attn.{x}_norm.hook_normalized", qk, t.attention.qk_norm_read, (self.unfold(qk),), width,
-                        token_dim=2)
-                elif t.attention.qk_norm == QK_PER_HEAD_WEIGHTS:  # [T, heads, d_head] on both sides
-                    add(f"attn.{x}_norm.hook_normalized", qk, t.attention.qk_norm_read, (self.unfold(qk),), width)
-                else:  # QK_WHOLE: flat [T, heads * d_head], as in TL
-                    at, read = ((f"{A}.{t.attention.rotary}", "in[1]" if x == "q" else "in[2]")
-                                if t.attention.qk_norm_at_rotary else (qk, "out"))  # Attention.qk_norm_at_rotary
-                    add(f"attn.{x}_norm.hook_normalized", at, read, (self.unfold(qk),), width)
-                    add(f"attn.hook_{x}_normed", at, read, (), width)
-        if t.attention.rotary and t.attention.qkv_layout != MLA and t.attention.rotated_from:  # the kernel's inputs
-            add("attn.hook_rot_q", f"{A}.{t.attention.rotated_from}", "in[0]", (qh,), q)
-            add("attn.hook_rot_k", f"{A}.{t.attention.rotated_from}", "in[1]", (kh,), kv)
-        elif t.attention.rotary and t.attention.qkv_layout != MLA:
-            add("attn.hook_rot_q", f"{A}.{t.attention.rotary}", "out[0]", (qh,), q)
-            add("attn.hook_rot_k", f"{A}.{t.attention.rotary}", "out[1]", (kh,), kv)
-        if t.attention.qkv_layout == MLA:  # z is n_heads x v_head_dim
-            v_dim = int(config_get(cfg, "v_head_dim"))
-            add("attn.hook_z", f"{A}.{t.attention.out_proj}", "in[0]", (Heads(d["n_heads"], v_dim),),
-                d["n_heads"] * v_dim)
+        conv = t.short_conv if t.short_conv and t.short_conv.runs(cfg, i) else None
+        if conv:  # Tree.short_conv: this layer's mixer is a short convolution, in attention's place
+            C, h = f"{L}.{conv.module}", conv.hook
+            add(f"{h}.hook_in", C, "in.hidden_states")
+            add(f"{h}.in.hook_out", f"{C}.{conv.in_proj}", "out[0]", (), 3 * D)
+            add(f"{h}.out.hook_in", f"{C}.{conv.out_proj}", "in[0]")
+            add(f"{h}.hook_out", f"{C}.{conv.out_proj}", "out[0]")
+        elif t.ssm_mixer and t.ssm_mixer.runs(cfg, i):  # Tree.ssm_mixer: a Mamba-2 mixer in attention's place
+            self._ssm(specs, b, f"{L}.{t.ssm_mixer.module}", cfg, D)
+        elif t.gdn_mixer and t.gdn_mixer.runs(cfg, i):  # Tree.gdn_mixer: a Gated DeltaNet mixer in attention's place
+            self._gdn(add, f"{L}.{t.gdn_mixer.module}", cfg, b)
         else:
-            add("attn.hook_z", f"{A}.{t.attention.out_proj}", "in[0]", (qh,), q)
-        add("attn.hook_out", A, t.attention.returns, references=attn_alias)
-        contribution("ln1_post", "hook_attn_out", (A, t.attention.returns))
+            self._attention(add, A, cfg, d, q, kv, qh, kh, attn_alias)
+        if not (t.ssm_mixer and t.ssm_mixer.runs(cfg, i)):  # TL scales no Mamba-2 contribution (SsmMixer)
+            contribution("ln1_post", "hook_attn_out", (A, t.attention.returns))
         if t.residual.mid:
             add("hook_resid_mid", f"{L}.{norms.ln2}" if t.residual.mid_at == "ln2" else M, t.residual.mid)
         if norms.ln2:
@@ -635,24 +810,183 @@ class TreeOverlay(Overlay):
             if mlp.shared:  # a gated MLP of its own, run on every token
                 S, h = f"{M}.{mlp.shared}", f"mlp.{mlp.shared_hook}"
                 ds = (int(config_get(cfg, mlp.shared_width)) if mlp.shared_width else
-                      int(config_get(cfg, "moe_intermediate_size")) * int(config_get(cfg, "n_shared_experts")))
+                      int(config_get(cfg, "moe_intermediate_size")) * int(config_get(cfg, mlp.shared_count)))
                 add(f"{h}.hook_in", S, "in[0]")
-                add(f"{h}.hook_pre", f"{S}.gate_up_proj", "out[0]", (Cols(0, ds),), ds)
-                add(f"{h}.hook_pre_linear", f"{S}.gate_up_proj", "out[0]", (Cols(ds, 2 * ds),), ds)
+                if mlp.gate_proj:  # Mlp.gate_proj: the shared block's gate and up projections of their own
+                    add(f"{h}.hook_pre", f"{S}.{mlp.gate_proj}", "out[0]", (), ds)
+                    add(f"{h}.hook_pre_linear", f"{S}.up_proj", "out[0]", (), ds)
+                else:
+                    add(f"{h}.hook_pre", f"{S}.gate_up_proj", "out[0]", (Cols(0, ds),), ds)
+                    add(f"{h}.hook_pre_linear", f"{S}.gate_up_proj", "out[0]", (Cols(ds, 2 * ds),), ds)
                 add(f"{h}.hook_post", f"{S}.down_proj", "in[0]", (), ds)
                 add(f"{h}.hook_out", *((f"{S}.down_proj", "out[0]") if mlp.shared_gate else (S, "out")))
                 if mlp.shared_gate:  # Tree.Mlp.shared_gate: its logit, before vLLM's sigmoid
                     add(f"mlp.{mlp.shared_gate}.hook_in", f"{M}.{mlp.shared_gate}", "in[0]")
                     add(f"mlp.{mlp.shared_gate}.hook_out", f"{M}.{mlp.shared_gate}", "out[0]", (), 1)
         else:
-            add("mlp.hook_pre", up, "out[0]", (Cols(0, dm),) if mlp.kind == GATED else (), dm)
-            if mlp.kind == GATED:
+            if mlp.gate_proj:  # Mlp.gate_proj: gate and up projections of their own
+                add("mlp.hook_pre", f"{M or L}.{mlp.gate_proj}", "out[0]", (), dm)
+                add("mlp.hook_pre_linear", up, "out[0]", (), dm)
+            else:
+                add("mlp.hook_pre", up, "out[0]", (Cols(0, dm),) if mlp.kind == GATED else (), dm)
+            if mlp.kind == GATED and not mlp.gate_proj:
                 add("mlp.hook_pre_linear", up, "out[0]", (Cols(dm, 2 * dm),), dm)
             add("mlp.hook_post", down, "in[0]", (), dm)
         mlp_out = (M, "out") if M else (down, "out[0]")
         add("mlp.hook_out", *mlp_out, references=mlp_alias)
         contribution("ln2_post", "hook_mlp_out", mlp_out)
         add("hook_out", L, t.residual.block_out)
+
+    def _attention(self, add, A: str, cfg: Any, d: dict[str, int], q: int, kv: int, qh: Heads, kh: Heads,
+                   attn_alias: References) -> None:
+        """A layer's attention hooks, in forward order: input, q/k/v (or MLA's latents), q/k norms, rotated
+        q/k, z, output."""
+        t = self.tree
+        add("attn.hook_in", A, "in.hidden_states")
+        if t.attention.qkv_layout == MLA:
+            self._mla(add, A, cfg, d)
+        for x, module, convert, width in self._qkv(A, d, q, kv, qh, kh):
+            add(f"attn.hook_{x}", module, "out[0]", convert, width)
+        if t.attention.output_gate:  # Attention.output_gate: each head's second half, flat as TL's q_gate
+            hd = d["head_dim"]
+            add("attn.hook_q_gate", f"{A}.{t.attention.qkv}", "out[0]",
+                (Cols(0, 2 * q), Heads(d["n_heads"], 2 * hd), Cols(hd, 2 * hd), Flatten(-2, -1)), q)
+        if t.attention.qk_norm and (t.attention.qk_norm_key is None
+                                    or config_get(cfg, t.attention.qk_norm_key, default=False)):
+            for x, width in (("q", q), ("k", kv)):
+                qk = f"{A}.{t.attention.qk_norm_modules['qk'.index(x)]}"
+                if t.norm_hook == "hook_out":  # Tree.norm_hook: as is, vLLM's [T, heads, d_head] as TL's
+                    add(f"attn.{x}_norm.hook_out", qk, t.attention.qk_norm_read, (), width)
+                elif t.attention.qk_norm == QK_PER_HEAD:  # vLLM: [T, heads, d_head]; TL's hook: [heads, T, d_head]
+                    add(f"attn.{x}_norm.hook_normalized", qk, "out",
+                        (self.unfold(qk), *((SwapAxes(0, 1),) if t.attention.qk_norm_heads_first else ())), width)
+                elif t.attention.qk_norm == QK_PER_HEAD_HEADS_FIRST:  # raw [1, heads, T, d_head]: tokens on dim 2
+                    add(f"attn.{x}_norm.hook_normalized", qk, t.attention.qk_norm_read, (self.unfold(qk),), width,
+                        token_dim=2)
+                elif t.attention.qk_norm == QK_PER_HEAD_WEIGHTS:  # [T, heads, d_head] on both sides
+                    add(f"attn.{x}_norm.hook_normalized", qk, t.attention.qk_norm_read, (self.unfold(qk),), width)
+                else:  # QK_WHOLE: flat [T, heads * d_head], as in TL
+                    at, read = ((f"{A}.{t.attention.rotary}", "in[1]" if x == "q" else "in[2]")
+                                if t.attention.qk_norm_at_rotary else (qk, "out"))  # Attention.qk_norm_at_rotary
+                    add(f"attn.{x}_norm.hook_normalized", at, read, (self.unfold(qk),), width)
+                    add(f"attn.hook_{x}_normed", at, read, (), width)
+        if t.attention.v_norm:  # Attention.v_norm: weightless, [T, kv_heads, d_head] on both sides
+            add(f"attn.{t.attention.v_norm}.hook_out", f"{A}.{t.attention.v_norm}", "out", (), kv)
+        if t.attention.rotary and t.attention.qkv_layout != MLA and t.attention.rotated_from:  # the kernel's inputs
+            add("attn.hook_rot_q", f"{A}.{t.attention.rotated_from}", "in[0]", (qh,), q)
+            add("attn.hook_rot_k", f"{A}.{t.attention.rotated_from}", "in[1]", (kh,), kv)
+        elif t.attention.rotary and t.attention.qkv_layout != MLA:
+            add("attn.hook_rot_q", f"{A}.{t.attention.rotary}", "out[0]", (qh,), q)
+            add("attn.hook_rot_k", f"{A}.{t.attention.rotary}", "out[1]", (kh,), kv)
+        if t.attention.qkv_layout == MLA:  # z is n_heads x v_head_dim
+            v_dim = int(config_get(cfg, "v_head_dim"))
+            add("attn.hook_z", f"{A}.{t.attention.out_proj}", "in[0]", (Heads(d["n_heads"], v_dim),),
+                d["n_heads"] * v_dim)
+        else:
+            add("attn.hook_z", f"{A}.{t.attention.out_proj}", "in[0]", (qh,), q)
+        add("attn.hook_out", A, t.attention.returns, references=attn_alias)
+
+    def _short_conv_nonfiring(self, cfg: Any, n_layers: int) -> list[NonFiring]:
+        """Tree.short_conv: on a short-conv layer, the attention hooks (and the scores / pattern) the attention
+        layers offer, and the mixer's fused internals; on an attention layer, the mixer's hooks."""
+        sc, specs = self.tree.short_conv, self.hook_specs(cfg)
+        kinds = lambda prefix: sorted({hook_kind(h) for h in specs if hook_kind(h).startswith(prefix)})  # noqa: E731
+        attn = kinds("attn.") + (["attn.hook_attn_scores", "attn.hook_pattern"] if self.tree.score_inputs else [])
+        mixer = kinds(f"{sc.hook}.")
+        out: list[NonFiring] = []
+        for i in range(n_layers):
+            key = f"{sc.layer_types_key}[{i}]"
+            if sc.runs(cfg, i):
+                out += [NonFiring(f"blocks.{i}.{k}", f"layer {i} runs the short-convolution mixer in attention's "
+                                                    f"place ({key} is {sc.layer_type!r}): no attention")
+                        for k in sorted(set(attn))]
+                out += [NonFiring(nf.template.replace("{i}", str(i)), nf.reason) for nf in sc.nonfiring]
+            else:
+                out += [NonFiring(f"blocks.{i}.{k}", f"layer {i} runs attention ({key} is not "
+                                                    f"{sc.layer_type!r}): no short-convolution mixer")
+                        for k in mixer + [nf.template.split(".", 2)[2] for nf in sc.nonfiring]]
+        return out
+
+    def _ssm(self, specs: dict[str, HookSpec], b: str, mixer: str, cfg: Any, d_model: int) -> None:
+        """Tree.ssm_mixer on one layer: the Mamba-2 mixer's input, inner hooks (overlays.mamba2.mixer_specs) and
+        output, each also against HF's forward hooks on the mixer (harness.references.reference._ssm_mixer_hooks)."""
+        from .mamba2 import mixer_specs
+        specs[f"{b}.mixer.hook_in"] = HookSpec(mixer, "in.hidden_states", self.tree.batch, d_model,
+                                               references=(("hf", f"{b}.mixer.hook_in"),))
+        specs.update(mixer_specs(b, mixer, *self.tree.ssm_mixer.sizes(cfg)))
+        specs[f"{b}.mixer.hook_out"] = HookSpec(mixer, "out", self.tree.batch, d_model,
+                                                references=(("hf", f"{b}.mixer.hook_out"),))
+
+    def _ssm_nonfiring(self, cfg: Any, n_layers: int) -> list[NonFiring]:
+        """Tree.ssm_mixer: on a Mamba-2 layer, the attention hooks (and the scores / pattern and the scaled
+        contribution) the attention layers offer, and the mixer's fused internals; on an attention layer, the
+        mixer's hooks."""
+        from .mamba2 import NONFIRING as MAMBA2
+        sm, specs = self.tree.ssm_mixer, self.hook_specs(cfg)
+        kinds = lambda prefix: sorted({hook_kind(h) for h in specs if hook_kind(h).startswith(prefix)})  # noqa: E731
+        attn = set(kinds("attn.")) | ({"attn.hook_attn_scores", "attn.hook_pattern"} if self.tree.score_inputs else set())
+        attn |= {k for k in ("hook_attn_out",) if k in {hook_kind(h) for h in specs}}
+        inner = [nf for nf in MAMBA2 if nf.template.startswith("blocks.{i}.mixer.")]
+        out: list[NonFiring] = []
+        for i in range(n_layers):
+            key = f"{sm.layer_types_key}[{i}]"
+            if sm.runs(cfg, i):
+                out += [NonFiring(f"blocks.{i}.{k}", f"layer {i} runs a Mamba-2 mixer in attention's place ({key} "
+                                                    f"is {sm.layer_type!r}): no attention")
+                        for k in sorted(attn)]
+                out += [NonFiring(nf.template.replace("{i}", str(i)), nf.reason) for nf in inner]
+            else:
+                out += [NonFiring(f"blocks.{i}.{k}", f"layer {i} runs attention ({key} is not {sm.layer_type!r}): "
+                                                    "no Mamba-2 mixer")
+                        for k in kinds("mixer.") + [nf.template.split(".", 2)[2] for nf in inner]]
+        return out
+
+    def _gdn(self, add, G: str, cfg: Any, b: str) -> None:
+        """Tree.gdn_mixer on one layer, in TL's order: input, pre-conv q / k / v (``[T, heads, d]``), the write-gate
+        logit (``[T, v_heads]``), the recurrence output and z (the gated norm's inputs, ``[T, v_heads, d_v]``),
+        output (GdnMixer's docstring).  TransformerBridge fires the inner ones only on its own prefill path, not with the
+        cache the references run with: they are compared with HF's forward hooks on the mixer
+        (harness.references.reference._gdn_mixer_hooks, TL's names), input and output with both."""
+        gm = self.tree.gdn_mixer
+        nk, nv, hk, hv = gm.sizes(cfg)
+        r, K, V = nv // nk, nk * hk, nv * hv
+        h, qkvz, ba = gm.hook, f"{G}.{gm.qkvz}", f"{G}.{gm.ba}"
+        if gm.layout == "interleaved":  # per key-head group [q | k | v (r heads) | z (r heads)], [b (r) | a (r)]
+            group = Heads(nk, 2 * hk + 2 * r * hv)
+            qkv = ((group, Cols(0, hk)), (group, Cols(hk, 2 * hk)),
+                   (group, Cols(2 * hk, 2 * hk + r * hv), Heads(r, hv), Flatten(-3, -2)))
+            beta = (Heads(nk, 2 * r), Cols(0, r), Flatten(-2, -1))
+        else:  # [q | k | v | z], [b | a]
+            qkv = ((Cols(0, K), Heads(nk, hk)), (Cols(K, 2 * K), Heads(nk, hk)), (Cols(2 * K, 2 * K + V), Heads(nv, hv)))
+            beta = (Cols(0, nv),)
+        hf = lambda name: (("bridge", None), ("hf", f"{b}.{h}.{name}"))  # noqa: E731 -- module doc
+        add(f"{h}.hook_in", G, "in.hidden_states", references=(("hf", f"{b}.{h}.hook_in"),))
+        for x, convert, width in zip("qkv", qkv, (K, K, V)):
+            add(f"{h}.hook_{x}_pre_conv", qkvz, "out[0]", convert, width, references=hf(f"hook_{x}_pre_conv"))
+        add(f"{h}.hook_beta_logit", ba, "out[0]", beta, nv, references=hf("hook_beta_logit"))
+        add(f"{h}.hook_recurrence_out", f"{G}.{gm.norm}", "in[0]", (), V, references=hf("hook_recurrence_out"))
+        add(f"{h}.hook_gate_input", f"{G}.{gm.norm}", "in[1]", (), V, references=hf("hook_gate_input"))
+        add(f"{h}.hook_out", G, "out", references=(("hf", f"{b}.{h}.hook_out"),))
+
+    def _gdn_nonfiring(self, cfg: Any, n_layers: int) -> list[NonFiring]:
+        """Tree.gdn_mixer: on a Gated DeltaNet layer, the attention hooks (and the scores / pattern) the attention
+        layers offer, and the mixer's fused internals; on an attention layer, the mixer's hooks."""
+        gm, specs = self.tree.gdn_mixer, self.hook_specs(cfg)
+        kinds = lambda prefix: sorted({hook_kind(h) for h in specs if hook_kind(h).startswith(prefix)})  # noqa: E731
+        attn = set(kinds("attn.")) | ({"attn.hook_attn_scores", "attn.hook_pattern"} if self.tree.score_inputs else set())
+        out: list[NonFiring] = []
+        for i in range(n_layers):
+            key = f"{gm.layer_types_key}[{i}]"
+            if gm.runs(cfg, i):
+                out += [NonFiring(f"blocks.{i}.{k}", f"layer {i} runs a Gated DeltaNet mixer in attention's place "
+                                                    f"({key} is {gm.layer_type!r}): no softmax attention")
+                        for k in sorted(attn)]
+                out += [NonFiring(nf.template.replace("{i}", str(i)), nf.reason) for nf in gm.nonfiring]
+            else:
+                out += [NonFiring(f"blocks.{i}.{k}", f"layer {i} runs softmax attention ({key} is not "
+                                                    f"{gm.layer_type!r}): no Gated DeltaNet mixer")
+                        for k in kinds(f"{gm.hook}.") + [nf.template.split(".", 2)[2] for nf in gm.nonfiring]]
+        return out
 
     def _mla(self, add, A: str, cfg: Any, d: dict[str, int]) -> None:
         """Multi-head latent attention (vLLM's ``MultiHeadLatentAttentionWrapper``, prefill), in TL's order:
@@ -690,12 +1024,20 @@ class TreeOverlay(Overlay):
         if att.qkv_layout == PER_HEAD:  # [T, heads, 3 * head_dim], then q / k / v columns of each head
             hd, per_head = d["head_dim"], Heads(d["n_heads"], 3 * d["head_dim"])
             converts = tuple((per_head, Cols(j * hd, (j + 1) * hd)) for j in range(3))
+        elif att.output_gate:  # Attention.output_gate: [q_h | gate_h] per head, then k, v
+            # hook_q is TL's: q_proj's whole output in head_dim slices, [q_0 | gate_0 | q_1 | gate_1 | ...]
+            converts = ((Cols(0, 2 * q), Heads(2 * d["n_heads"], d["head_dim"])), (Cols(2 * q, 2 * q + kv), kh),
+                        (Cols(2 * q + kv, 2 * q + 2 * kv), kh))
+            widths = (2 * q, kv, kv)
         else:  # FUSED: [q | k | v]
             converts = ((Cols(0, q), qh), (Cols(q, q + kv), kh), (Cols(q + kv, q + 2 * kv), kh))
+        if att.qk_rows_halved:  # Attention.qk_rows_halved: back to HF's adjacent pairs, per head
+            back = DeInterleave(0, d["head_dim"], inverse=True)
+            converts = ((*converts[0], back), (*converts[1], back), converts[2])
         return zip("qkv", (f"{A}.{att.qkv}",) * 3, converts, widths)
 
 
-__all__ = ["ALIBI", "Attention", "FUSED", "FUSED_PAIR", "GATED", "GEMMA_RMS", "LAYER_NORM", "MLA", "MOE", "Mlp", "NO_AFFINE",
+__all__ = ["ALIBI", "Attention", "GdnMixer", "ShortConv", "FUSED", "FUSED_PAIR", "GATED", "GEMMA_RMS", "LAYER_NORM", "MLA", "MOE", "Mlp", "NO_AFFINE",
            "Norms", "NormKind", "PARALLEL", "PER_HEAD", "PLAIN", "PLAIN_STREAM", "POST_NORM", "QK_PER_HEAD", "QK_PER_HEAD_HEADS_FIRST", "QK_PER_HEAD_WEIGHTS", "QK_WHOLE", "RMS",
            "Residual", "SCORES_FROM_QK", "SCORES_FROM_ROTATED", "SEPARATE", "SPARSEMIXER", "STREAM_PAIR", "Scale", "Tree",
            "TreeOverlay", "alibi_slopes", "transformers_backend"]

@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from overlays.base import Cols, Conversion, DeInterleave, DropBatch, Heads, HookSpec, Mul, SwapAxes, UnfoldNorm
+from overlays.base import Cols, Conversion, DeInterleave, DropBatch, Flatten, Heads, HookSpec, Mul, SwapAxes, UnfoldNorm
 
 
 def apply_one(conv: Conversion, x: torch.Tensor, params: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -56,7 +56,13 @@ def apply_one(conv: Conversion, x: torch.Tensor, params: Mapping[str, torch.Tens
         if x.shape[-1] < conv.stop:
             raise ValueError(f"DeInterleave: [{conv.start}, {conv.stop}) is past the last dim {x.shape[-1]}")
         pairs = x[..., conv.start:conv.stop]
+        if conv.inverse:  # halves -> pairs: (a0.., b0..) -> (a0, b0, a1, b1, ...)
+            half = (conv.stop - conv.start) // 2
+            pairs = torch.stack([pairs[..., :half], pairs[..., half:]], dim=-1).flatten(-2)
+            return torch.cat([x[..., :conv.start], pairs, x[..., conv.stop:]], dim=-1)
         return torch.cat([x[..., :conv.start], pairs[..., 0::2], pairs[..., 1::2], x[..., conv.stop:]], dim=-1)
+    if isinstance(conv, Flatten):
+        return x.flatten(conv.start, conv.end)
     raise TypeError(f"unknown conversion {conv!r}")
 
 

@@ -10,7 +10,8 @@ tokens, with q ``[T, n_heads, d_head]`` and k ``[T, n_kv, d_head]``:
   ``h // group`` as HF's ``repeat_kv`` does), then ``cap * tanh(s / cap)``
   where the config soft-caps, then the mask: key ``j`` is visible from query
   ``i`` iff ``j <= i`` and, with a sliding window ``w``, ``i - j < w`` (HF's
-  ``kv_idx > q_idx - w``).  Masked entries are ``-inf``.  ALiBi (``Derived.alibi_slopes``, BLOOM) adds
+  ``kv_idx > q_idx - w``), and with an attention chunk ``c`` (``Derived.chunk``, Llama-4) ``i // c == j // c``.
+  Masked entries are ``-inf``.  ALiBi (``Derived.alibi_slopes``, BLOOM) adds
   ``slope_h * j`` for key ``j`` after the scale, as HF's ``build_alibi_tensor`` and TL's bridge do (a kernel
   adding ``slope_h * (j - i)`` differs by a per-query constant the softmax cancels: the pattern is the same).  A bidirectional
   spec (``Derived.causal`` False: an encoder) masks nothing: every key is visible.
@@ -40,19 +41,22 @@ import torch
 from overlays.base import Derived
 
 
-def visible_keys(n_tokens: int, window: int | None = None, causal: bool = True) -> torch.Tensor:
-    """``[T, T]`` bool: query ``i`` sees key ``j`` (``causal`` False: every key, an encoder's attention)."""
+def visible_keys(n_tokens: int, window: int | None = None, causal: bool = True, chunk: int | None = None) -> torch.Tensor:
+    """``[T, T]`` bool: query ``i`` sees key ``j`` (``causal`` False: every key, an encoder's attention; ``chunk``:
+    only keys of the query's own chunk, ``i // chunk == j // chunk``, Llama-4's chunked attention)."""
     i = torch.arange(n_tokens).unsqueeze(1)
     j = torch.arange(n_tokens).unsqueeze(0)
     seen = j <= i if causal else torch.ones(n_tokens, n_tokens, dtype=torch.bool)
     if window is not None:
         seen &= (i - j) < window
+    if chunk is not None:
+        seen &= (i // chunk) == (j // chunk)
     return seen
 
 
 def attention_scores(q: torch.Tensor, k: torch.Tensor, *, scale: float, window: int | None = None,
                      softcap: float | None = None, causal: bool = True,
-                     alibi_slopes: tuple[float, ...] | None = None) -> torch.Tensor:
+                     alibi_slopes: tuple[float, ...] | None = None, chunk: int | None = None) -> torch.Tensor:
     if q.ndim != 3 or k.ndim != 3 or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
         raise ValueError(f"attention_scores needs q [T, H, D] and k [T, KV, D]; got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}")
@@ -69,7 +73,7 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, *, scale: float, window: 
         scores = scores + slopes[:, None, None] * torch.arange(q.shape[0], dtype=torch.float64)[None, None, :]
     if softcap:
         scores = softcap * torch.tanh(scores / softcap)
-    scores = scores.masked_fill(~visible_keys(q.shape[0], window, causal), -torch.inf)
+    scores = scores.masked_fill(~visible_keys(q.shape[0], window, causal, chunk), -torch.inf)
     return scores.to(out_dtype)
 
 
@@ -91,7 +95,7 @@ def derive(spec: Derived, values: Mapping[str, torch.Tensor]) -> torch.Tensor:
         raise KeyError(f"derived {spec.kind} needs {', '.join(missing)}, which was not captured")
     q, k = (values[h] for h in spec.inputs)
     return fn(q, k, scale=spec.scale, window=spec.window, softcap=spec.softcap, causal=spec.causal,
-              alibi_slopes=spec.alibi_slopes)
+              alibi_slopes=spec.alibi_slopes, **({"chunk": spec.chunk} if spec.chunk else {}))
 
 
 def is_masked(x: torch.Tensor) -> torch.Tensor:

@@ -97,6 +97,33 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         "references.",
         signature="scores_equal_pattern",
     ),
+    KnownIssue(
+        "Gemma4ForCausalLM", ("bridge", "compat"), "blocks.{i}.attn.hook_attn_scores",
+        "TransformerLens 4.3.0 bug, as for OPT: its Gemma-4 adapter (Gemma4ArchitectureAdapter, inherited by "
+        "Gemma4TextArchitectureAdapter) keeps HF's Gemma4TextAttention in the generic AttentionBridge "
+        "(maintain_native_attention; its comment: 'pattern AND scores both fire HF's post-softmax weights'), so the "
+        "bridge's hook_attn_scores equals its hook_pattern and holds 0 where vLLM's scores are -inf. vLLM's "
+        "hook_pattern derived from the same rotated q and k (scale 1.0) passes against both references.",
+        signature="scores_equal_pattern",
+    ),
+    KnownIssue(
+        "Llama4ForCausalLM", ("bridge", "compat"), "blocks.{i}.attn.hook_attn_scores",
+        "TransformerLens 4.3.0 bug, as for OPT: its Llama-4 adapter (Llama4ArchitectureAdapter) keeps HF's "
+        "Llama4TextAttention in the generic AttentionBridge (maintain_native_attention), which fires hook_attn_scores "
+        "with HF's post-softmax attention weights, so the bridge's hook_attn_scores equals its hook_pattern and holds "
+        "0 where vLLM's scores are -inf (outside a query's chunk too). vLLM's hook_pattern derived from the q and k "
+        "its attention takes passes against both references.",
+        signature="scores_equal_pattern",
+    ),
+    KnownIssue(
+        "LagunaForCausalLM", ("bridge", "compat"), "blocks.{i}.attn.hook_attn_scores",
+        "TransformerLens 4.3.0 bug, as for OPT: its Laguna adapter (LagunaArchitectureAdapter) keeps HF's "
+        "LagunaAttention in the generic AttentionBridge (maintain_native_attention: per-layer head counts and the "
+        "softplus gate), which fires hook_attn_scores with HF's post-softmax attention weights, so the bridge's "
+        "hook_attn_scores equals its hook_pattern and holds 0 where vLLM's scores are -inf. vLLM's hook_pattern "
+        "derived from the same rotated q and k passes against both references.",
+        signature="scores_equal_pattern",
+    ),
 )
 
 
@@ -228,6 +255,16 @@ GATED_NORM_BUGS: tuple[GatedNormBug, ...] = (
         "Released checkpoints have n_groups 8 (Mamba-Codestral-7B). Every reference ran with the group-wise norm "
         "downstream of this hook (reference corrected: group-wise gated norm), so the rows after it are gated "
         "against the model as defined",
+    ),
+    GatedNormBug(
+        ("GraniteMoeHybridForCausalLM",), ("hf", "bridge", "compat", "bridge-ragged"),
+        "blocks.{i}.mixer.inner_norm.hook_out",
+        "transformers 5.19 bug: GraniteMoeHybrid's GraniteMoeHybridRMSNormGated (models/granitemoehybrid/"
+        "modeling_granitemoehybrid.py, Mamba-2 layers) normalizes the whole intermediate width and ignores "
+        "mamba_n_groups, where vLLM's Mixer2RMSNormGated and the original Mamba-2 normalize each group; "
+        "TransformerBridge wraps HF's module. Every reference ran with the group-wise norm downstream of this hook "
+        "(reference corrected: group-wise gated norm), so the rows after it are gated against the model as defined",
+        groups_key="mamba_n_groups", eps_key="rms_norm_eps",
     ),
 )
 

@@ -7,6 +7,7 @@ means editing this file (and its unit test, ``tests/unit/engines/test_vllm_compa
 * :func:`version_line` / :func:`supported_line` -- which line a version is and
   whether (and how) it was verified;
 * :func:`worker_class` -- the class whose ``load_model`` the plugin wraps;
+* :func:`hookable_call` -- forward hooks on a top-level model whose class vLLM's ``support_torch_compile`` decorates;
 * :func:`runner_model` / :func:`batch_layout` -- the model and the flattened
   batch's request layout inside a worker;
 * :func:`subject_env_defaults`, :func:`llm_kwargs`, :func:`sampling_kwargs` --
@@ -250,6 +251,51 @@ def runner_model(worker: Any) -> torch.nn.Module:
     if not isinstance(model, torch.nn.Module):
         raise AttributeError(f"{type(worker.model_runner).__name__} holds no loaded nn.Module")
     return model
+
+
+def _call_with_hooks(call: Any) -> Any:
+    """``call`` (a class's own ``__call__``) run between the module's forward pre-hooks and forward hooks, as
+    ``nn.Module.__call__`` runs ``forward`` (kwargs hooks included; a hook's non-None result replaces the
+    arguments / output)."""
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        for key, hook in tuple(self._forward_pre_hooks.items()):
+            if key in self._forward_pre_hooks_with_kwargs:
+                result = hook(self, args, kwargs)
+                if result is not None:
+                    args, kwargs = result
+            else:
+                result = hook(self, args)
+                if result is not None:
+                    args = result if isinstance(result, tuple) else (result,)
+        out = call(self, *args, **kwargs)
+        for key, hook in tuple(self._forward_hooks.items()):
+            result = (hook(self, args, kwargs, out) if key in self._forward_hooks_with_kwargs
+                      else hook(self, args, out))
+            if result is not None:
+                out = result
+        return out
+    __call__._vp_hooked = True
+    return __call__
+
+
+def hookable_call(model: torch.nn.Module) -> bool:
+    """Make ``model``'s own forward (pre-)hooks fire on every call; True where that took a change.
+
+    Trap: vLLM's ``@support_torch_compile`` (``vllm/compilation/decorators.py``) replaces the decorated
+    class's ``__call__`` by one that calls ``self.forward`` (eager) or the compiled code directly, never
+    ``nn.Module``'s hook dispatch, so a hook on that module never fires.  vLLM decorates the inner
+    ``*Model`` of most families (the harness hooks below it), but some put it on the top-level class the
+    runner holds -- ``Ernie4_5ForCausalLM`` (``vllm/model_executor/models/ernie45.py``), a Llama subclass --
+    where the worker's per-forward hooks (timers, batch layout) saw no forward.  The instance gets a
+    subclass of its class (same name) whose ``__call__`` runs the hooks around the decorated one, which
+    still decides eager or compiled; layers below are untouched.  A no-op where hooks already fire."""
+    cls = type(model)
+    call = cls.__call__
+    if call is torch.nn.Module.__call__ or getattr(call, "_vp_hooked", False):
+        return False
+    model.__class__ = type(cls.__name__, (cls,), {"__call__": _call_with_hooks(call), "__module__": cls.__module__,
+                                                  "__qualname__": cls.__qualname__})
+    return True
 
 
 def batch_layout(runner: Any, positions: Any = None, input_ids: Any = None, layout: dict | None = None) -> dict:

@@ -96,8 +96,8 @@ from harness.engines import graph_capture, route_tap
 from harness.engines.reads import (group_reads, input_terms, natural_key, parse_read, pick_inputs, pick_outputs,
                                    resolve_module, sibling_paths, sum_terms)
 from harness.engines.graph_capture import GraphBuffers, _tap_into_impl, buffer_rows, graph_mode, tokens_of
-from harness.engines.vllm_compat import (CAPTURE_OP, batch_layout, engine_info, kernel_path, replay_inputs,
-                                         runner_model, track_batch_requests, wrap_forward_calls)
+from harness.engines.vllm_compat import (CAPTURE_OP, batch_layout, engine_info, hookable_call, kernel_path,
+                                         replay_inputs, runner_model, track_batch_requests, wrap_forward_calls)
 
 _SINKS: list[Callable[[list], None]] = []  # slot -> sink of one hooked (module, side) of this process
 _CUDA = False  # set by vp_install: no torch.cuda query before the worker has chosen its device
@@ -221,6 +221,7 @@ class CaptureExtension:
         global _CUDA
         _CUDA = torch.cuda.is_available()
         model = self._vp_model()
+        hookable_call(model)  # a top-level class vLLM's support_torch_compile decorates (Ernie-4.5) calls no hook
         self._vp_records = {}  # also the graph path's pending drained steps and step index (the setter)
         self._vp_buffers = _Buffers()
         self._vp_handles = getattr(self, "_vp_handles", [])

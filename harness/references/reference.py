@@ -318,6 +318,8 @@ def _ssm_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tenso
     ``hook_xBC`` / ``hook_dt`` (HF's ``[.., gate, hidden_states_B_C, dt]``, by HF's own mixer sizes),
     ``mixer.inner_norm.hook_in`` / ``hook_gate`` / ``hook_out`` (overlays/mamba2.py)."""
     mixer = getattr(layer, "mixer", None)
+    if mixer is None:  # GraniteMoeHybrid's Mamba layers hold it as ``mamba`` (TL's adapter: the canonical ``mixer``)
+        mixer = getattr(layer, "mamba", None)
     if not all(hasattr(mixer, a) for a in ("in_proj", "norm", "conv_dim", "num_heads")):
         return []
     b, heads, conv = f"blocks.{i}.mixer", mixer.num_heads, mixer.conv_dim
@@ -341,7 +343,59 @@ def _ssm_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tenso
             mixer.norm.register_forward_hook(norm, with_kwargs=True)]
 
 
+def _gdn_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tensor]) -> list:
+    """A Gated DeltaNet layer's mixer (Qwen3-Next / Qwen3.5's ``linear_attn``; any other layer: none), hooked under
+    TransformerBridge's ``GatedDeltaNetBridge`` names, which fire on the bridge's own prefill path only (with a cache,
+    as the references run, only its hook_in / hook_out do): the pre-conv q / k / v per head and the write-gate logit,
+    as HF's forward splits its projections (Qwen3-Next: HF's own ``fix_query_key_value_ordering``; Qwen3.5: the
+    ``[q | k | v]`` columns of ``in_proj_qkv``, ``in_proj_b``), and the gated norm's two inputs, the recurrence output
+    and z, back in ``[B, T, v_heads, d_v]`` (overlays.tree.GdnMixer)."""
+    mixer = getattr(layer, "linear_attn", None)
+    if mixer is None or not hasattr(mixer, "norm") or not hasattr(mixer, "head_v_dim"):
+        return []
+    b, hold = f"blocks.{i}.linear_attn", {}
+
+    def keep(name, t):
+        caps[name] = t.detach().clone()
+
+    def pre_conv(q, k, v, beta_logit):
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            keep(f"{b}.hook_{name}_pre_conv", t)
+        keep(f"{b}.hook_beta_logit", beta_logit)
+
+    def norm(mod, args, out):
+        B, T = hold["shape"]
+        keep(f"{b}.hook_recurrence_out", args[0].reshape(B, T, -1, mixer.head_v_dim))
+        keep(f"{b}.hook_gate_input", args[1].reshape(B, T, -1, mixer.head_v_dim))
+
+    def mixer_in(mod, args, kwargs):
+        h = args[0] if args else kwargs["hidden_states"]
+        hold["shape"] = tuple(h.shape[:2])
+        keep(f"{b}.hook_in", h)
+    handles = [mixer.register_forward_pre_hook(mixer_in, with_kwargs=True),
+               mixer.register_forward_hook(lambda mod, args, out: keep(f"{b}.hook_out", _first(out))),
+               mixer.norm.register_forward_hook(norm)]
+    if hasattr(mixer, "in_proj_qkvz"):  # Qwen3-Next: interleaved per key-head group, split by HF's own method
+        handles.append(mixer.in_proj_qkvz.register_forward_hook(lambda mod, args, out: hold.__setitem__("qkvz", out)))
+
+        def ba(mod, args, out):
+            q, k, v, _, beta_logit, _ = mixer.fix_query_key_value_ordering(hold["qkvz"], out)
+            pre_conv(q, k, v, beta_logit)
+        handles.append(mixer.in_proj_ba.register_forward_hook(ba))
+    elif hasattr(mixer, "in_proj_qkv"):  # Qwen3.5: [q | k | v], b on its own
+
+        def qkv(mod, args, out):
+            q, k, v = torch.split(out, [mixer.key_dim, mixer.key_dim, mixer.value_dim], dim=-1)
+            hold["qkv"] = (q.reshape(*q.shape[:2], -1, mixer.head_k_dim), k.reshape(*k.shape[:2], -1, mixer.head_k_dim),
+                           v.reshape(*v.shape[:2], -1, mixer.head_v_dim))
+        handles.append(mixer.in_proj_qkv.register_forward_hook(qkv))
+        handles.append(mixer.in_proj_b.register_forward_hook(lambda mod, args, out: pre_conv(*hold["qkv"], out)))
+    return handles
+
+
 GROUP_WISE_GATED_NORM = "group-wise gated norm"  # the label of the correction below, in meta and the report
+# HF Mamba-2 mixers whose gated norm ignores n_groups (known_issues.GATED_NORM_BUGS, one entry per architecture)
+_WHOLE_WIDTH_GATED_NORM_MIXERS = ("Mamba2Mixer", "GraniteMoeHybridMambaLayer")
 
 
 def group_wise_gated_norm_(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,
@@ -376,7 +430,8 @@ def group_wise_gated_norm(model: torch.nn.Module) -> str | None:
     correct, every row compares as is)."""
     corrected = False
     for mixer in list(model.modules()):
-        if type(mixer).__name__ != "Mamba2Mixer" or int(getattr(mixer, "n_groups", 1) or 1) <= 1:
+        if (type(mixer).__name__ not in _WHOLE_WIDTH_GATED_NORM_MIXERS
+                or int(getattr(mixer, "n_groups", 1) or 1) <= 1):
             continue
         corrected = True
         if getattr(mixer, "_vp_group_wise_norm", False):
@@ -409,10 +464,20 @@ def _router_choice_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.T
     gate = getattr(getattr(layer, "mlp", None), "gate", None)
     if not isinstance(gate, torch.nn.Module):  # a router HF names mlp.router (AFMoE: overlays/afmoe.py)
         gate = getattr(getattr(layer, "mlp", None), "router", None)
+    if not isinstance(gate, torch.nn.Module):  # Llama-4's feed_forward.router (overlays/llama4.py)
+        gate = getattr(getattr(layer, "feed_forward", None), "router", None)
     if not isinstance(gate, torch.nn.Module):
         return []
 
     def hook(mod, args, out):
+        if (isinstance(out, tuple) and len(out) == 2 and isinstance(getattr(mod, "top_k", None), int)
+                and out[0].shape == out[1].shape):
+            # Llama-4's (scores, logits): scores are sigmoid(logit) at the top_k chosen ids and exactly 0 elsewhere
+            # (sigmoid(-inf)), already TransformerLens's dense weights; the ids are where they are set
+            scores = out[0].reshape(-1, out[0].shape[-1])
+            caps[f"blocks.{i}.mlp.gate.hook_expert_weights"] = scores.detach().clone()[None]
+            caps[f"blocks.{i}.mlp.gate.hook_expert_indices"] = scores.topk(mod.top_k, dim=-1).indices.detach().clone()[None]
+            return
         if not (isinstance(out, tuple) and len(out) == 3 and not out[2].is_floating_point()):
             return
         logits, weights, ids = (t.reshape(-1, t.shape[-1]) for t in out)
@@ -473,6 +538,7 @@ def _hf_run(model, tokens: list[int], device: str, n_layers: int,
         handles.append(layer.register_forward_hook(post, with_kwargs=True))
         handles += _ssm_mixer_hooks(layer, i, caps)
         handles += _mamba1_mixer_hooks(layer, i, caps)
+        handles += _gdn_mixer_hooks(layer, i, caps)
         handles += _router_choice_hooks(layer, i, caps)
         handles += _latent_norm_hooks(layer, i, caps)
     handles.append(model.get_input_embeddings().register_forward_hook(

@@ -45,12 +45,13 @@ def test_serving_axis_matches_the_references_at_every_position(parity_session, f
         assert any(c["recomputed"] > 0 for c in coverage)
 
 
-@pytest.mark.parametrize("family", ["mamba2", "nemotron_h"])
+@pytest.mark.parametrize("family", ["mamba2", "nemotron_h", "granitemoehybrid"])
 def test_ssm_decode_steps_carry_the_state(parity_session, family):
     """An SSM's decode step reads only the state the steps before it left (conv and SSD state in
     vllm::mamba_mixer2): every decode row compared with the teacher-forced references is a test of
-    that state, on the attention-free Mamba-2 and on the hybrid (its Mamba layers before and after an
-    attention and an MLP layer)."""
+    that state, on the attention-free Mamba-2 and on the hybrids (Nemotron-H: its Mamba layers before and
+    after an attention and an MLP layer; Granite-4.0-H: Mamba-2 / attention / Mamba-2 by layer_types, two groups,
+    its gated-norm rows the documented reference bug)."""
     run = parity_session.run(family, dtype="float32", compiled=False, serving="decode")
     assert not _failures(run)
     serving = run.result.serving
@@ -58,6 +59,20 @@ def test_ssm_decode_steps_carry_the_state(parity_session, family):
     assert all(len(g) == 8 for g in serving["generated"])
     assert run.result.row("hf", "argmax").worst["generated_checked"] == 8 * len(run.result.prompts)
     assert run.result.row("bridge", "blocks.0.mixer.inner_norm.hook_in").status == "pass"  # the SSM's own output
+
+
+def test_short_conv_decode_steps_carry_the_conv_state(parity_session):
+    """LFM2's short-conv mixer keeps each request's conv state (the last conv_L_cache - 1 columns of B * x) in
+    vLLM's Mamba-style state cache; a decode step's conv output (conv.out.hook_in, C * conv(B * x)) is computed
+    from it by causal_conv1d_update_cpu, so every decode row compared with the teacher-forced references is a
+    test of that state (overlays/lfm2.py; lfm2_conv: short-conv layers only)."""
+    run = parity_session.run("lfm2_conv", dtype="float32", compiled=False, serving="decode")
+    assert not _failures(run)
+    serving = run.result.serving
+    assert [c["positions"] for c in serving["coverage"]] == [len(p) for p in run.result.prompts]
+    assert all(len(g) == 8 for g in serving["generated"])
+    assert run.result.row("hf", "argmax").worst["generated_checked"] == 8 * len(run.result.prompts)
+    assert run.result.row("bridge", "blocks.0.conv.out.hook_in").status == "pass"  # the conv's own output
 
 
 def test_hybrid_chunked_prefill_passes_and_prefix_caching_crashes_inside_vllm(parity_session):

@@ -310,3 +310,52 @@ def test_the_installed_lines_moe_runner_holds_the_output_scale():
     from vllm.model_executor.layers.fused_moe.runner import moe_runner
 
     assert "routed_scaling_factor" in moe_runner.MoERunner.__init__.__code__.co_varnames
+
+
+class _Decorated(torch.nn.Module):
+    """As vLLM's ``@support_torch_compile`` leaves a class (vllm/compilation/decorators.py): ``__call__`` calls
+    ``self.forward`` directly, so ``nn.Module``'s hooks never run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.nn.Linear(2, 2)
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def forward(self, x, scale=1.0):
+        return self.inner(x) * scale
+
+
+def test_hookable_call_makes_a_decorated_models_own_hooks_fire():
+    model, seen = _Decorated(), []
+    model.register_forward_pre_hook(lambda m, args, kwargs: seen.append(("pre", kwargs.get("scale"))),
+                                    with_kwargs=True)
+    model.register_forward_hook(lambda m, args, out: seen.append(("post", tuple(out.shape))))
+    x = torch.ones(3, 2)
+    want = model(x, scale=2.0)
+    assert seen == []  # the trap: the decorated __call__ skips the module's hooks
+    assert vc.hookable_call(model) is True
+    got = model(x, scale=2.0)
+    assert torch.equal(got, want) and seen == [("pre", 2.0), ("post", (3, 2))]
+    assert type(model).__name__ == "_Decorated" and isinstance(model, _Decorated)
+    assert vc.hookable_call(model) is False  # idempotent
+    model(x)
+    assert len(seen) == 4
+    # a hook's result replaces the output, as in nn.Module.__call__
+    model.register_forward_hook(lambda m, args, out: out + 1)
+    assert torch.equal(model(x), want / 2.0 + 1)
+
+
+def test_hookable_call_leaves_plain_modules_alone():
+    plain = torch.nn.Linear(2, 2)
+    assert vc.hookable_call(plain) is False and type(plain) is torch.nn.Linear
+
+
+def test_ernie_4_5s_top_level_class_is_the_decorated_one():
+    """The installed vLLM decorates Ernie4_5ForCausalLM itself (its inner LlamaModel too), which is why the
+    worker's hooks on the runner's model never fired there before :func:`vc.hookable_call`."""
+    ernie = pytest.importorskip("vllm.model_executor.models.ernie45")
+    assert ernie.Ernie4_5ForCausalLM.__call__ is not torch.nn.Module.__call__
+    llama = importlib.import_module("vllm.model_executor.models.llama")
+    assert llama.LlamaForCausalLM.__call__ is torch.nn.Module.__call__

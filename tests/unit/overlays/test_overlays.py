@@ -20,7 +20,8 @@ def test_every_family_has_a_registered_overlay_with_valid_specs(family):
     assert target.architecture in OVERLAYS
     specs = target.overlay.hook_specs(target.hf_config)
     n_layers = target.hf_config.num_hidden_layers
-    assert "embed.hook_out" in specs and "ln_final.hook_normalized" in specs
+    norm_hook = getattr(getattr(target.overlay, "tree", None), "norm_hook", "hook_normalized")  # Tree.norm_hook
+    assert "embed.hook_out" in specs and f"ln_final.{norm_hook}" in specs
     for i in range(n_layers):
         assert f"blocks.{i}.hook_out" in specs, f"{family}: layer {i} not covered"
     for hook, spec in specs.items():

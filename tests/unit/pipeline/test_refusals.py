@@ -47,3 +47,14 @@ def test_a_refusal_applies_on_its_devices_only_and_the_plan_says_there_is_no_ove
     assert mamba.overlay is not None and applies(mamba, Variant()) and not applies(mamba, Variant(device="cuda"))
     assert build_plan(mamba, Variant(device="cuda")).cases
     assert not applies(target_for_family(FAMILIES["qwen3"]), Variant())
+
+
+def test_an_import_probe_names_a_module():
+    from harness.models.families import FAMILIES, Refusal
+
+    assert Refusal("x", probe="import:vllm.model_executor.models.qwen3_5").probe.endswith("qwen3_5")
+    with pytest.raises(ValueError, match="import:<vLLM model module"):
+        Refusal("x", probe="import:")
+    # Qwen3.5's vLLM module imports torchvision, which the CPU venv lacks: checked by importing, not by a boot
+    assert FAMILIES["qwen3_5"].refused.probe == FAMILIES["qwen3_5_moe"].refused.probe == \
+        "import:vllm.model_executor.models.qwen3_5"

@@ -1,0 +1,69 @@
+"""Granite-4.0-H (``GraniteMoeHybridForCausalLM``): Granite's multipliers and plain stream, with a Mamba-2 mixer in
+attention's place on the layers ``layer_types`` names ``"linear_attention"`` (:class:`overlays.tree.SsmMixer`,
+Mamba-2's reads from :mod:`overlays.mamba2`), and a dense shared MLP on every layer.  Written for the dense
+configs (Granite-4.0-H-Micro / H-1B: ``num_local_experts`` 0); the MoE configs (H-Tiny / H-Small) add a
+``block_sparse_moe`` beside the shared MLP, which TransformerLens names ``blocks.{i}.moe.*`` and sums inline with
+the shared MLP: not covered by this row (the overlay would offer the shared MLP as ``mlp`` while the layer's MLP
+output is the sum).
+
+vLLM's tree (vllm/model_executor/models/granitemoehybrid.py)::
+
+    model.embed_tokens                      VocabParallelEmbedding (x embedding_multiplier after the module)
+    model.layers.{i}                        GraniteMoeHybrid{Mamba,Attention}DecoderLayer(hidden_states=, ...)
+                                            -> (stream after the block, stream after the mixer)
+    model.layers.{i}.input_layernorm        RMSNorm, called without a residual
+    model.layers.{i}.mamba                  MambaMixer2 (Mamba layers): in_proj, gated norm, out_proj
+    model.layers.{i}.self_attn              qkv_proj -> [rotary] -> attn -> o_proj (attention layers)
+    model.layers.{i}.post_attention_layernorm
+    model.layers.{i}.shared_mlp             GraniteMoeSharedMLP: input_linear [gate | up] -> SiluAndMul -> output_linear
+    model.norm, logits_processor            (logits / logits_scaling)
+
+Hook by hook:
+
+- Stream: ``h = x + mixer(ln1(x)) * r`` then ``h + mlp(ln2(h)) * r`` inline; the layer returns the stream and the
+  mid stream, so ``hook_out`` is ``out[0]`` and ``hook_resid_mid`` the input of ``post_attention_layernorm``
+  (:data:`overlays.tree.STREAM_PAIR`).  Embedding multiplier, attention multiplier (softmax scale), logits
+  scaling and the legacy ``hook_attn_out`` / ``hook_mlp_out`` (sublayer output x ``residual_multiplier``):
+  Granite's (:mod:`overlays.granite`).  ``hook_attn_out`` exists on attention layers only: TransformerLens's
+  ``ScaledResidualBlockBridge`` scales no Mamba contribution.
+- Mamba layers: ``blocks.{i}.mixer.*`` (TL's adapter wires HF's ``mamba`` under the canonical ``mixer``), as
+  :mod:`overlays.mamba2`'s, against the bridge and HF's forward hooks on ``layer.mamba``.  HF's
+  ``GraniteMoeHybridRMSNormGated`` normalizes the whole inner width and ignores ``mamba_n_groups`` (as
+  Mamba-2's ``MambaRMSNormGated``), vLLM's ``Mixer2RMSNormGated`` each group: the same reference bug
+  (harness.comparison.known_issues.GATED_NORM_BUGS, this architecture's entry), the references corrected
+  downstream of the norm (harness.references.reference.group_wise_gated_norm).  Released Granite-4.0-H
+  configs have ``mamba_n_groups`` 1 (the bug cannot show there); the synthetic row has 2.
+- Attention layers: no rotary in the released configs (``position_embedding_type`` "nope"): ``hook_q`` / ``hook_k``
+  feed the derived scores / pattern (``SCORES_FROM_QK``).
+- MLP: TransformerLens names the dense block ``blocks.{i}.shared_mlp.*``: the builder's ``mlp.*`` hooks are
+  offered under those names (``Tree.hook_names``), in compatibility mode too (``Tree.references``).  ``mlp.hook_pre`` is ``input_linear``'s
+  gate half (HF chunks ``[gate | up]``, vLLM's ``SiluAndMul`` acts on the first half).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .decoder_only import DECODER
+from .granite import GRANITE
+from .tree import GATED, SCORES_FROM_QK, STREAM_PAIR, Mlp, SsmMixer, TreeOverlay
+
+_SHARED = ("hook_in", "hook_pre", "hook_pre_linear", "hook_post", "hook_out")  # the dense MLP's hooks
+
+GRANITEMOEHYBRID = replace(
+    GRANITE, name="granitemoehybrid", residual=STREAM_PAIR,
+    attention=replace(DECODER.attention, rotary=None), score_inputs=SCORES_FROM_QK,
+    mlp=Mlp(kind=GATED, module="shared_mlp", up="input_linear", down="output_linear"),
+    d_mlp_keys=("shared_intermediate_size",), d_mlp_ratio=None,
+    ssm_mixer=SsmMixer(),
+    hook_names=tuple((f"mlp.{h}", f"shared_mlp.{h}") for h in _SHARED),
+    # compatibility mode names them as the bridge does (the scaled contribution is hook_mlp_out, its own hook)
+    references=GRANITE.references + tuple((f"mlp.{h}", (("compat", f"blocks.{{i}}.shared_mlp.{h}"),)) for h in _SHARED),
+)
+
+
+class GraniteMoeHybridOverlay(TreeOverlay):
+    """Granite-4.0-H: Granite's multipliers, Mamba-2 or attention by layer_types, a shared MLP per layer."""
+    tree = GRANITEMOEHYBRID
+
+
+__all__ = ["GRANITEMOEHYBRID", "GraniteMoeHybridOverlay"]
