@@ -102,10 +102,11 @@ _DEEPSEEK_V2_ROPE = _yarn(10000.0, 40.0, 32.0, 1.0, 0.707)
 
 # GLM-4.7-Flash's tiny shape (Glm4MoeLiteForCausalLM): DeepSeek's MLA shape with q compressed (q_lora_rank 64) and,
 # as the released model (nope 192, rope 64, v 256), v_head_dim differing from both qk_nope_head_dim and
-# qk_rope_head_dim, so a head split by either wrong one cannot pass; layer 0 dense (first_k_dense_replace, which vLLM
+# qk_rope_head_dim, so a head split by either wrong one cannot pass (96: a multiple of 32, as 256 is, which vLLM's
+# AMX_MLA backend needs -- 'tinygemm requires N to be 32x' at 48); layer 0 dense (first_k_dense_replace, which vLLM
 # reads, and mlp_layer_types, which HF reads), then 8 routed experts in one group (as released), top-2, sigmoid scores
 # plus a (randomized) correction bias, renormalized, x1.8 (released), one shared expert; eps 1e-5 (released).
-_GLM4_MOE_LITE: dict[str, Any] = {**_DEEPSEEK, "v_head_dim": 48, "q_lora_rank": 64, "n_group": 1, "topk_group": 1,
+_GLM4_MOE_LITE: dict[str, Any] = {**_DEEPSEEK, "v_head_dim": 96, "q_lora_rank": 64, "n_group": 1, "topk_group": 1,
                                   "norm_topk_prob": True, "routed_scaling_factor": 1.8, "rms_norm_eps": 1e-5,
                                   "mlp_layer_types": ["dense", "sparse", "sparse"]}
 
