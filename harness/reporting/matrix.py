@@ -150,8 +150,8 @@ def kind_of(architecture: str, overlay: str = "") -> str:
     if getattr(ov, "encoder", None) is not None:
         return "encoder"
     tree = getattr(ov, "tree", None)
-    if tree is None:
-        return "SSM / hybrid"
+    if tree is None or any(getattr(tree, mixer, None) is not None for mixer in ("ssm_mixer", "short_conv", "gdn_mixer")):
+        return "SSM / hybrid"  # a mixer-only tree, or a tree with state-space / convolution / linear-attention layers
     if tree.attention.qkv_layout == MLA:
         return "MLA"
     return "MoE" if tree.mlp.kind == MOE else "dense"

@@ -92,6 +92,9 @@ def test_the_grid_groups_families_by_kind(tmp_path):
 
     assert (kind_of("LlamaForCausalLM"), kind_of("MixtralForCausalLM"), kind_of("DeepseekV3ForCausalLM"),
             kind_of("Mamba2ForCausalLM"), kind_of("BertForMaskedLM")) == ("dense", "MoE", "MLA", "SSM / hybrid", "encoder")
+    # trees with state-space, short-convolution or Gated DeltaNet layers between attention layers are hybrids
+    assert {kind_of(a) for a in ("GraniteMoeHybridForCausalLM", "Lfm2ForCausalLM", "Qwen3NextForCausalLM")} == \
+        {"SSM / hybrid"}
     assert kind_of("HunYuanDenseV1ForCausalLM", "GenericDecoderOverlay (5 hook kinds)") == "generic overlay"
     write_report(_result("a"), tmp_path)
     grid = to_grid(build_matrix(tmp_path))
