@@ -42,6 +42,15 @@ ODD: dict[str, dict[str, Any]] = {
     "phi": dict(partial_rotary_factor=0.25, num_attention_heads=8, num_key_value_heads=8, hidden_size=256),
     "gptj": dict(rotary_dim=16, n_head=8, n_embd=256),
     "smollm3": dict(no_rope_layers=[1, 1, 0], num_attention_heads=8, num_key_value_heads=1, hidden_size=256),
+    "cohere": dict(num_attention_heads=8, num_key_value_heads=2, hidden_size=256, logit_scale=0.0625),
+    "nemotron": dict(num_attention_heads=8, num_key_value_heads=8, hidden_size=256, intermediate_size=320,
+                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}),
+    "gpt_bigcode": dict(n_head=8, n_embd=256, n_inner=512, n_layer=4),
+    "ernie4_5": dict(num_attention_heads=8, num_key_value_heads=4, hidden_size=256, num_hidden_layers=4),
+    "gpt_oss": dict(num_local_experts=6, num_experts_per_tok=3, sliding_window=5, num_attention_heads=8,
+                    num_key_value_heads=2, hidden_size=256),
+    "flex_olmo": dict(num_experts=6, num_experts_per_tok=1, num_hidden_layers=4),
+    "hunyuan_v1_dense": dict(num_attention_heads=8, num_key_value_heads=2, hidden_size=256),
 }
 
 
