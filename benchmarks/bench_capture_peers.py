@@ -1,4 +1,4 @@
-"""Capture cost under vLLM's default CUDA graphs on the peers' terms (issue #44): per-step p10 of the
+"""Capture cost under vLLM's default CUDA graphs on the peers' terms: per-step p10 of the
 bare step against our capture with three hook sets, end-to-end tokens/s of a generate loop, and
 TransformerLens's ``boot_vllm`` in the same run, with the gap to every target printed.
 
@@ -42,7 +42,7 @@ Blocks (per round, rotated order; each: ``--warmup`` untimed calls, ``--iters`` 
   ``max_new_tokens=1`` only (``VLLMDriver.forward`` raises NotImplementedError otherwise), so its
   generate-loop figure is one ``run_with_cache`` of the 64 prompts (prefill and read-back; no new token).
 
-Targets (issue #44, step p10 over the bare step p10, same phase, B and prefill/decode): ``residual``
+Targets (step p10 over the bare step p10, same phase, B and prefill/decode): ``residual``
 <= +3 %; ``tl-set`` <= +10 %; ``all`` <= +25 % at B=1, <= +15 % at B=8 and 32; generate tokens/s with
 ``residual`` within 5 % of bare.  vllm-lens is not in the table: it is not installable on this GPU line
 (no wheel for vLLM 0.20.2 / torch 2.11 in the offline wheelhouse, ../shared/gpu/wheels.txt).
@@ -382,7 +382,7 @@ def to_markdown(res: dict) -> str:
     sh = res.get("shaped")
     what = (f"`{res['checkpoint_name']}` ({sh['shape']}, {sh['parameters'] / 1e9:.2f} B parameters, seeded random "
             f"weights)" if sh else f"`{res['checkpoint_name']}`")
-    out = [f"# Capture cost on the peers' terms (issue #44): {what}, {res['dtype']}", "",
+    out = [f"# Capture cost on the peers' terms: {what}, {res['dtype']}", "",
            f"`{res['command']}` ({res['date']}, {res['wall_s']:.0f} s)", "",
            f"- machine: {m.get('gpu', 'CPU')} (driver {m.get('driver')}, CUDA {m.get('cuda')}); {m['cpus']} CPUs",
            f"- versions: vllm {v.get('vllm')}, torch {v.get('torch')}, transformers {v.get('transformers')}, "
@@ -444,7 +444,7 @@ def to_markdown(res: dict) -> str:
                     f"max_new_tokens=1 only; {g['prompt_tokens_per_s']:.0f} prompt tokens/s)" if g["mode"] == "tl" else "")
             out.append(f"| {g['mode']} (phase {g['phase_index']}){note} | {g['wall_ms_p10']:.1f} | {tps} | {xb} | "
                        f"{g.get('steps') or g.get('forwards') or '-'} |")
-    out += ["", "Targets (issue #44): residual <= +3 %, tl-set <= +10 %, all <= +25 % at B=1 and <= +15 % at B=8/32 "
+    out += ["", "Targets: residual <= +3 %, tl-set <= +10 %, all <= +25 % at B=1 and <= +15 % at B=8/32 "
             "(step p10 x bare); generate tokens/s with residual within 5 % of bare. `residual-wait` is the "
             "residual engine with the drain as it was before (for comparison; not a target row).", "",
             "| mode | B | phase | measured | limit | verdict |", "|---|---|---|---|---|---|"]

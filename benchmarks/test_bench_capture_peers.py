@@ -1,4 +1,4 @@
-"""Issue #44's capture-cost benchmark under pytest-benchmark: one run of benchmarks/bench_capture_peers.py
+"""The peers'-terms capture-cost benchmark under pytest-benchmark: one run of benchmarks/bench_capture_peers.py
 (bare step against our capture of the residual stream, TransformerLens's hook set and every offered hook,
 prefill and decode at B = 1, 8, 32, under vLLM's default CUDA graphs; the generate loop's tokens/s; TL's
 ``boot_vllm`` beside it), its rows, generate rows and target checks in ``extra_info``.
@@ -33,7 +33,7 @@ def test_capture_cost_on_the_peers_terms(benchmark, tmp_path) -> None:
 
     def once() -> None:
         got["res"] = bcp.run(bcp.parse_args(argv))
-    benchmark.group = "capture cost on the peers' terms (issue #44)"
+    benchmark.group = "capture cost on the peers' terms"
     benchmark.pedantic(once, rounds=1, iterations=1)
     res = got["res"]
     benchmark.extra_info.update(rows=res["rows"], generate=res["generate"], checks=res["checks"],

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #44, first slice, on one H200 in one device session: correctness of the graph path's drain off the
+# On one H200 in one device session: correctness of the graph path's drain off the
 # step's critical path (CUDA-event timers, the copy enqueued before the one host wait), then the capture
 # cost on the peers' terms (benchmarks/bench_capture_peers.py). Results: docs/gpu/evidence/capture-cost-2026-12-03/.
 #   A. beside each other: the graph-capture unit tests on CUDA (tests/unit/engines/test_graph_capture.py: the
