@@ -94,8 +94,11 @@ from .phimoe import PhiMoEOverlay
 from .glm4_moe_lite import Glm4MoeLiteOverlay
 # -- imports: mamba2-groups --
 # -- imports: hybrids --
+from .falcon_h1 import FalconH1Overlay
+from .zamba2 import Zamba2Overlay
 from .granitemoehybrid import GraniteMoeHybridOverlay
 # -- imports: shortconv-and-encoders --
+from .lfm2_moe import Lfm2MoeOverlay
 from .lfm2 import Lfm2Overlay
 # -- imports: llama4 --
 from .llama4 import Llama4Overlay
@@ -172,8 +175,11 @@ OVERLAYS: dict[str, TreeOverlay] = {
     "Glm4MoeLiteForCausalLM": Glm4MoeLiteOverlay(),  # GLM-4.7-Flash: DeepSeek MLA + GLM-4.5 MoE routing
     # -- overlays: mamba2-groups --
     # -- overlays: hybrids --
+    "FalconH1ForCausalLM": FalconH1Overlay(),  # attention and a Mamba-2 mixer in parallel (SsmMixer.parallel)
+    "Zamba2ForCausalLM": Zamba2Overlay(),  # Mamba-2 layers + a shared transformer block at the hybrid layers
     "GraniteMoeHybridForCausalLM": GraniteMoeHybridOverlay(),  # Mamba-2 or attention by layer_types (Tree.ssm_mixer)
     # -- overlays: shortconv-and-encoders --
+    "Lfm2MoeForCausalLM": Lfm2MoeOverlay(),  # LFM2 short-conv / attention layers, dense then sigmoid-routed MoE
     "Lfm2ForCausalLM": Lfm2Overlay(),  # short-conv mixer in attention's place by layer_types, q/k norms
     # -- overlays: llama4 --
     "Llama4ForCausalLM": Llama4Overlay(),  # chunked attention, NoPE layers, interleaved MoE + shared expert

@@ -178,6 +178,10 @@ class Routing:
     # weighted by a softmax over the logits within a relative 2 * jitter_eps of its own: the choice is the two ids
     # *and* each softmax's members, whose threshold is a second kind of near-tie (harness.comparison.routing)
     jitter_eps: float | None = None
+    # the checkpoint's name of ``bias`` where the engine's loader renames it (LFM2-MoE's ``feed_forward.expert_bias``,
+    # vLLM's ``feed_forward.gate.e_score_correction_bias``): the reference side's bias is read there
+    # (harness.pipeline.runner.routing_params); None: ``bias``
+    checkpoint_bias: str | None = None
 
     def __post_init__(self) -> None:
         if self.scoring not in ("softmax", "sigmoid", "sparsemixer"):
@@ -280,6 +284,9 @@ class Derived:
     # query ``i`` only within the same chunk, ``i // chunk == j // chunk`` (HF's chunked_overlay, vLLM's
     # ChunkedLocalAttention); None: no chunking
     chunk: int | None = None
+    # False: HF's eager attention holds no pre-softmax score tensor of its own for this layer (the reason is the
+    # overlay's: Tree.scores_not_in_hf), so the derived hook is compared with TransformerLens's references only
+    hf_reference: bool = True
 
     def describe(self) -> str:
         extra = "".join(f", {n}={v:g}" for n, v in (("window", self.window), ("softcap", self.softcap),

@@ -40,7 +40,7 @@ TransformerBridge (TL 4.3.0, supported_architectures/bert.py) names ``attention.
 - ``attn.hook_attn_scores`` / ``hook_pattern``: derived from ``hook_q`` / ``hook_k`` with scale
   ``1 / sqrt(d_head)`` and *no* mask (``Derived.causal`` False).  TL 4.3.0's own
   ``hook_attn_scores`` holds the pattern for BERT (a documented reference bug,
-  harness.comparison.known_issues).
+  harness.comparison.known_issues); HF's own scores, read at its eager softmax (the ``hf`` reference), gate it.
 - ``mlp.hook_in`` (``intermediate``'s input, = ``attn.hook_out``), ``mlp.hook_pre``
   (``intermediate.dense``'s output, before the activation), ``mlp.hook_post`` (``output.dense``'s
   input), ``mlp.hook_out`` (``output.dense``'s output, before the add: TL redirects BERT's

@@ -34,7 +34,7 @@ by hook:
   against the bridge / compatibility mode is a documented reference bug: the adapter's
   ``AttentionBridge`` fires ``hook_attn_scores`` with HF's post-softmax weights, equal to its
   ``hook_pattern`` (harness/comparison/known_issues.py, signature ``scores_equal_pattern``);
-  ``hook_pattern`` passes.
+  ``hook_pattern`` passes, and HF's own scores (the ``hf`` reference, read at its eager softmax) gate the scores.
 - ``unembed.hook_out`` is non-firing under the final logit soft-cap, which every released Gemma-4 sets
   (the capped logits are compared as log-probs).
 

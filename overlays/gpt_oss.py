@@ -64,6 +64,8 @@ GPT_OSS = replace(
     references=_ROUTER,
     nonfiring=(NonFiring("blocks.{i}.attn.hook_pattern", _NO_PATTERN), *MOE_NONFIRING),
     refused_references=("compat-processed",),
+    scores_not_in_hf=("HF's eager GPT-OSS attention appends the sink column and subtracts each row's maximum before its "
+                      "softmax, so the scores never exist there as a tensor of their own"),
 )
 
 

@@ -36,7 +36,7 @@ are :mod:`overlays.decoder_only`'s.  What differs, hook by hook:
   chunk that is a multiple of its KV block (``make_local_attention_virtual_batches``: "attn_chunk_size 8 is not
   divisible by block_size 128"), so the family row's chunk is 128 and only the long prompt crosses a chunk.  TransformerLens's
   ``hook_attn_scores`` holds HF's post-softmax weights, a documented reference bug
-  (harness.comparison.known_issues); its ``hook_pattern`` is compared.
+  (harness.comparison.known_issues); its ``hook_pattern`` is compared, and HF's own scores (the ``hf`` reference) gate the scores.
 - Feed-forward ``feed_forward``: the layers HF's ``moe_layers`` lists (``interleave_moe_layer_step``: vLLM's
   ``(i + 1) % step == 0``, the same layers) run ``Llama4MoE`` (``Tree.sparse_layers``), the others a dense gated
   ``LlamaMLP`` of width ``intermediate_size_mlp`` (TransformerLens's ``dense_gate`` / ``dense_in`` / ``dense_out``

@@ -285,6 +285,10 @@ class Mlp:
     # SIGMOID_BIAS: the correction bias's attribute on the MoE block where it is not the router's
     # (<router>.e_score_correction_bias): MiniMax-M2's block-level e_score_correction_bias
     routing_bias: str | None = None
+    # SIGMOID_BIAS: the correction bias's attribute on the MoE block in the checkpoint where the engine's loader
+    # renames it (LFM2-MoE's feed_forward.expert_bias -> gate.e_score_correction_bias): the flip rule reads the
+    # reference side's bias there (Routing.checkpoint_bias); None: the engine's name
+    routing_bias_checkpoint: str | None = None
     # GATED (and a MoE's shared block): the gate as a projection of its own beside the up projection (vLLM's
     # LagunaMLP: gate_proj / up_proj): hook_pre is its output, hook_pre_linear the up projection's (``up`` on a
     # dense block, ``up_proj`` on a shared one); None: the fused [gate | up] (``up`` / ``gate_up_proj``)
@@ -338,8 +342,20 @@ class SsmMixer:
     head_dim_key: str = "mamba_d_head"
     groups_key: str = "mamba_n_groups"
     state_key: str = "mamba_d_state"
+    # TransformerLens's name of the mixer: blocks.{i}.<hook>.* (Falcon-H1's adapter: "mamba"); HF's forward-hook rows
+    # keep the harness's "mixer" names (harness.references.reference._ssm_mixer_hooks)
+    hook: str = "mixer"
+    # True: the mixer runs beside attention on every layer, on the same normed input, and the two outputs are summed
+    # (Falcon-H1's parallel hybrid): attention's hooks, then the mixer's, on every layer; layer_types is not read
+    parallel: bool = False
+    # a multiplier vLLM applies to the mixer's input before calling it where HF applies it inside the mixer (Falcon-H1's
+    # ssm_in_multiplier): <hook>.hook_in, vLLM's mixer input, is divided by it; None: none
+    input_scale: Scale | None = None
 
     def runs(self, cfg: Any, layer: int) -> bool:
+        """True where the mixer runs in attention's place (never for a ``parallel`` mixer)."""
+        if self.parallel:
+            return False
         types = config_get(cfg, self.layer_types_key, default=None)
         return types is not None and types[layer] == self.layer_type
 
@@ -410,6 +426,9 @@ class Tree:
     residual_scale: Scale | None = None  # sublayer outputs are multiplied by it before the add (Granite)
     batch: tuple[Conversion, ...] = ()  # leading conversions of every read but unembed (DropBatch)
     score_inputs: tuple[str, str] | None = SCORES_FROM_ROTATED  # None: scores / pattern not derived
+    # why HF's eager attention holds no pre-softmax score tensor of its own (GPT-OSS: the sinks join its softmax
+    # after a row-max shift); non-empty: the derived hooks are compared with TransformerLens's references only
+    scores_not_in_hf: str = ""
     d_mlp_keys: tuple[str, ...] = ("intermediate_size", "n_inner")  # config keys of the MLP width
     d_mlp_ratio: int | None = 4  # MLP width d_model x this where the config leaves it unset; None: required
     # Dense-then-sparse stacks (DeepSeek, GLM-4-MoE): layers below ``cfg.<dense_layers>``
@@ -608,7 +627,7 @@ class TreeOverlay(Overlay):
                 continue
             common = dict(inputs=inputs, scale=scale, window=self.sliding_window(cfg, i),
                           softcap=float(softcap) if softcap else None, alibi_slopes=slopes,
-                          chunk=self.attention_chunk(cfg, i))
+                          chunk=self.attention_chunk(cfg, i), hf_reference=not self.tree.scores_not_in_hf)
             out[f"blocks.{i}.attn.hook_attn_scores"] = Derived("attn_scores", **common)
             if "blocks.{i}.attn.hook_pattern" not in {nf.template for nf in self.tree.nonfiring}:
                 # a row listing the pattern non-firing (GPT-OSS's attention sinks join its softmax) derives scores only
@@ -648,6 +667,8 @@ class TreeOverlay(Overlay):
         # unembed.hook_out is the plain lm_head output (measured on Granite).
         scale = float(config_get(cfg, "logit_scale", default=1.0)) / float(
             config_get(cfg, "logits_scaling", default=1.0))
+        # Falcon-H1: LogitsProcessor(scale=lm_head_multiplier); the bridge's hook is lm_head's output before it
+        scale *= float(config_get(cfg, "lm_head_multiplier", default=1.0))
         return HookSpec("logits_processor", "out", (Mul(1.0 / scale),) if scale != 1.0 else (),
                         int(config_get(cfg, "vocab_size")), calls="all")
 
@@ -710,7 +731,9 @@ class TreeOverlay(Overlay):
         if mlp.routing in (SIGMOID_BIAS, SOFTMAX_BIAS):  # SOFTMAX_BIAS: the same with softmax scores
             bias = (f"{router.rsplit('.', 1)[0]}.{mlp.routing_bias}" if mlp.routing_bias
                     else f"{router}.e_score_correction_bias")
-            return Routing("sigmoid" if mlp.routing == SIGMOID_BIAS else "softmax", n_group, topk_group, bias)
+            return Routing("sigmoid" if mlp.routing == SIGMOID_BIAS else "softmax", n_group, topk_group, bias,
+                           checkpoint_bias=(f"{router.rsplit('.', 1)[0]}.{mlp.routing_bias_checkpoint}"
+                                            if mlp.routing_bias_checkpoint else None))
         scoring = str(config_get(cfg, "scoring_func", default="softmax"))
         biased = config_get(cfg, "topk_method") == "noaux_tc"
         if scoring == "softmax" and n_group == 1 and not biased:
@@ -790,6 +813,8 @@ class TreeOverlay(Overlay):
             self._gdn(add, f"{L}.{t.gdn_mixer.module}", cfg, b)
         else:
             self._attention(add, A, cfg, d, q, kv, qh, kh, attn_alias)
+            if t.ssm_mixer and t.ssm_mixer.parallel:  # SsmMixer.parallel: beside attention, on the same normed input
+                self._ssm(specs, b, f"{L}.{t.ssm_mixer.module}", cfg, D)
         if not (t.ssm_mixer and t.ssm_mixer.runs(cfg, i)):  # TL scales no Mamba-2 contribution (SsmMixer)
             contribution("ln1_post", "hook_attn_out", (A, t.attention.returns))
         if t.residual.mid:
@@ -911,11 +936,16 @@ class TreeOverlay(Overlay):
         """Tree.ssm_mixer on one layer: the Mamba-2 mixer's input, inner hooks (overlays.mamba2.mixer_specs) and
         output, each also against HF's forward hooks on the mixer (harness.references.reference._ssm_mixer_hooks)."""
         from .mamba2 import mixer_specs
-        specs[f"{b}.mixer.hook_in"] = HookSpec(mixer, "in.hidden_states", self.tree.batch, d_model,
-                                               references=(("hf", f"{b}.mixer.hook_in"),))
-        specs.update(mixer_specs(b, mixer, *self.tree.ssm_mixer.sizes(cfg)))
-        specs[f"{b}.mixer.hook_out"] = HookSpec(mixer, "out", self.tree.batch, d_model,
-                                                references=(("hf", f"{b}.mixer.hook_out"),))
+        sm = self.tree.ssm_mixer
+        h = f"{b}.{sm.hook}."  # SsmMixer.hook: TL's name of the mixer; the HF rows keep "mixer"
+        scale = (Mul(1.0 / sm.input_scale.mul(cfg).factor),) if sm.input_scale else ()  # SsmMixer.input_scale
+        refused = tuple((ref, None) for ref in self.tree.refused_references)  # Tree.refused_references
+        specs[f"{h}hook_in"] = HookSpec(mixer, "in.hidden_states", (*self.tree.batch, *scale), d_model,
+                                        references=(("hf", f"{b}.mixer.hook_in"), *refused))
+        specs.update({k.replace(f"{b}.mixer.", h, 1): replace(v, references=(*v.references, *refused))
+                      for k, v in mixer_specs(b, mixer, *sm.sizes(cfg)).items()})
+        specs[f"{h}hook_out"] = HookSpec(mixer, "out", self.tree.batch, d_model,
+                                         references=(("hf", f"{b}.mixer.hook_out"), *refused))
 
     def _ssm_nonfiring(self, cfg: Any, n_layers: int) -> list[NonFiring]:
         """Tree.ssm_mixer: on a Mamba-2 layer, the attention hooks (and the scores / pattern and the scaled
@@ -927,6 +957,9 @@ class TreeOverlay(Overlay):
         attn = set(kinds("attn.")) | ({"attn.hook_attn_scores", "attn.hook_pattern"} if self.tree.score_inputs else set())
         attn |= {k for k in ("hook_attn_out",) if k in {hook_kind(h) for h in specs}}
         inner = [nf for nf in MAMBA2 if nf.template.startswith("blocks.{i}.mixer.")]
+        if sm.parallel:  # SsmMixer.parallel: every layer runs both; only the mixer's fused internals, under TL's name
+            return [NonFiring(nf.template.replace("{i}.mixer.", str(i) + f".{sm.hook}.", 1), nf.reason)
+                    for i in range(n_layers) for nf in inner]
         out: list[NonFiring] = []
         for i in range(n_layers):
             key = f"{sm.layer_types_key}[{i}]"

@@ -368,7 +368,7 @@ class _Evaluation:
         if case.derived:
             derived = self.derived_value(hook)
             problem = self.derived_failed.get(hook, "")
-            store = self.refs.bridge if ref == "bridge" else self.refs.compat
+            store = {"bridge": self.refs.bridge, "compat": self.refs.compat, "hf": self.refs.hf}[ref]
             pairs = None if problem else pairs_of(derived, store, name, n)
             pairs, bad = self._checked(case, pairs)  # before masking: the mask writes NaN on purpose
             pairs = pairs and [(s, ignore_common_mask(s, r)) for s, r in pairs]

@@ -67,7 +67,10 @@ def summarize(result: dict) -> dict:
         "known_issues": len(known),
         "inconclusive": inconclusive,
         "hooks_offered": len(hooks),
-        "hooks_passed": len(hooks - {r["hook"] for r in rows if r["reference"] != "hf" and r["status"] != "pass"}),
+        # a row a documented reference bug explains does not fail its hook where another reference gated it (OPT's
+        # TransformerLens scores hook holds the pattern; HF's own scores gate vLLM's)
+        "hooks_passed": len(hooks - set(ungated) - {r["hook"] for r in rows if r["reference"] != "hf"
+                                                    and r["status"] != "pass" and not r.get("known_issue")}),
         "hooks_gated": len(offered) - len(ungated), "hooks_compared": len(offered), "ungated_hooks": ungated,
         "hook_kinds": len({r["kind"] for r in rows if r["reference"] != "hf"}),
         "nonfiring": nonfiring,

@@ -31,7 +31,7 @@ from harness.paths import checkpoints_root
 
 BUILD_VERSION = 1
 # buffer names (suffixes) holding learned values, randomized like parameters
-LEARNED_BUFFERS = ("e_score_correction_bias",)
+LEARNED_BUFFERS = ("e_score_correction_bias", "expert_bias")  # expert_bias: LFM2-MoE's (its MoE block's buffer)
 # buffer names (suffixes) holding learned multipliers HF initializes to 1 (Gemma-4's per-layer layer_scalar, which
 # scales the whole stream): randomized around 1 as norm weights are, so a scalar left unread cannot pass as identity
 LEARNED_SCALES = ("layer_scalar",)

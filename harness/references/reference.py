@@ -41,7 +41,9 @@ HF hooks are architecture-agnostic: the decoder layers are the model's
 ``hidden_states`` is ``blocks.{i}.hook_in`` and its first output is
 ``blocks.{i}.hook_out``; the input embeddings' output is ``embed.hook_out``.  A Mamba-2 layer's
 mixer adds its own (:func:`_ssm_mixer_hooks`, under TransformerBridge's names), and so does a Mamba-1
-layer's (:func:`_mamba1_mixer_hooks`).
+layer's (:func:`_mamba1_mixer_hooks`).  A layer's attention scores and pattern are HF's own, read at its eager
+softmax (:func:`_attention_softmax_hooks`): the ``hf`` reference of the derived ``attn.hook_attn_scores`` /
+``attn.hook_pattern``, which gates them where TransformerLens's scores hook holds the pattern (known_issues).
 
 An encoder (the plan's :class:`overlays.base.Encoder`): HF's model is built with its ``hf_class``
 (``AutoModelForMaskedLM``) instead of a causal LM, every engine gets the prompts' token types
@@ -523,6 +525,43 @@ def _mamba1_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Te
             mixer.out_proj.register_forward_pre_hook(lambda mod, args: keep(f"{b}.out_proj.hook_in", args[0]))]
 
 
+_SOFTMAX = torch.nn.functional.softmax  # the function :func:`_attention_softmax_hooks` stands in for, and restores
+
+
+def _attention_softmax_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tensor], n_tokens: int) -> list:
+    """HF's own attention scores and pattern of a layer, read where its eager attention takes the softmax:
+    while the layer runs, ``torch.nn.functional.softmax`` (which every eager attention of the matrix calls by
+    that attribute) records its input as ``attn.hook_attn_scores`` and its output as ``attn.hook_pattern``
+    (``[heads, T, T]`` once the batch is dropped: after HF's scale, soft-cap, ALiBi and additive mask, masked
+    keys at the dtype's most negative value, which the derived rows' mask rule treats as masked).
+
+    Traps: only a softmax over the last dim of a 4-D ``[batch, heads, T, T]`` input counts (a router's softmax is
+    2-D; a sink column makes it ``T + 1`` wide and is not recorded: Tree.scores_not_in_hf); a layer with two such
+    calls records neither (no single tensor is the layer's); the function is restored after the layer even if its
+    forward raises (and by :func:`_hf_run`'s ``finally``)."""
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def tapped(x, *args, **kwargs):
+        out = _SOFTMAX(x, *args, **kwargs)
+        dim = kwargs.get("dim", args[0] if args else None)
+        if (isinstance(x, torch.Tensor) and x.dim() == 4 and dim in (-1, 3)
+                and x.shape[-1] == x.shape[-2] == n_tokens):
+            seen.append((x.detach().clone(), out.detach().clone()))
+        return out
+
+    def pre(mod, args, kwargs):
+        seen.clear()
+        torch.nn.functional.softmax = tapped
+
+    def post(mod, args, kwargs, out):
+        torch.nn.functional.softmax = _SOFTMAX
+        if len(seen) == 1:
+            caps[f"blocks.{i}.attn.hook_attn_scores"], caps[f"blocks.{i}.attn.hook_pattern"] = seen[0]
+        seen.clear()
+    return [layer.register_forward_pre_hook(pre, with_kwargs=True),
+            layer.register_forward_hook(post, with_kwargs=True, always_call=True)]
+
+
 def _hf_run(model, tokens: list[int], device: str, n_layers: int,
             token_types: list[int] | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     caps: dict[str, torch.Tensor] = {}
@@ -541,6 +580,7 @@ def _hf_run(model, tokens: list[int], device: str, n_layers: int,
         handles += _gdn_mixer_hooks(layer, i, caps)
         handles += _router_choice_hooks(layer, i, caps)
         handles += _latent_norm_hooks(layer, i, caps)
+        handles += _attention_softmax_hooks(layer, i, caps, len(tokens))
     handles.append(model.get_input_embeddings().register_forward_hook(
         lambda mod, args, out: caps.__setitem__("embed.hook_out", out.detach().clone())))
     try:
@@ -548,6 +588,7 @@ def _hf_run(model, tokens: list[int], device: str, n_layers: int,
             ids, extra = _inputs(tokens, token_types, device)
             logits = model(ids, **extra).logits[0]
     finally:
+        torch.nn.functional.softmax = _SOFTMAX
         for h in handles:
             h.remove()
     return ({k: reference_to_canonical(k, v) for k, v in caps.items()},

@@ -111,6 +111,8 @@ def _cases(specs: dict[str, HookSpec], derived: dict[str, Derived], ragged: bool
         out.append(Case("bridge", hook, hook, derived=True))
         if compat_alias(hook) is not None:
             out.append(Case("compat", hook, compat_alias(hook), derived=True))
+        if derived[hook].hf_reference:  # HF's own scores / pattern, read at its eager softmax (references.reference)
+            out.append(Case("hf", hook, hook, derived=True))
     # bridge~hf: only where the bridge has the hook (Mamba-2's in_proj columns are HF's alone, overlays/mamba2.py)
     out += [Case("bridge~hf", h, hf_name(h, s)) for h, s in specs.items()
             if hf_name(h, s) is not None and bridge_name(h, s) is not None]

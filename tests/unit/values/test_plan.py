@@ -42,3 +42,13 @@ def test_processed_rows_only_where_processing_centres_the_value(bert):
 def test_the_logit_rows_and_the_derived_rows_are_planned(bert):
     assert [c.hook for c in bert.cases[-2:]] == ["logprobs", "argmax"]
     assert all(not d.causal for d in bert.derived.values())
+
+
+def test_derived_scores_get_an_hf_row_unless_hf_holds_no_score_tensor(bert):
+    """HF's own scores / pattern (read at its eager softmax) gate the derived hooks; GPT-OSS's sinks join HF's
+    softmax after a row-max shift (Tree.scores_not_in_hf), so its derived scores have TransformerLens's rows only."""
+    hf_derived = {c.hook for c in bert.cases if c.reference == "hf" and c.derived}
+    assert hf_derived == set(bert.derived) and hf_derived
+    gpt_oss = _plan("gpt_oss")
+    assert gpt_oss.derived and not any(c.reference == "hf" and c.derived for c in gpt_oss.cases)
+    assert {c.reference for c in gpt_oss.cases if c.derived} == {"bridge", "compat"}
