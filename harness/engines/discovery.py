@@ -40,6 +40,7 @@ def _module_tree(checkpoint_dir: str, timeout_s: float) -> tuple[tuple[str, str]
     checkpoint = Path(checkpoint_dir)
     import torch
 
+    from harness.engines.engine_request import EngineRequest
     from harness.engines.subject import capture_vllm
 
     config = json.loads((checkpoint / "config.json").read_text())
@@ -47,9 +48,11 @@ def _module_tree(checkpoint_dir: str, timeout_s: float) -> tuple[tuple[str, str]
     RUNS_ROOT.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=RUNS_ROOT, prefix="discover-"))
     try:
-        cap = capture_vllm(checkpoint, dtype="float32", prompts=[[1, min(2, vocab - 1)]], reads=[("logits_processor", "out")], params=[],
-                           vocab_size=vocab, max_model_len=64, work_dir=work, full_logprobs=False, ragged=False,
-                           device="cuda" if torch.cuda.is_available() else "cpu", timeout_s=timeout_s, discover=True)
+        request = EngineRequest(checkpoint=str(checkpoint), dtype="float32", prompts=[[1, min(2, vocab - 1)]],
+                                vocab_size=vocab, max_model_len=64, reads=[("logits_processor", "out")],
+                                full_logprobs=False, ragged=False, discover=True,
+                                device="cuda" if torch.cuda.is_available() else "cpu")
+        cap = capture_vllm(request, work, timeout_s=timeout_s)
         return tuple(tuple(x) for x in cap.meta.get("module_tree") or [])
     finally:
         shutil.rmtree(work, ignore_errors=True)

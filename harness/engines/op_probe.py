@@ -22,21 +22,21 @@ from pathlib import Path
 
 
 def main(request_path: str) -> int:
-    req = json.loads(Path(request_path).read_text())
+    question = json.loads(Path(request_path).read_text())
     import torch
     import vllm
     from vllm.platforms import current_platform
 
     current_platform.import_kernels()
     ops: dict[str, str | None] = {}
-    for name in req["ops"]:
+    for name in question["ops"]:
         try:
             getattr(torch.ops._C, name)
             ops[name] = None
         except (AttributeError, RuntimeError) as exc:
             ops[name] = f"{type(exc).__name__}: {exc}"
     modules: dict[str, str | None] = {}
-    for name in req.get("modules", []):
+    for name in question.get("modules", []):
         try:
             importlib.import_module(name)
             modules[name] = None
@@ -44,7 +44,7 @@ def main(request_path: str) -> int:
             modules[name] = f"{type(exc).__name__}: {exc}"
     out = {"vllm_version": vllm.__version__, "platform": type(current_platform).__name__, "ops": ops,
            "modules": modules}
-    Path(req["out"]).write_text(json.dumps(out, indent=1))
+    Path(question["out"]).write_text(json.dumps(out, indent=1))
     return 0
 
 

@@ -21,9 +21,10 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from harness.engines.engine_request import EngineRequest
 from harness.engines.parent_death import die_with_parent
 from harness.vocab.capture_keys import RAGGED, capture_key
 from harness.paths import REPO_ROOT
@@ -121,28 +122,33 @@ def read_single_file_outputs(out_dir: Path, work_dir: Path) -> "SubjectCapture":
                           meta=json.loads((out_dir / "meta.json").read_text()))
 
 
-def launch_subject(module: str, request: dict, work_dir: Path, name: str, env: dict[str, str] | None,
+def launch_subject(module: str, request: EngineRequest | dict, work_dir: Path, name: str, env: dict[str, str] | None,
                    timeout_s: float) -> None:
     """Run ``python -m module REQUEST.json`` with this repo on the path, in its own session; its log
-    goes to ``work_dir/<name>.log``.  A warm engine (forked from a server that imported vLLM once,
-    harness.engines.warm) where that applies, else a cold ``python -m`` start: the same process
+    goes to ``work_dir/<name>.log``.  ``request``: an engine's :class:`EngineRequest`, or the JSON object
+    of a process with a format of its own (harness.engines.op_probe; its ``device`` picks the start).
+    A warm engine (forked from a server that imported vLLM once, harness.engines.warm) where that
+    applies, else a cold ``python -m`` start: the same process
     group, the same kill and timeout handling, the same log.  Raises :class:`SubjectError` with the log's tail if it fails,
     :class:`SubjectKilled` if a signal ended it or it ran past ``timeout_s`` (its whole process
     group is then stopped: vLLM's worker processes too)."""
     req_path = work_dir / f"{name}_request.json"
-    req_path.write_text(json.dumps(request, indent=1))
+    typed = isinstance(request, EngineRequest)
+    req_path.write_text(request.to_json() if typed else json.dumps(request, indent=1))
+    device = request.device if typed else request.get("device", "cpu")
     log_path = work_dir / f"{name}.log"
     repo = str(REPO_ROOT)
     env = {**os.environ, **(env or {})}
     env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     killed = None
+    from harness.engines.engine_python import engine_python
     from harness.engines.warm import warm_launch
 
     # forked from the warm server where it applies (harness.engines.warm), else started cold
-    proc = warm_launch(module, [str(req_path)], env, log_path, repo) if request.get("device", "cpu") == "cpu" else None
+    proc = warm_launch(module, [str(req_path)], env, log_path, repo) if device == "cpu" else None
     if proc is None:  # a cold start; a forked engine opens its log itself
         with open(log_path, "w") as log:
-            proc = subprocess.Popen([sys.executable, "-m", module, str(req_path)], stdout=log,
+            proc = subprocess.Popen([engine_python(), "-m", module, str(req_path)], stdout=log,
                                     stderr=subprocess.STDOUT, env=env, cwd=repo, start_new_session=True,
                                     preexec_fn=die_with_parent)
     try:
@@ -230,40 +236,17 @@ def _bare_assertion(lines: list[str]) -> str | None:
     return f"AssertionError: {statement or '(no message)'}" + (f" ({where})" if where else "")
 
 
-def capture_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], reads: list[tuple[str, str]],
-                 params: list[str], vocab_size: int, max_model_len: int, work_dir: Path,
-                 timeout_s: float = 900, full_logprobs: bool = True,
-                 env: dict[str, str] | None = None, ragged: bool = True,
-                 enforce_eager: bool = True, device: str = "cpu", tp: int = 1, serving: str = "single",
-                 row_dims: dict[str, int] | None = None,
-                 llm_overrides: dict | None = None, executor: str = "mp",
-                 pooling_task: str | None = None, token_types: list[list[int]] | None = None,
-                 discover: bool = False) -> SubjectCapture:
-    """``device`` picks the engine's arguments (harness.engines.vllm_compat); ``tp``: tensor-parallel ranks,
-    started by vLLM's ``executor`` (``mp`` or ``ray``: harness.values.variant);
-    ``serving``: how the engine is driven (harness.engines.serving), its captures stitched back by
-    position in the engine's process (``row_dims``: read key -> token dim, for ``[1, T, ...]`` reads);
-    ``timeout_s``: the engine process's limit (``--engine-timeout``), past which it is killed;
-    ``discover``: also return the loaded model's module tree (``meta["module_tree"]``);
-    ``pooling_task``: an encoder, run by vLLM's pooling runner and ``LLM.encode`` with this task instead of
-    ``generate`` (overlays.base.Encoder), with ``token_types`` per prompt (None: none passed)."""
+def capture_vllm(request: EngineRequest, work_dir: Path, *, env: dict[str, str] | None = None,
+                 timeout_s: float = 900) -> SubjectCapture:
+    """Run the default subject on ``request`` (harness.engines.engine_request: the checkpoint, how vLLM runs
+    it, what to record) with ``work_dir/subject`` as its ``out_dir``; ``env``: the engine's environment on
+    top of this process's; ``timeout_s``: the engine process's limit (``--engine-timeout``), past which it is
+    killed."""
     from safetensors.torch import load_file
 
     work_dir.mkdir(parents=True, exist_ok=True)
     out_dir = work_dir / "subject"
-    request = {
-        "checkpoint": str(checkpoint), "dtype": dtype, "prompts": prompts,
-        "reads": sorted({(m, r) for m, r in reads}), "params": sorted(set(params)),
-        "vocab_size": vocab_size, "max_model_len": max_model_len, "out_dir": str(out_dir),
-        "full_logprobs": full_logprobs, "ragged": ragged,
-        "enforce_eager": enforce_eager, "device": device, "tp": tp, "executor": executor,
-        "serving": serving, "row_dims": row_dims or {},
-        "llm_overrides": llm_overrides or {},  # merged into LLM(...) last (a GGUF file's tokenizer, quantization)
-    }
-    if discover:  # the engine's module tree into meta["module_tree"] (harness.engines.discovery)
-        request["discover"] = True
-    if pooling_task is not None:  # an encoder (harness.engines.subject_vllm: the pooling path); else unchanged
-        request.update(pooling_task=pooling_task, token_types=token_types)
+    request = replace(request, out_dir=str(out_dir))
     launch_subject("harness.engines.subject_vllm", request, work_dir, "subject", env, timeout_s)
     logprobs = {int(k): v for k, v in load_file(str(out_dir / "logprobs.safetensors")).items()}
     raw = SpilledTensors(out_dir, owns=work_dir)  # read one tensor at a time; owns the work folder (harness.spill)

@@ -76,13 +76,14 @@ Traps:
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from harness.engines.engine_request import EngineRequest, HiddenStatesExport
 from harness.vocab.capture_keys import RAGGED, capture_key, read_key
 from harness.vocab.hooks import hook_kind, layer_of, template_of
 from overlays.base import HookSpec, NonFiring
@@ -156,23 +157,28 @@ def kv_bytes(model_kv_bytes: int, n_ids: int, hidden: int, dtype_bytes: int, tok
 
 
 # --- host side -------------------------------------------------------------------
-def capture_hidden_states(checkpoint: Path, *, dtype: str, prompts: list[list[int]], specs: dict[str, HookSpec],
-                          vocab_size: int, max_model_len: int, work_dir: Path, full_logprobs: bool = True,
-                          device: str = "cpu", timeout_s: float = 900, env: dict[str, str] | None = None,
-                          ragged: bool = True, enforce_eager: bool = True, connector: str | None = None):
-    """``connector``: the KV connector's class name (None: :data:`CPU_CONNECTOR` on the CPU, vLLM's
-    :data:`STOCK_CONNECTOR` elsewhere); the stock one on the CPU is re-checked by the engine test."""
-    from harness.engines.subject import launch_subject, read_single_file_outputs
-
-    work_dir.mkdir(parents=True, exist_ok=True)
-    out_dir = work_dir / "subject_hidden_states"
+def export_of(specs: dict[str, HookSpec], connector: str | None = None) -> HiddenStatesExport:
+    """The request's ``hidden_states`` for :func:`hidden_states_plan`'s specs: the layer ids their modules
+    name (:func:`raw_module`), their common width.  ``connector``: the KV connector's class name (None:
+    :data:`CPU_CONNECTOR` on the CPU, vLLM's :data:`STOCK_CONNECTOR` elsewhere); the stock one on the CPU is
+    re-checked by the engine test."""
     ids = sorted({int(s.module.rsplit("_", 1)[1]) for s in specs.values()})
     widths = {s.width for s in specs.values()}
-    request = {"checkpoint": str(checkpoint), "dtype": dtype, "prompts": prompts, "layer_ids": ids,
-               "hidden_size": widths.pop() if len(widths) == 1 else None,
-               "vocab_size": vocab_size, "max_model_len": max_model_len, "full_logprobs": full_logprobs,
-               "out_dir": str(out_dir), "ragged": ragged, "enforce_eager": enforce_eager, "device": device,
-               "connector": connector}
+    return HiddenStatesExport(layer_ids=tuple(ids), hidden_size=widths.pop() if len(widths) == 1 else None,
+                              connector=connector)
+
+
+def capture_hidden_states(request: EngineRequest, work_dir: Path, *, env: dict[str, str] | None = None,
+                          timeout_s: float = 900):
+    """Run vLLM's export on ``request`` (its ``hidden_states``: :func:`export_of`) with
+    ``work_dir/subject_hidden_states`` as its ``out_dir``."""
+    from harness.engines.subject import launch_subject, read_single_file_outputs
+
+    if request.hidden_states is None:
+        raise ValueError("an engine request for vLLM's hidden-state export needs its hidden_states (export_of)")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = work_dir / "subject_hidden_states"
+    request = replace(request, out_dir=str(out_dir))
     launch_subject("harness.engines.subject_hidden_states", request, work_dir, "subject_hidden_states", env,
                    timeout_s)
     return read_single_file_outputs(out_dir, work_dir)
@@ -280,13 +286,13 @@ def _states(out, tokens: list[int], ids: list[int]):
 
 
 def main(request_path: str) -> int:
-    req = json.loads(Path(request_path).read_text())
-    device = req.get("device", "cpu")
+    req = EngineRequest.read(request_path)
+    device = req.device
     from harness.engines.vllm_compat import subject_env_defaults
 
     for k, v in subject_env_defaults(device).items():
         os.environ.setdefault(k, v)
-    out_dir = Path(req["out_dir"])
+    out_dir = Path(req.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     import torch
     import vllm
@@ -298,19 +304,22 @@ def main(request_path: str) -> int:
     from harness.engines.vllm_compat import llm_kwargs, sampling_kwargs
     from harness.logprob_request import LOGPROB_TOP_K
 
-    ids: list[int] = req["layer_ids"]
-    prompts: list[list[int]] = req["prompts"]
-    connector = req.get("connector") or (CPU_CONNECTOR if device == "cpu" else STOCK_CONNECTOR)
+    export = req.hidden_states
+    if export is None:
+        raise RuntimeError(f"engine request {request_path}: no hidden_states (the layer ids to export)")
+    ids: list[int] = list(export.layer_ids)
+    prompts: list[list[int]] = [list(t) for t in req.prompts]
+    connector = export.connector or (CPU_CONNECTOR if device == "cpu" else STOCK_CONNECTOR)
     meta: dict = {"vllm_version": vllm.__version__, "torch_version": torch.__version__, "subject": SUBJECT,
                   "layer_ids": ids, "connector": connector}
-    dtype_bytes = 4 if req["dtype"] == "float32" else 2
-    tokens_total = int(req["max_model_len"]) + sum(len(t) for t in prompts) + 64
-    kw = llm_kwargs(device=device, compiled=not req.get("enforce_eager", True),
-                    kv_bytes=kv_bytes(_kv_bytes(req), len(ids), int(req["hidden_size"]), dtype_bytes, tokens_total))
+    dtype_bytes = 4 if req.dtype == "float32" else 2
+    tokens_total = int(req.max_model_len) + sum(len(t) for t in prompts) + 64
+    kw = llm_kwargs(device=device, compiled=not req.enforce_eager,
+                    kv_bytes=kv_bytes(_kv_bytes(req), len(ids), int(export.hidden_size), dtype_bytes, tokens_total))
     store = out_dir / "hidden_states"
     t0 = time.perf_counter()
-    llm = LLM(model=req["checkpoint"], dtype=req["dtype"], max_model_len=req["max_model_len"],
-              enforce_eager=req.get("enforce_eager", True), skip_tokenizer_init=True,
+    llm = LLM(model=req.checkpoint, dtype=req.dtype, max_model_len=req.max_model_len,
+              enforce_eager=req.enforce_eager, skip_tokenizer_init=True,
               speculative_config={"method": "extract_hidden_states", "num_speculative_tokens": 1,
                                   "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": ids}}},
               kv_transfer_config={"kv_connector": connector, "kv_role": "kv_producer",
@@ -320,8 +329,8 @@ def main(request_path: str) -> int:
               **kw)
     meta["boot_s"] = time.perf_counter() - t0
     meta["device_info"] = _device_info()
-    vocab = int(req["vocab_size"])
-    k = -1 if req.get("full_logprobs", True) else LOGPROB_TOP_K
+    vocab = int(req.vocab_size)
+    k = -1 if req.full_logprobs else LOGPROB_TOP_K
     runner = "v2" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1" else "v1"
     params = SamplingParams(**sampling_kwargs(k, vocab, runner))
     raw, logprobs, times, drained = {}, {}, [], []
@@ -336,7 +345,7 @@ def main(request_path: str) -> int:
         logprobs[str(p)] = _logprob_matrix(_logprob_rows(out), vocab, len(tokens))
     meta["request_ms_all"] = [x * 1e3 for x in times]  # generate + drain + file read, per prompt
     meta["drain_steps"] = drained
-    if req.get("ragged") and len(prompts) > 1:
+    if req.ragged and len(prompts) > 1:
         outs = llm.generate([{"prompt_token_ids": t} for t in prompts],
                             SamplingParams(max_tokens=1, temperature=0.0, detokenize=False), use_tqdm=False)
         _drain(llm, [o.kv_transfer_params["hidden_states_path"] for o in outs])

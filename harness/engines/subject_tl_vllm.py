@@ -18,7 +18,8 @@ Contract:
   conversion: TL's driver already converts (fused residual summed,
   ``ln_final`` un-folded), and that conversion is what is under test.  The
   spec's ``raw_key`` only names where the capture is stored.
-* :func:`capture_tl_vllm` runs ``python -m harness.engines.subject_tl_vllm REQ.json``
+* :func:`capture_tl_vllm` runs ``python -m harness.engines.subject_tl_vllm REQ.json`` (an
+  :class:`~harness.engines.engine_request.EngineRequest` whose ``tl_hooks`` are :func:`tl_hooks` of the specs)
   in its own process (vLLM's process-global state; a crash costs one model)
   and returns a :class:`SubjectCapture` in the default subject's layout:
   ``raw["{prompt}:{path}|out#0"]`` ``[T, width]``, no parameters, and
@@ -54,13 +55,14 @@ Traps:
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from harness.engines.engine_request import EngineRequest
 from harness.vocab.capture_keys import RAGGED, capture_key
 from overlays.base import HookSpec, NonFiring
 
@@ -114,16 +116,21 @@ def _tl_version() -> str:
 
 
 # --- host side -------------------------------------------------------------------
-def capture_tl_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], specs: dict[str, HookSpec],
-                    max_model_len: int, work_dir: Path, timeout_s: float = 900,
-                    env: dict[str, str] | None = None, ragged: bool = True, enforce_eager: bool = True):
+def tl_hooks(specs: dict[str, HookSpec]) -> dict[str, str]:
+    """The request's ``tl_hooks`` for :func:`tl_plan`'s specs: TL's hook name -> the raw key its capture is
+    stored under."""
+    return {hook: spec.raw_key for hook, spec in specs.items()}
+
+
+def capture_tl_vllm(request: EngineRequest, work_dir: Path, *, env: dict[str, str] | None = None,
+                    timeout_s: float = 900):
+    """Run TL's backend on ``request`` (its ``tl_hooks``: :func:`tl_hooks`) with ``work_dir/subject_tl_vllm``
+    as its ``out_dir``."""
     from harness.engines.subject import launch_subject, read_single_file_outputs
 
     work_dir.mkdir(parents=True, exist_ok=True)
     out_dir = work_dir / "subject_tl_vllm"
-    request = {"checkpoint": str(checkpoint), "dtype": dtype, "prompts": prompts,
-               "hooks": {h: s.raw_key for h, s in specs.items()}, "max_model_len": max_model_len,
-               "out_dir": str(out_dir), "ragged": ragged, "enforce_eager": enforce_eager}
+    request = replace(request, out_dir=str(out_dir))
     launch_subject("harness.engines.subject_tl_vllm", request, work_dir, "subject_tl_vllm", env, timeout_s)
     return read_single_file_outputs(out_dir, work_dir)
 
@@ -132,8 +139,8 @@ def capture_tl_vllm(checkpoint: Path, *, dtype: str, prompts: list[list[int]], s
 def main(request_path: str) -> int:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    req = json.loads(Path(request_path).read_text())
-    out_dir = Path(req["out_dir"])
+    req = EngineRequest.read(request_path)
+    out_dir = Path(req.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     import statistics
 
@@ -146,18 +153,17 @@ def main(request_path: str) -> int:
     meta: dict = {"vllm_version": vllm.__version__, "torch_version": torch.__version__,
                   "transformer_lens_version": _tl_version(), "subject": "tl-vllm"}
     t0 = time.perf_counter()
-    bridge = boot_vllm(req["checkpoint"], dtype=getattr(torch, req["dtype"]), max_model_len=req["max_model_len"],
-                       max_num_batched_tokens=req["max_model_len"], enforce_eager=req.get("enforce_eager", True),
-                       seed=0)
+    bridge = boot_vllm(req.checkpoint, dtype=getattr(torch, req.dtype), max_model_len=req.max_model_len,
+                       max_num_batched_tokens=req.max_model_len, enforce_eager=req.enforce_eager, seed=0)
     meta["boot_s"] = time.perf_counter() - t0
     meta["device_info"] = {"device": "cuda" if torch.cuda.is_available() else "cpu"}
-    hooks: dict[str, str] = req["hooks"]
+    hooks: dict[str, str] = dict(req.tl_hooks)
     driver = bridge.driver if hasattr(bridge, "driver") else bridge._driver
     meta["supported_hook_points"] = sorted(driver.supported_hook_points)
     meta["non_fireable_hook_points"] = sorted(driver.non_fireable_hook_points)
     raw, logprobs, times = {}, {}, []
     with torch.no_grad():
-        for p, tokens in enumerate(req["prompts"]):
+        for p, tokens in enumerate(req.prompts):
             t = time.perf_counter()
             logits, cache = bridge.run_with_cache(torch.tensor([tokens]), names_filter=lambda n: n in hooks)
             times.append(time.perf_counter() - t)
@@ -170,17 +176,17 @@ def main(request_path: str) -> int:
     # run_with_cache wall time per prompt (engine step + capture read-back + logit reconstruction)
     meta["run_with_cache_ms_all"] = [x * 1e3 for x in times]
     meta["run_with_cache_ms_median"] = statistics.median(times) * 1e3 if times else None
-    if req.get("ragged") and len(req["prompts"]) > 1:
+    if req.ragged and len(req.prompts) > 1:
         driver.close()
         del bridge, driver
         t0 = time.perf_counter()
-        batched = boot_vllm(req["checkpoint"], dtype=getattr(torch, req["dtype"]), enable_batching=True,
-                            max_model_len=req["max_model_len"], max_num_batched_tokens=req["max_model_len"],
+        batched = boot_vllm(req.checkpoint, dtype=getattr(torch, req.dtype), enable_batching=True,
+                            max_model_len=req.max_model_len, max_num_batched_tokens=req.max_model_len,
                             enforce_eager=True, seed=0)
         meta["batched_boot_s"] = time.perf_counter() - t0
-        lengths = [len(t) for t in req["prompts"]]
+        lengths = req.prompt_lengths
         with torch.no_grad():
-            _, cache = batched.run_with_cache([list(t) for t in req["prompts"]], names_filter=lambda n: n in hooks)
+            _, cache = batched.run_with_cache([list(t) for t in req.prompts], names_filter=lambda n: n in hooks)
         for hook in set(hooks) & set(cache.keys()):
             raw[capture_key(RAGGED, hooks[hook])] = torch.cat(
                 [cache[hook][p, :n] for p, n in enumerate(lengths)]).detach().cpu().contiguous()

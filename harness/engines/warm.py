@@ -76,7 +76,7 @@ UNIMPORTABLE_MODEL_MODULES = ("vllm.model_executor.models.qwen3_5",)
 # from the server here cannot reuse the server's imports
 IMPORT_TIME_ENV = ("VLLM_PARITY_EMULATE_ISA", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
                    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "LD_PRELOAD", "VLLM_TARGET_DEVICE",
-                   "VLLM_PLUGINS", "PYTHONHASHSEED")
+                   "VLLM_PLUGINS", "PYTHONHASHSEED", "VLLM_PARITY_ENGINE_PYTHON")
 START_TIMEOUT_S = 300
 
 
@@ -105,7 +105,10 @@ class _Server:
         self.env = dict(os.environ)
         self.env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + self.env["PYTHONPATH"]
                                                     if self.env.get("PYTHONPATH") else "")
-        self.proc = subprocess.Popen([sys.executable, "-m", "harness.engines.warm"], stdin=subprocess.PIPE,
+        from harness.engines.engine_python import engine_python
+
+        # the engine interpreter: another vLLM line's environment where $VLLM_PARITY_ENGINE_PYTHON names one
+        self.proc = subprocess.Popen([engine_python(), "-m", "harness.engines.warm"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=self.env,
                                      cwd=str(REPO_ROOT), preexec_fn=die_with_parent, text=True, bufsize=1)
         self.lock = threading.Lock()  # one request at a time
@@ -157,13 +160,13 @@ class _Server:
         return self.ready and not self.gone
 
     def launch(self, module: str, argv: list[str], env: dict[str, str], log_path: Path, cwd: str) -> int | None:
-        req = {"module": module, "argv": argv, "env": env, "log": str(log_path), "cwd": cwd,
-               "path": [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]}
+        order = {"module": module, "argv": argv, "env": env, "log": str(log_path), "cwd": cwd,
+                 "path": [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]}
         with self.lock:
             with self.cond:
                 self.replies.clear()
             try:
-                self.proc.stdin.write(json.dumps(req) + "\n")
+                self.proc.stdin.write(json.dumps(order) + "\n")
                 self.proc.stdin.flush()
             except (BrokenPipeError, OSError):
                 return None
@@ -240,9 +243,10 @@ def warm_launch(module: str, argv: list[str], env: dict[str, str], log_path: Pat
 
 
 # -- the server ------------------------------------------------------------------------------------
-def _child(req: dict) -> None:
-    """In the forked engine: its own session, death with the server, the request's log, environment,
-    folder and path, then the module as ``__main__``.  Never returns."""
+def _child(order: dict) -> None:
+    """In the forked engine (``order``: the host's launch line, :meth:`_Server.launch`): its own session,
+    death with the server, the order's log, environment, folder and path, then the module as ``__main__``.
+    Never returns."""
     code = 1
     try:
         os.setsid()
@@ -251,7 +255,7 @@ def _child(req: dict) -> None:
         die_with_parent()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(order["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
@@ -262,14 +266,14 @@ def _child(req: dict) -> None:
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         os.environ.clear()
-        os.environ.update(req["env"])
-        os.chdir(req["cwd"])
-        sys.path[:0] = [p for p in req.get("path", []) if p not in sys.path]
-        sys.argv = [req["module"], *req["argv"]]
+        os.environ.update(order["env"])
+        os.chdir(order["cwd"])
+        sys.path[:0] = [p for p in order.get("path", []) if p not in sys.path]
+        sys.argv = [order["module"], *order["argv"]]
         import runpy
 
         try:
-            runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
+            runpy.run_module(order["module"], run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -336,14 +340,14 @@ def serve() -> None:
                 line = sys.stdin.readline()
                 if not line:
                     return
-                req = json.loads(line)
-                if getattr(plugins, "plugins_loaded", False) or req.get("module") not in PRELOADED:
+                order = json.loads(line)
+                if getattr(plugins, "plugins_loaded", False) or order.get("module") not in PRELOADED:
                     out.write(json.dumps({"refused": "vLLM's plugins are loaded in the server, or an unknown module"})
                               + "\n")
                 else:
                     pid = os.fork()
                     if pid == 0:
-                        _child(req)
+                        _child(order)
                     children.add(pid)
                     out.write(json.dumps({"pid": pid}) + "\n")
                 out.flush()

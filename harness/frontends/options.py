@@ -100,6 +100,9 @@ OPTIONS: tuple[Option, ...] = (
                                "(checkpoint, prompts, dtype, hooks, reference code, torch/transformers/TL versions; "
                                "not vLLM) matches: a vLLM upgrade re-runs only vLLM (harness/references/stored.py)",
            type=Path),
+    Option("--engine-python", "run the vLLM engine processes with this Python interpreter: another vLLM line's "
+                              "environment (scripts/line_env.sh VERSION builds one); references, comparison and "
+                              "reports stay in this one (harness/engines/engine_python.py)", type=Path, where="cli"),
     Option("--jobs", "run this many (model, variant) jobs at once, each in its own process with cores/N torch "
                      "threads (default 1); fewer threads round differently: rows' last digits can differ from "
                      "a --jobs 1 run's (measured on llama and gpt2 fp32: same statuses)",

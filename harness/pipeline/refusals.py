@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from harness.engines.subject import SubjectKilled, capture_vllm, launch_subject
 from harness.engines.vllm_compat import registry_entry
 from harness.models.targets import Target
 from harness.paths import RUNS_ROOT
+from harness.values.engine_request import EngineRequest, boot_request
 from harness.values.results import ModelResult
 from harness.values.variant import Variant
 
@@ -160,6 +162,14 @@ def recheck_hf_missing(target: Target, variant: Variant, result: ModelResult,
                       f"{vllm_says})")
 
 
+def probe_request(target: Target, variant: Variant) -> EngineRequest:
+    """The boot probe's engine request: the run's boot (harness.values.engine_request.boot_request) with a
+    two-token prompt, nothing recorded, the top-k log-probs, one forward, eager, each prompt alone (``single``)
+    on vLLM's default executor."""
+    return replace(boot_request(target, variant), prompts=[[1, 2]], full_logprobs=False, ragged=False,
+                   enforce_eager=True, serving="single", executor="mp")
+
+
 def _boot_refusal(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
                   engine_timeout_s: float, pick) -> str | None:
     """Ask vLLM to boot ``target`` (no hooks, a two-token prompt): what it said refusing (``pick``'s
@@ -169,11 +179,7 @@ def _boot_refusal(target: Target, variant: Variant, result: ModelResult, work_ro
     runs_root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=runs_root, prefix=f"{target.name}-refusal-{variant.work_prefix}"))
     try:
-        capture_vllm(target.checkpoint, dtype=variant.dtype, prompts=[[1, 2]], reads=[], params=[],
-                     vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
-                     full_logprobs=False, env=variant.subject_env, enforce_eager=True, device=variant.device,
-                     tp=variant.tp, ragged=False, timeout_s=engine_timeout_s,
-                     llm_overrides=mla_backends.llm_overrides(target.hf_config, variant.mla_backend))
+        capture_vllm(probe_request(target, variant), work, env=variant.subject_env, timeout_s=engine_timeout_s)
     except SubjectKilled as exc:  # its work folder is kept, with the log
         result.error = f"{type(exc).__name__}: {exc}"
         return None

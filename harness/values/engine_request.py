@@ -1,0 +1,72 @@
+"""A run's engine request, built once from what the run is: the target, the variant, the plan, the prompts.
+
+Contract: :func:`run_request(target, variant, plan, prompts)` is the
+:class:`~harness.engines.engine_request.EngineRequest` (re-exported here) a run's subject is launched with
+(harness.pipeline.runner); :func:`boot_request(target, variant)` is its part that needs no plan -- the
+checkpoint and how vLLM runs it -- which the refusal probe derives its two-token boot from
+(harness.pipeline.refusals) before any plan exists.  Anything else that boots an engine for a run
+(a GGUF file's run, harness.quantized.gguf_parity) takes one of these and changes what differs with
+``dataclasses.replace``.  What each field means and how it crosses into the engine process:
+harness.engines.engine_request.
+
+The plan decides the subject's group of fields (its specs are the subject's: harness.values.plan):
+the default subject's reads, parameters and token dims; TransformerLens's backend's hook -> raw key
+(harness.engines.subject_tl_vllm.tl_hooks); vLLM's hidden-state export's layer ids
+(harness.engines.subject_hidden_states.export_of).  An encoder's plan adds its pooling task and token types.
+
+Traps:
+
+- ``full_logprobs`` follows the vocabulary (harness.logprob_request): a large one gets the top-k rows only,
+  and its references measure the floor on the same entries.
+- ``llm_overrides`` here are the MLA backend's (harness.engines.mla_backends: none for a model without
+  MLA); a caller that needs other ``LLM(...)`` arguments replaces them whole (the GGUF run does).
+- ``row_dims`` name only reads whose token dim is not 0 (``[1, T, ...]`` reads of vLLM's Transformers
+  backend): the engine's stitcher takes 0 for every other.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from harness.engines import mla_backends
+from harness.engines.engine_request import EngineRequest, HiddenStatesExport, Pooling
+from harness.logprob_request import logprob_k
+from harness.models.targets import Target
+from harness.values.plan import Plan
+from harness.values.variant import Variant
+
+
+def boot_request(target: Target, variant: Variant) -> EngineRequest:
+    """``target`` under ``variant``, before a plan: no prompts, nothing recorded."""
+    return EngineRequest(
+        checkpoint=str(target.checkpoint), dtype=variant.dtype, prompts=(), vocab_size=target.vocab_size,
+        max_model_len=target.max_model_len, device=variant.device, enforce_eager=not variant.compiled,
+        tp=variant.tp, executor=variant.executor, serving=variant.serving,
+        full_logprobs=logprob_k(target.vocab_size) is None,
+        llm_overrides=mla_backends.llm_overrides(target.hf_config, variant.mla_backend))
+
+
+def run_request(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]]) -> EngineRequest:
+    """The request of the run of ``plan`` (built for ``variant``'s subject) on ``prompts``."""
+    request = replace(boot_request(target, variant), prompts=prompts, pooling=pooling(plan, prompts))
+    if variant.subject == "tl-vllm":
+        from harness.engines.subject_tl_vllm import tl_hooks
+
+        return replace(request, tl_hooks=tl_hooks(plan.specs))
+    if variant.subject == "vllm-hidden-states":
+        from harness.engines.subject_hidden_states import export_of
+
+        return replace(request, hidden_states=export_of(plan.specs))
+    specs = plan.specs.values()
+    return replace(request, reads=[(s.module, s.read) for s in specs], params=[p for s in specs for p in s.params()],
+                   row_dims={s.raw_key: s.raw_token_dim for s in specs if s.raw_token_dim})
+
+
+def pooling(plan: Plan, prompts: list[list[int]]) -> Pooling | None:
+    """An encoder's engine inputs (overlays.base.Encoder): vLLM's pooling task and each prompt's token types;
+    None for a causal LM, whose engine runs ``generate``."""
+    if plan.encoder is None:
+        return None
+    return Pooling(task=plan.encoder.pooling_task, token_types=plan.token_types(prompts))
+
+
+__all__ = ["EngineRequest", "HiddenStatesExport", "Pooling", "boot_request", "pooling", "run_request"]

