@@ -231,6 +231,11 @@ class NoOverlayError(LookupError):
     """An HF architecture with no overlay in :data:`OVERLAYS`."""
 
 
+class NoImplementationOverlayError(ValueError):
+    """An architecture with overlays, none of them for the implementation the installed vLLM line runs it with
+    (a line that runs natively what this project reads through the Transformers backend, or the reverse)."""
+
+
 def implementations(architecture: str) -> tuple[str, ...]:
     """The vLLM implementations ``architecture`` has an overlay for (``("native",)`` unless in :data:`VARIANTS`)."""
     _registered(architecture)
@@ -248,7 +253,7 @@ def get_overlay(architecture: str, implementation: str | None = None) -> TreeOve
         raise ValueError(f"implementation {implementation!r} is none of {', '.join(IMPLEMENTATIONS)}")
     overlays = VARIANTS.get(architecture) or {"native": _registered(architecture)}
     if implementation not in overlays:
-        raise ValueError(f"{architecture} has no overlay for vLLM's {implementation!r} implementation; "
+        raise NoImplementationOverlayError(f"{architecture} has no overlay for vLLM's {implementation!r} implementation; "
                          f"it has: {', '.join(overlays)}. Add a VARIANTS row in overlays/__init__.py.")
     return overlays[implementation]
 

