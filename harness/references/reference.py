@@ -20,8 +20,9 @@ Contract: :func:`capture_references` returns a :class:`ReferenceCapture`:
   floor is measured on the entries the compared row holds: each row's top ``logprob_k`` of the
   truth where vLLM returns its top-k only (a full-vocabulary floor is dominated by the tail's
   large log-probs and read 3x below the top-k's own noise);
-* ``chaos`` -- the chaotic tokens the floor run found (harness.comparison.chaos): the
-  floors leave out the tokens they set aside, as the compared rows do;
+* ``chaos`` -- the chaotic tokens the floor run found (harness.comparison.chaos), and the tokens whose
+  expert choice an engine's own run-dtype run flipped against its truth-dtype run (``OwnFlip``, the same
+  module): the floors leave out the tokens they set aside, as the compared rows do;
 * ``meta`` -- boot times, forward latency, top operators; ``meta["phases"]``: seconds per
   phase (harness.phases), in order: ``bridge_boot``, ``compat`` (compatibility mode switched on),
   ``bridge_forward`` (the forwards, reading the canonical and the compatibility-mode names at once),
@@ -64,7 +65,7 @@ from collections.abc import Mapping
 
 import torch
 
-from harness.comparison.chaos import ChaoticToken, find_chaotic
+from harness.comparison.chaos import ChaoticToken, OwnFlip, find_chaotic, find_own_flips
 from harness.comparison.compare import all_finite, compare_tensors, top_k_mask
 from harness.comparison.set_aside import mask_from, set_aside
 from harness.comparison.derived import ignore_common_mask
@@ -92,8 +93,8 @@ class ReferenceCapture:
     # the floor run's other statistics: floor_stats["median" | "scale"][engine][hook] (see _floors)
     floor_stats: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     compat_processed: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
-    # tokens the floor run found chaotic (harness.comparison.chaos): rows and floors leave them out
-    chaos: list[ChaoticToken] = field(default_factory=list)
+    # tokens the floor run found chaotic, and own routing flips (harness.comparison.chaos): rows and floors leave them out
+    chaos: list[ChaoticToken | OwnFlip] = field(default_factory=list)
 
 
 def default_pos_axis(hook: str) -> int:
@@ -620,12 +621,13 @@ def _nonfinite(t: torch.Tensor) -> bool:
 
 
 def _floors(run: dict[int, dict[str, torch.Tensor]], truth: dict[int, dict[str, torch.Tensor]],
-            chaos: list[ChaoticToken] = (), pos_axis: Callable[[str], int] = default_pos_axis,
+            chaos: list[ChaoticToken | OwnFlip] = (), pos_axis: Callable[[str], int] = default_pos_axis,
             logprob_k: int | None = None, left_out: Mapping[str, torch.Tensor] | None = None,
             ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Per hook, over prompts: the worst row's relative error, the largest per-prompt median row
     error, and the largest (by size, signed) per-prompt median scale deviation of ``run`` from ``truth``;
-    without the tokens a chaotic token sets aside (the rows compared with vLLM leave them out too).
+    without the tokens a chaotic token or an own routing flip sets aside (the rows compared with vLLM leave them
+    out too).
     ``logprob_k``: the ``logprobs`` rows on the truth's top-k entries only, as vLLM returns them.
     ``left_out``: hook -> last-dim mask of the entries the compared rows leave out (a un-fold whose
     divisor is 0: harness.comparison.conversions.left_out); the floor leaves them out too, since
@@ -668,7 +670,8 @@ def capture_references(checkpoint: Path, *, dtype: str, calibration: Calibration
                        pos_axis: Callable[[str], int] = default_pos_axis,
                        spill_root: Path | None = None, logprob_k: int | None = None,
                        left_out: Mapping[str, torch.Tensor] | None = None,
-                       inputs: ReferenceInputs = ReferenceInputs()) -> ReferenceCapture:
+                       inputs: ReferenceInputs = ReferenceInputs(),
+                       routers: Mapping[str, tuple] | None = None) -> ReferenceCapture:
     """``calibration``: the run dtype's (harness.comparison.gate.Gate.dtype_calibration): its truth dtype
     and ceiling.  ``logprob_k``: vLLM returns each row's top-k log-probs only (None: the whole vocabulary), and the
     ``logprobs`` floor is measured on the truth's top-k entries, as the compared row is.  ``pos_axis``: the token axis of a hook's canonical value (harness.values.plan.Plan.pos_axis),
@@ -676,10 +679,12 @@ def capture_references(checkpoint: Path, *, dtype: str, calibration: Calibration
     (harness.spill), in a folder under ``spill_root`` (default: the system's temporary folder); each
     mapping deletes its shards when it is garbage-collected, and the last one the folder.
     ``inputs``: the model's inputs beyond the token ids (harness.values.plan.ReferenceInputs: HF's class,
-    causal or bidirectional attention, token types; the defaults are a causal LM's; module doc)."""
+    causal or bidirectional attention, token types; the defaults are a causal LM's; module doc).  ``routers``: the
+    references' router-logit hooks (any engine's name) -> ``(k, overlays.base.Routing or None)``, whose choice in the
+    run dtype against the truth dtype finds the references' own routing flips (harness.comparison.chaos)."""
     spill = Path(tempfile.mkdtemp(prefix="vp-refs-", dir=spill_root))
     job = _Job(checkpoint, TORCH_DTYPES[dtype], TORCH_DTYPES[calibration.truth_dtype], calibration.ceiling, prompts,
-               device, spill, phases or Phases(), pos_axis, logprob_k, left_out, inputs)
+               device, spill, phases or Phases(), pos_axis, logprob_k, left_out, inputs, routers)
     job.meta["truth_dtype"] = calibration.truth_dtype
     want, legacy = set(hooks), set(compat_names)
     if calibrate:  # every layer's residual output: where the floor run finds chaotic tokens
@@ -687,12 +692,12 @@ def capture_references(checkpoint: Path, *, dtype: str, calibration: Calibration
     bridge, compat, processed = _run_dtype_bridge_side(job, want, legacy, set(processed_names))
     floors: dict[str, dict[str, float]] = {}
     stats: dict[str, dict[str, dict[str, float]]] = {"median": {}, "scale": {}}
-    chaos: list[ChaoticToken] = []
+    chaos: list[ChaoticToken | OwnFlip] = []
     if calibrate:
         chaos = _bridge_side_floors(job, want, legacy, bridge, compat, processed, floors, stats)
     hf, logprobs, n_layers = _run_dtype_hf(job, timing_repeats)
     if calibrate:
-        _hf_floors(job, hf, logprobs, n_layers, chaos, floors, stats)
+        chaos = _hf_floors(job, hf, logprobs, n_layers, chaos, floors, stats)
     job.meta["phases"] = job.clock.own()
     return ReferenceCapture(bridge, compat, logprobs, hf, floors, job.meta, compat_processed=processed,
                             floor_stats=stats, chaos=chaos)
@@ -715,6 +720,7 @@ class _Job:
     logprob_k: int | None
     left_out: Mapping[str, torch.Tensor] | None
     inputs: ReferenceInputs = ReferenceInputs()
+    routers: Mapping[str, tuple] | None = None
     meta: dict = field(default_factory=dict)
 
     def types(self, p: int) -> list[int] | None:
@@ -743,9 +749,12 @@ def _run_dtype_bridge_side(job: _Job, want: set[str], legacy: set[str], processe
     return bridge, compat, processed
 
 
-def _bridge_side_floors(job: _Job, want, legacy, bridge, compat, processed, floors, stats) -> list[ChaoticToken]:
+def _bridge_side_floors(job: _Job, want, legacy, bridge, compat, processed, floors, stats
+                        ) -> list[ChaoticToken | OwnFlip]:
     """The bridge side's truth-dtype run: the chaotic tokens (the bridge's own run-dtype error above the
-    ceiling) and the bridge, compatibility-mode and processed floors, into ``floors`` / ``stats``."""
+    ceiling), the tokens whose expert choice the bridge's or compatibility mode's own run flipped (their
+    run-dtype choice vs their truth-dtype one: a router TransformerLens names otherwise is compatibility mode's
+    only), and the bridge, compatibility-mode and processed floors, into ``floors`` / ``stats``."""
     truth_clock = job.clock.child("truth_bridge")
     with job.clock("truth_bridge"):
         truth, truth_compat = _bridge_and_compat(job.checkpoint, job.truth_dtype, job.prompts, want, legacy,
@@ -753,6 +762,7 @@ def _bridge_side_floors(job: _Job, want, legacy, bridge, compat, processed, floo
                                                  spill=job.spill, tag="truth", token_types=job.token_types)
         with truth_clock("floors"):
             chaos = find_chaotic(bridge, truth, job.ceiling)
+            chaos += _own_flips((bridge, truth), (compat, truth_compat), routers=job.routers)
             if not job.inputs.causal:  # every position attends to a chaotic token: its whole prompt is set aside
                 chaos = [replace(c, token=0) for c in chaos]
             floors["bridge"], stats["median"]["bridge"], stats["scale"]["bridge"] = _floors(
@@ -786,8 +796,22 @@ def _run_dtype_hf(job: _Job, timing_repeats: int):
     return hf, logprobs, n_layers
 
 
-def _hf_floors(job: _Job, hf, logprobs, n_layers: int, chaos, floors, stats) -> None:
-    """HF's truth-dtype run and the ``hf`` floors (log-probs included), into ``floors`` / ``stats``."""
+def _own_flips(*pairs, routers=None, known=()) -> list[OwnFlip]:
+    """The own routing flips of each ``(run, truth)`` pair of one engine's captures, less those ``known``
+    already holds (the same prompt, layer and token); ``routers``: as :func:`capture_references`'s."""
+    seen = {(e.prompt, e.layer, e.token) for e in known if isinstance(e, OwnFlip)}
+    out = []
+    for run, truth in pairs:
+        for f in find_own_flips(run, truth, routers):
+            if (f.prompt, f.layer, f.token) not in seen:
+                seen.add((f.prompt, f.layer, f.token))
+                out.append(f)
+    return out
+
+
+def _hf_floors(job: _Job, hf, logprobs, n_layers: int, chaos, floors, stats) -> list[ChaoticToken | OwnFlip]:
+    """HF's truth-dtype run and the ``hf`` floors (log-probs included), into ``floors`` / ``stats``; ``chaos``
+    with HF's own routing flips added (its run-dtype choice vs its truth-dtype one, where HF's hooks hold it)."""
     with job.clock("truth_hf"):
         truth_model = _load_hf(job.checkpoint, job.truth_dtype, job.device, round_through=job.dtype,
                                hf_class=job.inputs.hf_class)
@@ -797,9 +821,12 @@ def _hf_floors(job: _Job, hf, logprobs, n_layers: int, chaos, floors, stats) -> 
             truth_hf[p]["logprobs"] = lp
         del truth_model
         _free()
+        own = _own_flips((hf, truth_hf), routers=job.routers, known=chaos)
+        chaos = list(chaos) + [replace(f, token=0) if not job.inputs.causal else f for f in own]
         floors["hf"], stats["median"]["hf"], stats["scale"]["hf"] = _floors(
             {p: {**hf[p], "logprobs": logprobs[p]} for p in hf}, truth_hf, chaos, job.pos_axis, job.logprob_k,
             job.left_out)
+    return chaos
 
 
 class _Hooked(Mapping):
@@ -852,17 +879,19 @@ def _time_hf(hf_model, tokens: list[int], device: str, repeats: int, meta: dict,
 
 
 def tf32_floors(checkpoint: Path, prompts: list[list[int]], hooks: list[str], device: str,
-                logprob_k: int | None = None, inputs: ReferenceInputs = ReferenceInputs()) -> "ReferenceCapture":
+                logprob_k: int | None = None, inputs: ReferenceInputs = ReferenceInputs(),
+                routers: Mapping[str, tuple] | None = None) -> "ReferenceCapture":
     """The references' own distance from fp64 with their fp32 matmuls in TF32: the floors of the
     ``float32-tf32`` gate (harness.comparison.tolerances).  TF32 error grows with depth and through
     the softmax, so one constant cannot gate every hook; the compared references themselves stay IEEE.
-    ``inputs``: as :func:`capture_references`'s (an encoder's)."""
+    ``inputs``, ``routers``: as :func:`capture_references`'s (an encoder's; the routers' rules)."""
     matmul = torch.backends.cuda.matmul
     before = matmul.allow_tf32
     matmul.allow_tf32 = True
     try:
         return capture_references(checkpoint, dtype="float32", calibration=calibration_for("float32"), prompts=prompts,
                                   hooks=hooks, compat_names=[],
-                                  device=device, timing_repeats=1, logprob_k=logprob_k, inputs=inputs)
+                                  device=device, timing_repeats=1, logprob_k=logprob_k, inputs=inputs,
+                                  routers=routers)
     finally:
         matmul.allow_tf32 = before

@@ -3,7 +3,8 @@
 Contract: :func:`manifest(target, variant, plan, prompts)` says everything the reference captures
 and floors depend on -- the checkpoint (harness.values.fingerprint.checkpoint_hash), the prompts'
 token ids, dtype, device, the gate key (TF32 floors), the hooks and the compatibility-mode names
-asked for, the reference code (``harness/references/*.py``, ``harness/comparison/chaos.py``) and
+asked for, the reference code (``harness/references/*.py``, ``harness/comparison/chaos.py`` and the routing scope
+its own flips take, ``harness/comparison/routing.py``) and
 the versions of torch, transformers and TransformerLens -- and :func:`key` hashes it.
 :class:`ReferenceStore(root)` keeps one entry per key under ``root/<model>/<key>/``
 (``tensors.safetensors`` + ``entry.json``): :meth:`ReferenceStore.load` returns the stored
@@ -35,7 +36,8 @@ _STORES = ("bridge", "compat", "compat_processed", "hf")
 
 def _reference_code_hash() -> str:
     h = hashlib.sha256()
-    files = sorted((REPO_ROOT / "harness" / "references").glob("*.py")) + [REPO_ROOT / "harness" / "comparison" / "chaos.py"]
+    files = sorted((REPO_ROOT / "harness" / "references").glob("*.py")) + [
+        REPO_ROOT / "harness" / "comparison" / n for n in ("chaos.py", "routing.py")]
     for path in files:
         h.update(path.name.encode())
         h.update(path.read_bytes())
@@ -79,7 +81,7 @@ class ReferenceStore:
         """The stored references of ``man``, or None where none are stored."""
         from safetensors.torch import load_file
 
-        from harness.comparison.chaos import ChaoticToken
+        from harness.comparison.chaos import event_from_dict
         from harness.references.reference import ReferenceCapture
 
         folder = self.path(man)
@@ -101,7 +103,7 @@ class ReferenceStore:
             bridge=stores["bridge"], compat=stores["compat"], logprobs=logprobs, hf=stores["hf"],
             floors=entry["floors"], meta={**entry["meta"], "stored": str(folder)},
             floor_stats=entry["floor_stats"], compat_processed=stores["compat_processed"],
-            chaos=[ChaoticToken(**c) for c in entry["chaos"]])
+            chaos=[event_from_dict(c) for c in entry["chaos"]])
 
     def save(self, refs, man: dict) -> Path:
         """Write ``refs`` under ``man``'s key (atomically: a temporary folder, then a rename)."""

@@ -222,9 +222,18 @@ def _chaotic_tokens(chaotic: list[dict], names: list[str]) -> list[str]:
             "every row from that layer on (and the final norm, unembed and logits) leaves out that prompt's "
             "tokens at and after it, and the floors are computed without them too.", "",
             "| prompt | token | first layer | reference's own row error | ceiling |", "|---|---|---|---|---|"]
-    for c in chaotic:
+    own = [c for c in chaotic if c.get("source") == "routing"]
+    for c in (c for c in chaotic if c.get("source") != "routing"):
         name = names[c["prompt"]] if c["prompt"] < len(names) else c["prompt"]
         out.append(f"| {name} | {c['token']} | {c['layer']} | {c['floor']:.2f} | {c['ceiling']:g} |")
+    if own:
+        out += ["", "Expert-routing flips of the reference's own run (its run-dtype expert choice against its "
+                "truth-dtype choice, no vLLM value involved): the rows downstream of that layer's routing leave out "
+                "that prompt's tokens at and after it, and the floors are computed without them too.", "",
+                "| prompt | token | layer | run-dtype experts | truth-dtype experts | hook |", "|---|---|---|---|---|---|"]
+        for c in own:
+            name = names[c["prompt"]] if c["prompt"] < len(names) else c["prompt"]
+            out.append(f"| {name} | {c['token']} | {c['layer']} | {c['run']} | {c['truth']} | `{c['hook']}` |")
     return out
 
 

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from harness.comparison.chaos import ChaoticToken
+from harness.comparison.chaos import ChaoticToken, OwnFlip
 from harness.references.reference import ReferenceCapture
 from harness.references.stored import FORMAT, ReferenceStore, key
 
@@ -79,7 +79,7 @@ def _full_refs() -> ReferenceCapture:
         meta={"bridge_boot_s": 1.5, "not_json": object()},
         floor_stats={"median": {"bridge": {"blocks.0.hook_out": 3e-8}}},
         compat_processed={1: {"blocks.0.hook_resid_post": t(5, 4)}},
-        chaos=[ChaoticToken(1, 0, 2, 0.5, 0.25, "floor")])
+        chaos=[ChaoticToken(1, 0, 2, 0.5, 0.25, "floor"), OwnFlip(0, 1, 2, "blocks.1.mlp.gate.hook_expert_indices", (0, 3), (0, 2))])
     out.bridge[0]["blocks.1.hook_in"] = out.bridge[0]["blocks.0.hook_out"]  # an alias, as the bridge holds them
     return out
 
