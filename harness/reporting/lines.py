@@ -1,4 +1,4 @@
-"""The lines grid (issue #43): families x vLLM lines, from the per-line report folders (pure: no engine, no vLLM).
+"""The lines grid: families x vLLM lines, from the per-line report folders (pure: no engine, no vLLM).
 
 Contract: :func:`parse_lines` reads ``--lines 0.27.1,0.30.0`` (sorted by version, duplicates refused);
 :func:`load_line(report_dir)` reads one line's ``<model>/<stem>.json`` reports into ``{model: result}``;
