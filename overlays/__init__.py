@@ -110,6 +110,10 @@ from .qwen3_next import Qwen3NextOverlay
 from .qwen3_5 import Qwen3_5MoeOverlay, Qwen3_5Overlay
 # -- imports: gemma4 --
 from .gemma4 import Gemma4Overlay
+# -- imports: encoders2 --
+# -- imports: refusals42 --
+# -- imports: gemma3n --
+# -- imports: hrm --
 
 _DECODER = DecoderOnlyOverlay()
 
@@ -193,6 +197,10 @@ OVERLAYS: dict[str, TreeOverlay] = {
     "Qwen3_5MoeForCausalLM": Qwen3_5MoeOverlay(),  # Qwen3-Next's hybrid, flat GDN projections, MoE
     # -- overlays: gemma4 --
     "Gemma4ForCausalLM": Gemma4Overlay(),  # sandwich norms (x w), q / k / v norms, per-layer head dims, layer_scalar
+    # -- overlays: encoders2 --
+    # -- overlays: refusals42 --
+    # -- overlays: gemma3n --
+    # -- overlays: hrm --
 }
 
 IMPLEMENTATIONS = ("native", "transformers")  # vLLM's own model class | its Transformers modeling backend
@@ -216,6 +224,10 @@ VARIANTS: dict[str, dict[str, TreeOverlay]] = {
     # -- variants: laguna-ernie --
     # -- variants: linear-attention --
     # -- variants: gemma4 --
+    # -- variants: encoders2 --
+    # -- variants: refusals42 --
+    # -- variants: gemma3n --
+    # -- variants: hrm --
 }
 
 

@@ -1212,6 +1212,14 @@ FAMILIES: dict[str, ModelSpec] = {
                    "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
                    "final_logit_softcapping": 30.0, "tie_word_embeddings": True, "pad_token_id": 0}),
         # -- end rows: gemma4 --
+        # -- rows: encoders2 (roberta, modernbert) --
+        # -- end rows: encoders2 --
+        # -- rows: refusals42 (falcon_mamba, deepseek_v4, glm_moe_dsa) --
+        # -- end rows: refusals42 --
+        # -- rows: gemma3n (gemma3n text decoder) --
+        # -- end rows: gemma3n --
+        # -- rows: hrm (hrm_text) --
+        # -- end rows: hrm --
         # Architectures vLLM cannot run here: rows of their own, re-checked on every run
         # (harness.pipeline.refusals), so the matrix says so in vLLM's words, and the day vLLM runs
         # one the row fails until it is declared as a family that runs.  T5: neither vLLM line has
