@@ -111,9 +111,13 @@ from .qwen3_5 import Qwen3_5MoeOverlay, Qwen3_5Overlay
 # -- imports: gemma4 --
 from .gemma4 import Gemma4Overlay
 # -- imports: encoders2 --
+from .modernbert import ModernBertOverlay
+from .roberta import RobertaOverlay
 # -- imports: refusals42 --
+from .falcon_mamba import FalconMambaOverlay
 # -- imports: gemma3n --
 # -- imports: hrm --
+from .hrm_text import HrmTextOverlay
 
 _DECODER = DecoderOnlyOverlay()
 
@@ -198,9 +202,13 @@ OVERLAYS: dict[str, TreeOverlay] = {
     # -- overlays: gemma4 --
     "Gemma4ForCausalLM": Gemma4Overlay(),  # sandwich norms (x w), q / k / v norms, per-layer head dims, layer_scalar
     # -- overlays: encoders2 --
+    "ModernBertModel": ModernBertOverlay(),  # encoder: pre-norm, global / local rotary attention, GeGLU; HF the only reference
+    "RobertaForMaskedLM": RobertaOverlay(),  # encoder: BERT's tree under model., no MLM head (overlays/roberta.py)
     # -- overlays: refusals42 --
+    "FalconMambaForCausalLM": FalconMambaOverlay(),  # vLLM's MambaForCausalLM (CUDA only) + weightless dt / B / C norms
     # -- overlays: gemma3n --
     # -- overlays: hrm --
+    "HrmTextForCausalLM": HrmTextOverlay(),  # looped L / H stacks unrolled into blocks, prefix-LM prompts
 }
 
 IMPLEMENTATIONS = ("native", "transformers")  # vLLM's own model class | its Transformers modeling backend

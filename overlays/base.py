@@ -222,8 +222,18 @@ class HookSpec:
     # [1, heads, T, d_head] reads under vLLM's Transformers backend (HunYuan's q/k norms): 2.  Stitching
     # and the ragged-batch split cut the raw read along it (:attr:`raw_token_dim`).
     token_dim: int | None = None
+    # A module the model calls several times per forward (HRM-Text's looped stacks run each layer at several
+    # recurrence steps): ``per_forward`` calls per forward, and this hook is call ``call`` of them (0 the first).
+    # The engine records every call in order, so the read is that record; a serving scheme that stitches one call
+    # per step, and the ragged batch, cannot tell the steps of such a module apart (harness.values.plan).
+    call: int = 0
+    per_forward: int = 1
 
     def __post_init__(self) -> None:
+        if not 0 <= self.call < self.per_forward:
+            raise ValueError(f"HookSpec.call {self.call} is not a call of the {self.per_forward} per forward")
+        if self.calls == "all" and self.per_forward != 1:
+            raise ValueError("HookSpec.calls 'all' stitches every call: it cannot also pick one (per_forward)")
         if not READ_GRAMMAR.match(self.read):
             raise ValueError(f"HookSpec.read {self.read!r} does not match the read grammar")
         if self.calls not in ("first", "all"):
@@ -313,16 +323,26 @@ class Encoder:
       ``compressed_token_type_ids``: the position of the first 1); ``None``: type 0 everywhere.
     * ``not_applicable``: serving shapes (``--serving``, harness.engines.serving) that do not exist
       for this model, with the reason: the run is reported skipped with it, never run or passed.
+    * ``output``: what ``encode`` returns per token.  ``"logits"``: the head's logits ``[T, vocab]``.
+      ``"hidden"``: the encoder's last hidden state ``[T, d_model]``, where vLLM serves the architecture
+      without its head, as an embedding model (RoBERTa, ModernBERT): the engine is booted with
+      ``pooler_config={"task": pooling_task}`` (``token_embed``: such a model's default task is the pooled
+      ``embed``), and the references' counterpart is HF's last hidden state (``last_hidden_state``, else
+      the last of ``hidden_states``); the log-prob and argmax rows then compare the log-softmax of those
+      ``d_model`` values.
     """
 
     pooling_task: str = "token_classify"
     hf_class: str = "AutoModelForMaskedLM"
     second_segment: float | None = 0.5
     not_applicable: tuple[tuple[str, str], ...] = ()
+    output: str = "logits"
 
     def __post_init__(self) -> None:
         if self.second_segment is not None and not 0.0 < self.second_segment < 1.0:
             raise ValueError(f"Encoder.second_segment {self.second_segment!r} is not in (0, 1)")
+        if self.output not in ("logits", "hidden"):
+            raise ValueError(f"Encoder.output {self.output!r} is not 'logits' or 'hidden'")
 
     def token_types(self, n_tokens: int) -> list[int] | None:
         """One prompt's token type ids (``None``: the model's default, type 0 everywhere)."""
@@ -366,6 +386,19 @@ class Overlay:
 
     def derived_specs(self, hf_config: Any) -> dict[str, Derived]:
         """Hooks computed host-side from :meth:`hook_specs` captures (none by default)."""
+        return {}
+
+    # False: TransformerLens has no adapter for the architecture (TransformerBridge cannot boot it), so HF is the
+    # only reference: no bridge, compatibility-mode or ragged rows, derived hooks against HF's own scores only, the
+    # floors and chaotic tokens from HF's run alone (harness.references.reference), every hook's references naming
+    # ``hf`` (:meth:`hf_reads` where HF's plain forward hooks do not hold it)
+    tl_adapter: bool = True
+
+    def hf_reads(self, hf_config: Any) -> dict[str, HookSpec]:
+        """Hooks the HF reference reads at HF's own modules (``module``: a path in HF's model, ``read``: ``out`` or
+        ``in[0]``, ``convert``: with HF's parameter names, the batch dim left to the reference's own drop), under
+        the name the hook's ``("hf", name)`` reference gives; none by default (HF's forward hooks: the layers'
+        input / output and the input embeddings)."""
         return {}
 
     def nonfiring_for(self, hf_config: Any) -> list[NonFiring]:

@@ -127,6 +127,8 @@ class BertOverlay(Overlay):
     name = "bert"
     norm_weight_offset = 0.0  # LayerNorms store the weight itself (overlays.norm_weight_offset)
     encoder = ENCODER
+    root = "bert"  # vLLM's prefix of the encoder's embeddings and layers (RoBERTa's embedding model: "model")
+    head = True  # the MLM head's hooks (vLLM serves RoBERTa without its head: overlays/roberta.py)
 
     @staticmethod
     def dims(cfg: Any) -> dict[str, int]:
@@ -139,7 +141,7 @@ class BertOverlay(Overlay):
         d = self.dims(hf_config)
         D, H, hd, dm = d["d_model"], d["n_heads"], d["head_dim"], d["d_mlp"]
         heads = Heads(H, hd)
-        E = "bert.embeddings"
+        E = f"{self.root}.embeddings"
         specs: dict[str, HookSpec] = {
             "embed.hook_out": HookSpec(f"{E}.word_embeddings", "out", (), D, references=_NO_COMPAT),
             "pos_embed.hook_out": HookSpec(f"{E}.position_embeddings", "out", (), D),
@@ -148,7 +150,7 @@ class BertOverlay(Overlay):
             "embed_ln.hook_normalized": HookSpec(f"{E}.LayerNorm", "out", (_unfold(f"{E}.LayerNorm"),), D),
         }
         for i in range(d["n_layers"]):
-            L, b = f"bert.encoder.layer.{i}", f"blocks.{i}"
+            L, b = f"{self.root}.encoder.layer.{i}", f"blocks.{i}"
             A, ln1, ln2 = f"{L}.attention", f"{L}.attention.output.LayerNorm", f"{L}.output.LayerNorm"
             specs.update({
                 f"{b}.hook_in": HookSpec(L, "in.hidden_states", (), D, references=_LN_STREAM),
@@ -169,9 +171,11 @@ class BertOverlay(Overlay):
                 f"{b}.ln2.hook_normalized": HookSpec(ln2, "out", (_unfold(ln2),), D),
                 f"{b}.hook_out": HookSpec(L, "out", (), D, references=_LN_STREAM),
             })
-        specs["mlm_head.hook_out"] = HookSpec("mlm_head.dense", "out", (), D)
-        specs["ln_final.hook_normalized"] = HookSpec("mlm_head.layer_norm", "out", (_unfold("mlm_head.layer_norm"),), D)
-        specs["unembed.hook_out"] = HookSpec("mlm_head.decoder", "out", (), d["vocab"])
+        if self.head:
+            specs["mlm_head.hook_out"] = HookSpec("mlm_head.dense", "out", (), D)
+            specs["ln_final.hook_normalized"] = HookSpec("mlm_head.layer_norm", "out",
+                                                         (_unfold("mlm_head.layer_norm"),), D)
+            specs["unembed.hook_out"] = HookSpec("mlm_head.decoder", "out", (), d["vocab"])
         return specs
 
     def derived_specs(self, hf_config: Any) -> dict[str, Derived]:

@@ -14,7 +14,9 @@ tokens, with q ``[T, n_heads, d_head]`` and k ``[T, n_kv, d_head]``:
   Masked entries are ``-inf``.  ALiBi (``Derived.alibi_slopes``, BLOOM) adds
   ``slope_h * j`` for key ``j`` after the scale, as HF's ``build_alibi_tensor`` and TL's bridge do (a kernel
   adding ``slope_h * (j - i)`` differs by a per-query constant the softmax cancels: the pattern is the same).  A bidirectional
-  spec (``Derived.causal`` False: an encoder) masks nothing: every key is visible.
+  spec (``Derived.causal`` False: an encoder) masks nothing: every key is visible, but for a sliding window ``w``,
+  which then reaches both ways, ``|i - j| < w`` (ModernBERT's local layers: HF's bidirectional sliding window mask
+  ``|q_idx - kv_idx| <= sliding_window``, ``w = sliding_window + 1``).
 * ``pattern`` -> ``[n_heads, T, T]``: softmax of the scores over keys.
 
 Arithmetic runs in fp64 and the result is cast to the inputs' dtype promoted
@@ -47,8 +49,8 @@ def visible_keys(n_tokens: int, window: int | None = None, causal: bool = True, 
     i = torch.arange(n_tokens).unsqueeze(1)
     j = torch.arange(n_tokens).unsqueeze(0)
     seen = j <= i if causal else torch.ones(n_tokens, n_tokens, dtype=torch.bool)
-    if window is not None:
-        seen &= (i - j) < window
+    if window is not None:  # bidirectional (ModernBERT's local layers): keys on both sides, |i - j| < window
+        seen &= ((i - j) if causal else (i - j).abs()) < window
     if chunk is not None:
         seen &= (i // chunk) == (j // chunk)
     return seen

@@ -133,7 +133,7 @@ class _Evaluation:
     def _convert(self, hook: str, spec: HookSpec) -> list[torch.Tensor]:
         out = []
         for p, n_tokens in enumerate(self.lengths):
-            raw = self.subject.read(p, spec.raw_key)
+            raw = self.subject.read(p, spec.raw_key, spec.call if spec.calls == "first" else 0)
             if raw is None:
                 problem = f"{hook}: vLLM hook on {spec.module!r} ({spec.read}) never fired"
                 if spec.module in (self.subject.meta.get("missing_modules") or []):
@@ -147,7 +147,7 @@ class _Evaluation:
     def _canonical(self, p: int, spec: HookSpec, first: torch.Tensor, n_tokens: int) -> torch.Tensor:
         """The raw read of one prompt in ``[T, ...]`` rows: the first call's, or every call stitched."""
         if spec.calls != "all":
-            return subject_to_canonical(first, n_tokens)
+            return subject_to_canonical(first, n_tokens)  # the spec's call (HookSpec.call; value())
         calls = [first]
         while (nxt := self.subject.read(p, spec.raw_key, len(calls))) is not None:
             calls.append(nxt)

@@ -124,6 +124,15 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         "derived from the same rotated q and k passes against both references.",
         signature="scores_equal_pattern",
     ),
+    KnownIssue(
+        "RobertaForMaskedLM", ("bridge", "compat"), "blocks.{i}.attn.hook_attn_scores",
+        "TransformerLens 4.3.0 bug, as for BERT: its RoBERTa adapter (RobertaArchitectureAdapter, a subclass of "
+        "BertArchitectureAdapter) wraps HF's RobertaAttention in the generic AttentionBridge, which fires "
+        "hook_attn_scores with HF's post-softmax attention weights, so the bridge's hook_attn_scores equals its "
+        "hook_pattern (values in [0, 1], where q @ k^T / sqrt(d_head) is not). vLLM's hook_pattern derived from the "
+        "same q and k (bidirectional, no mask) passes against both references.",
+        signature="scores_equal_pattern",
+    ),
 )
 
 

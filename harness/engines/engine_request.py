@@ -62,6 +62,9 @@ class Pooling:
     each prompt's token type ids (None: none are passed)."""
     task: str
     token_types: tuple[tuple[int, ...], ...] | None = None
+    # the per-token output's width: None, the vocabulary (the head's logits); d_model where vLLM serves the
+    # encoder without its head and ``encode`` returns its last hidden state (overlays.base.Encoder.output)
+    width: int | None = None
 
     def __post_init__(self) -> None:
         if self.token_types is not None:

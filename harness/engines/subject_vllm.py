@@ -245,14 +245,16 @@ def _listed(types: tuple[int, ...] | None) -> list[int] | None:
     return None if types is None else list(types)
 
 
-def _encoded_logprobs(out, vocab: int, n_tokens: int):
-    """An encoder's per-token head output as the log-prob matrix: fp64 log-softmax of every row."""
+def _encoded_logprobs(out, vocab: int, n_tokens: int, width: int | None = None):
+    """An encoder's per-token head output as the log-prob matrix: fp64 log-softmax of every row.  ``width``: the
+    last hidden state's, where the encoder is served without its head (Pooling.width; None: the logits)."""
     import torch
 
     data = torch.as_tensor(out.outputs.data)
-    if tuple(data.shape) != (n_tokens, vocab):
-        raise RuntimeError(f"encode returned {tuple(data.shape)} for {n_tokens} tokens; expected per-token logits "
-                           f"[{n_tokens}, {vocab}] (pooling task token_classify)")
+    if tuple(data.shape) != (n_tokens, width or vocab):
+        raise RuntimeError(f"encode returned {tuple(data.shape)} for {n_tokens} tokens; expected per-token "
+                           + (f"logits [{n_tokens}, {vocab}] (pooling task token_classify)" if width is None else
+                              f"hidden states [{n_tokens}, {width}] (pooling task token_embed)"))
     return torch.log_softmax(data.double(), dim=-1)
 
 
@@ -330,9 +332,11 @@ def main(request_path: str) -> int:
         worker_extension_cls="harness.engines.vllm_worker.CaptureExtension",
         max_model_len=req.max_model_len,
         # prompts go in as token ids and nothing is detokenized (sampling_kwargs): loading the tokenizer cost
-        # gemma3_270m's boot 13.5 s of its 17.7 s (262,144-entry vocabulary; qwen3 0.2 s)
-        skip_tokenizer_init=True,
-        **{**llm_kwargs(device=device, tp=tp, compiled=not req.enforce_eager, kv_bytes=_kv_bytes(req),
+        # gemma3_270m's boot 13.5 s of its 17.7 s (262,144-entry vocabulary; qwen3 0.2 s).  In the dict, so that
+        # llm_overrides can turn it off: an embedding model's pooling runner builds vLLM's scoring IO processor,
+        # which reads the tokenizer's pad id (harness.values.engine_request.run_request)
+        **{"skip_tokenizer_init": True,
+           **llm_kwargs(device=device, tp=tp, compiled=not req.enforce_eager, kv_bytes=_kv_bytes(req),
                       executor=req.executor),
            **engine_kwargs(SCHEMES[req.serving], device, req.prompt_lengths),
            **({"runner": "pooling"} if encoder else {}),
@@ -394,7 +398,7 @@ def main(request_path: str) -> int:
         _save_captures({f"{p}:{key}": t for key, t in _load_dump(dumps, tp_stats).items()}, out_dir, str(p))
         calls[p] = dump["calls"]
         if encoder:  # every row is the head's output at that position: all returned
-            logprobs[str(p)] = _encoded_logprobs(out, vocab, len(tokens))
+            logprobs[str(p)] = _encoded_logprobs(out, vocab, len(tokens), req.pooling.width)
             continue
         rows = _logprob_rows(out)
         logprobs[str(p)] = _logprob_matrix(rows, vocab, len(tokens))

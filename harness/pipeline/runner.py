@@ -61,7 +61,7 @@ from harness.values.fingerprint import fingerprint
 from harness.pipeline import refusals
 from harness.pipeline.overlap import Beside, overlaps
 from harness.values.engine_request import run_request
-from harness.values.plan import Plan, build_plan
+from harness.values.plan import Plan, bridge_name, build_plan
 from harness.values.results import ModelResult, ModelRun
 from harness.values.settings import RunSettings
 from harness.values.variant import Variant
@@ -114,8 +114,9 @@ def not_applicable(target: Target, variant: Variant) -> str | None:
     overlays.base.Encoder.not_applicable), or None.  Such a run is reported skipped with the reason."""
     encoder = getattr(target.overlay, "encoder", None)
     why = encoder.why_not(variant.serving) if encoder is not None else None
-    if why is None:  # a decoder tree's own declaration (overlays.tree.Tree.serving_not_applicable)
-        why = dict(getattr(getattr(target.overlay, "tree", None), "serving_not_applicable", ())).get(variant.serving)
+    if why is None:  # a decoder tree's own declaration (overlays.tree.Tree.serving_not_applicable), or the overlay's
+        declared = getattr(getattr(target.overlay, "tree", None), "serving_not_applicable", None)
+        why = dict(declared or getattr(target.overlay, "serving_not_applicable", ())).get(variant.serving)
     return None if why is None else f"--serving {variant.serving} does not apply to {target.name}: {why}"
 
 
@@ -141,14 +142,16 @@ def capture_reference_side(target: Target, variant: Variant, plan: Plan, prompts
     ``--precision tf32``): once per (target, variant), however many subjects are compared with it.
     ``gate``: the run's (its dtype's calibration: truth dtype, ceiling); ``phases``: where the reference
     engines' sub-phases are timed (harness.references.reference)."""
-    hooks_all = [*plan.specs, *plan.derived]
+    renamed = {name: h for h, s in plan.specs.items() if (name := bridge_name(h, s)) not in (None, h)}
+    hooks_all = [*(bridge_name(h, s) or h for h, s in plan.specs.items()), *plan.derived]
     refs = capture_references(target.checkpoint, dtype=variant.dtype, calibration=gate.dtype_calibration,
                               prompts=prompts, hooks=hooks_all,
                               compat_names=list(plan.compat_names), device=variant.device,
                               processed_names=list(plan.processed_names), phases=phases,
                               pos_axis=plan.pos_axis, logprob_k=logprob_k(target.vocab_size),
                               left_out=left_out_masks(plan, Path(target.checkpoint), variant.dtype),
-                              inputs=plan.reference_inputs(prompts), routers=router_rules(plan))
+                              inputs=plan.reference_inputs(prompts), routers=router_rules(plan),
+                              bridge_names=renamed)
     if variant.gate_key != variant.dtype:  # fp32 under TF32 matmuls: floors from the references' own TF32 run
         with phases("tf32_floors") if phases is not None else nullcontext():
             tf32 = tf32_floors(target.checkpoint, prompts, hooks_all, variant.device, logprob_k(target.vocab_size),

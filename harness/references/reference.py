@@ -53,6 +53,7 @@ An encoder (the plan's :class:`overlays.base.Encoder`): HF's model is built with
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import tempfile
@@ -78,6 +79,8 @@ from harness.memory import trim_heap
 from harness.spill import SpilledTensors
 from harness.values.plan import ReferenceInputs
 from harness.vocab.hooks import layer_of
+from harness.vocab.hook_names import firing_of
+from overlays.hrm_text import unrolled_blocks
 from harness.comparison.processing import to_hooked_coordinates
 from harness.comparison.tolerances import TORCH_DTYPES, Calibration, calibration_for
 
@@ -204,14 +207,16 @@ def _plain_mask(name: str, value: torch.Tensor) -> torch.Tensor:
 
 def _run_cache(bridge, tokens: list[int], names: set[str], device: str, store: SpilledTensors,
                size: _LayerSize | None = None, token_types: list[int] | None = None,
-               also: tuple[set[str], SpilledTensors] | None = None) -> None:
+               also: tuple[set[str], SpilledTensors] | None = None, rename: Mapping[str, str] | None = None) -> None:
     """Every hook in ``names`` for one prompt, into ``store`` (on disk), a few layers per forward:
     a forward holds at most about ``SPILL_GROUP_BYTES`` of captures.  A layer's size comes from
     ``size`` (learnt on an earlier prompt of the same pass); without one the first forward takes one
     layer (and the hooks outside the layers) and measures it.  The forwards compute the same values
     (a hook only records; tests/unit/test_spill.py checks it bitwise), so this changes memory, not results.
     ``also``: more names read by the same forwards into a second store (compatibility mode's names,
-    :func:`_bridge_and_compat`); ``names`` then go through :func:`_plain_mask`."""
+    :func:`_bridge_and_compat`); ``names`` then go through :func:`_plain_mask`.  ``rename``: a bridge name ->
+    the canonical name it is stored under (an overlay's ``("bridge", name)``: HRM-Text's ``<hook>@<n>``)."""
+    rename = rename or {}
     legacy, second = also if also is not None else (set(), None)
     wanted_all = set(names) | set(legacy)
     layers, other = _layer_groups(wanted_all)
@@ -227,12 +232,13 @@ def _run_cache(bridge, tokens: list[int], names: set[str], device: str, store: S
             _, cache = bridge.run_with_cache(ids, names_filter=lambda n: n in wanted, **extra)
         caps = {n: reference_to_canonical(n, cache[n]) for n in wanted if n in cache}
         del cache
+        caps.update(_firings(bridge, ids, extra, wanted))
         if layers and per_layer is None:
             size.learn(caps, group, len(layers[i:i + take]), t)
         if second is None:
-            store.add(caps)
+            store.add({rename.get(n, n): v for n, v in caps.items()})
         else:
-            store.add({n: _plain_mask(n, v) for n, v in caps.items() if n in names})
+            store.add({rename.get(n, n): _plain_mask(n, v) for n, v in caps.items() if n in names})
             second.add({n: v for n, v in caps.items() if n in legacy})
         del caps
         i += take if layers else 1
@@ -244,7 +250,8 @@ def _free() -> None:
 
 
 def _captures(bridge, prompts, names, device, spill: Path, tag: str,
-              token_types: list[list[int]] | None = None, legacy: set[str] | None = None):
+              token_types: list[list[int]] | None = None, legacy: set[str] | None = None,
+              rename: Mapping[str, str] | None = None):
     """``names`` for every prompt, spilled under ``spill`` (one mapping per prompt).  With ``legacy``
     (the bridge in compatibility mode): those names too, from the same forwards, returned as a second
     ``{prompt: mapping}`` (tagged ``{tag}-compat``)."""
@@ -256,13 +263,13 @@ def _captures(bridge, prompts, names, device, spill: Path, tag: str,
         if legacy is not None:
             second[p] = SpilledTensors(spill, f"{tag}-compat-{p}")
             also = (set(legacy), second[p])
-        _run_cache(bridge, toks, names, device, out[p], size, token_types[p] if token_types else None, also)
+        _run_cache(bridge, toks, names, device, out[p], size, token_types[p] if token_types else None, also, rename)
     return out if legacy is None else (out, second)
 
 
 def _bridge_and_compat(checkpoint, dtype, prompts, names, legacy, device, round_through=None,
                        phases: Phases | None = None, spill: Path | None = None, tag: str = "bridge",
-                       token_types: list[list[int]] | None = None):
+                       token_types: list[list[int]] | None = None, rename: Mapping[str, str] | None = None):
     """Canonical-name and compatibility-mode (no processing) captures, from one boot and one pass of
     forwards: the mode only adds legacy hook names, it changes no weight, so the bridge is switched to
     it first and every forward reads both name sets (the canonical values as the plain bridge gives
@@ -280,9 +287,10 @@ def _bridge_and_compat(checkpoint, dtype, prompts, names, legacy, device, round_
             bridge.enable_compatibility_mode(no_processing=True)
     with clock("bridge_forward"):
         if legacy:
-            canonical, compat = _captures(bridge, prompts, names, device, spill, tag, token_types, legacy=set(legacy))
+            canonical, compat = _captures(bridge, prompts, names, device, spill, tag, token_types, legacy=set(legacy),
+                                          rename=rename)
         else:
-            canonical = _captures(bridge, prompts, names, device, spill, tag, token_types)
+            canonical = _captures(bridge, prompts, names, device, spill, tag, token_types, rename=rename)
     del bridge  # its hooks hold reference cycles: collect now, or its weights stay until the next GC
     _free()
     return canonical, compat
@@ -506,7 +514,9 @@ def _mamba1_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Te
     """A Mamba-1 layer's mixer (a ``mixer`` with ``in_proj``, ``x_proj`` and ``out_proj``; any other layer:
     none), hooked under TransformerBridge's names (overlays/mamba.py): ``mixer.hook_in`` / ``hook_out``,
     ``in_proj.hook_out``, ``x_proj.hook_in`` (the conv's SiLU'd output) / ``hook_out``, ``out_proj.hook_in``
-    (the gated scan output).  HF never calls ``conv1d`` or ``dt_proj`` as modules."""
+    (the gated scan output).  HF never calls ``conv1d`` or ``dt_proj`` as modules.  FalconMamba's weightless
+    RMS norms on dt, B and C (``dt_layernorm`` / ``b_layernorm`` / ``c_layernorm``, overlays/falcon_mamba.py), where
+    the mixer has them: ``<norm>.hook_normalized``, the module's output."""
     mixer = getattr(layer, "mixer", None)
     if not all(hasattr(mixer, a) for a in ("in_proj", "x_proj", "dt_proj", "out_proj")):
         return []
@@ -518,11 +528,15 @@ def _mamba1_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Te
     def x_proj(mod, args, out):  # a forward hook's return value would replace the output: return None
         keep(f"{b}.x_proj.hook_in", args[0])
         keep(f"{b}.x_proj.hook_out", out)
+    norms = [mixer.get_submodule(n).register_forward_hook(lambda mod, args, out, _n=n: keep(
+                 f"{b}.{_n}.hook_normalized", out))
+             for n in ("dt_layernorm", "b_layernorm", "c_layernorm") if hasattr(mixer, n)]
     return [mixer.register_forward_pre_hook(lambda mod, args, kwargs: keep(
                 f"{b}.hook_in", args[0] if args else kwargs["hidden_states"]), with_kwargs=True),
             mixer.register_forward_hook(lambda mod, args, out: keep(f"{b}.hook_out", _first(out))),
             mixer.in_proj.register_forward_hook(lambda mod, args, out: keep(f"{b}.in_proj.hook_out", out)),
             mixer.x_proj.register_forward_hook(x_proj),
+            *norms,
             mixer.out_proj.register_forward_pre_hook(lambda mod, args: keep(f"{b}.out_proj.hook_in", args[0]))]
 
 
@@ -563,11 +577,81 @@ def _attention_softmax_hooks(layer: torch.nn.Module, i: int, caps: dict[str, tor
             layer.register_forward_hook(post, with_kwargs=True, always_call=True)]
 
 
+def _firings(bridge, ids: torch.Tensor, extra: dict, wanted: set[str]) -> dict[str, torch.Tensor]:
+    """The ``<hook>@<n>`` names among ``wanted`` (harness.vocab.hook_names.firing_of): the n-th firing of a hook
+    that fires several times per forward (HRM-Text's looped stacks), from one more forward that keeps every
+    firing in order (run_with_cache keeps one value per hook name)."""
+    picks = {n: firing_of(n) for n in wanted}
+    picks = {n: (base, call) for n, (base, call) in picks.items() if call is not None}
+    if not picks:
+        return {}
+    fired: dict[str, list[torch.Tensor]] = {}
+
+    def keep(value, hook, name):  # keyed by the name asked for: an alias fires as the hook it aliases
+        fired.setdefault(name, []).append(value.detach().clone())  # return None: a value would replace the output
+
+    with torch.no_grad():
+        bridge.run_with_hooks(ids, fwd_hooks=[(base, functools.partial(keep, name=base))
+                                              for base in sorted({b for b, _ in picks.values()})], **extra)
+    return {n: reference_to_canonical(base, fired[base][call]) for n, (base, call) in picks.items()
+            if call < len(fired.get(base, ()))}
+
+
+def _looped_block_hooks(model: torch.nn.Module, blocks, caps: dict[str, torch.Tensor]) -> list:
+    """``blocks.{b}.hook_in`` / ``hook_out`` of unrolled looped stacks (overlays.hrm_text.unrolled_blocks): block
+    ``b`` is call ``blocks[b].call`` of its stack layer, counted per forward by that layer's hooks."""
+    handles = []
+    by_module: dict[str, dict[int, int]] = {}
+    for b, blk in enumerate(blocks):
+        by_module.setdefault(blk.module, {})[blk.call] = b
+    for path, block_of_call in by_module.items():
+        layer, seen = model.get_submodule(path), [0, 0]
+
+        def pre(mod, args, kwargs, _blocks=block_of_call, _seen=seen):
+            h = args[0] if args else kwargs["hidden_states"]
+            caps[f"blocks.{_blocks[_seen[0]]}.hook_in"] = h.detach().clone()
+            _seen[0] += 1
+
+        def post(mod, args, kwargs, out, _blocks=block_of_call, _seen=seen):
+            caps[f"blocks.{_blocks[_seen[1]]}.hook_out"] = _first(out).detach().clone()
+            _seen[1] += 1
+        handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(layer.register_forward_hook(post, with_kwargs=True))
+    return handles
+
+
+def _hf_module_reads(model: torch.nn.Module, reads: tuple, caps: dict[str, torch.Tensor]) -> list:
+    """The overlay's HF module reads (overlays.base.Overlay.hf_reads: ``(hook, HookSpec)`` pairs, read ``out`` or
+    ``in[0]`` at a module of HF's model), converted with HF's own parameters (a LayerNorm un-folded by HF's weight),
+    into ``caps`` under the hook's name, the batch dim kept (the caller's reference_to_canonical drops it)."""
+    from harness.comparison.conversions import convert
+
+    params = dict(model.named_parameters())
+    handles = []
+    for name, spec in reads:
+        if spec.read not in ("out", "in[0]"):
+            raise ValueError(f"HF read {spec.read!r} of {name}: only 'out' and 'in[0]' are read at HF's modules")
+
+        def keep(value, _name=name, _spec=spec):
+            caps[_name] = convert(_spec, value.detach(), params).detach().clone()
+        module = model.get_submodule(spec.module)
+        handles.append(module.register_forward_hook(lambda mod, args, out, _k=keep: _k(out)) if spec.read == "out"
+                       else module.register_forward_pre_hook(lambda mod, args, _k=keep: _k(args[0])))
+    return handles
+
+
 def _hf_run(model, tokens: list[int], device: str, n_layers: int,
-            token_types: list[int] | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+            token_types: list[int] | None = None, output: str = "logits",
+            reads: tuple = ()) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """HF's hooks and the log-softmax of its per-token output: the logits, or (``output`` "hidden": an encoder vLLM
+    serves without its head, overlays.base.Encoder.output) its last hidden state; ``reads``: the overlay's HF module
+    reads (:func:`_hf_module_reads`)."""
     caps: dict[str, torch.Tensor] = {}
     handles = []
-    for i, layer in enumerate(decoder_layers(model, n_layers)):
+    looped = unrolled_blocks(model.config)  # HRM-Text: each block is one call of a stack layer
+    if looped is not None:
+        handles += _looped_block_hooks(model, looped, caps)
+    for i, layer in enumerate(decoder_layers(model, n_layers) if looped is None else ()):
         def pre(mod, args, kwargs, _i=i):
             h = args[0] if args else kwargs["hidden_states"]
             caps[f"blocks.{_i}.hook_in"] = h.detach().clone()
@@ -584,10 +668,16 @@ def _hf_run(model, tokens: list[int], device: str, n_layers: int,
         handles += _attention_softmax_hooks(layer, i, caps, len(tokens))
     handles.append(model.get_input_embeddings().register_forward_hook(
         lambda mod, args, out: caps.__setitem__("embed.hook_out", out.detach().clone())))
+    handles += _hf_module_reads(model, reads, caps)
     try:
         with torch.no_grad():
             ids, extra = _inputs(tokens, token_types, device)
-            logits = model(ids, **extra).logits[0]
+            if output == "hidden":
+                out = model(ids, output_hidden_states=True, **extra)
+                last = getattr(out, "last_hidden_state", None)
+                logits = (last if last is not None else out.hidden_states[-1])[0]
+            else:
+                logits = model(ids, **extra).logits[0]
     finally:
         torch.nn.functional.softmax = _SOFTMAX
         for h in handles:
@@ -671,7 +761,8 @@ def capture_references(checkpoint: Path, *, dtype: str, calibration: Calibration
                        spill_root: Path | None = None, logprob_k: int | None = None,
                        left_out: Mapping[str, torch.Tensor] | None = None,
                        inputs: ReferenceInputs = ReferenceInputs(),
-                       routers: Mapping[str, tuple] | None = None) -> ReferenceCapture:
+                       routers: Mapping[str, tuple] | None = None,
+                       bridge_names: Mapping[str, str] | None = None) -> ReferenceCapture:
     """``calibration``: the run dtype's (harness.comparison.gate.Gate.dtype_calibration): its truth dtype
     and ceiling.  ``logprob_k``: vLLM returns each row's top-k log-probs only (None: the whole vocabulary), and the
     ``logprobs`` floor is measured on the truth's top-k entries, as the compared row is.  ``pos_axis``: the token axis of a hook's canonical value (harness.values.plan.Plan.pos_axis),
@@ -681,19 +772,22 @@ def capture_references(checkpoint: Path, *, dtype: str, calibration: Calibration
     ``inputs``: the model's inputs beyond the token ids (harness.values.plan.ReferenceInputs: HF's class,
     causal or bidirectional attention, token types; the defaults are a causal LM's; module doc).  ``routers``: the
     references' router-logit hooks (any engine's name) -> ``(k, overlays.base.Routing or None)``, whose choice in the
-    run dtype against the truth dtype finds the references' own routing flips (harness.comparison.chaos)."""
+    run dtype against the truth dtype finds the references' own routing flips (harness.comparison.chaos).
+    ``bridge_names``: a name in ``hooks`` the bridge knows -> the canonical name its capture is stored under."""
     spill = Path(tempfile.mkdtemp(prefix="vp-refs-", dir=spill_root))
     job = _Job(checkpoint, TORCH_DTYPES[dtype], TORCH_DTYPES[calibration.truth_dtype], calibration.ceiling, prompts,
-               device, spill, phases or Phases(), pos_axis, logprob_k, left_out, inputs, routers)
+               device, spill, phases or Phases(), pos_axis, logprob_k, left_out, inputs, routers, bridge_names)
     job.meta["truth_dtype"] = calibration.truth_dtype
     want, legacy = set(hooks), set(compat_names)
     if calibrate:  # every layer's residual output: where the floor run finds chaotic tokens
         want |= {f"blocks.{i}.hook_out" for i in range(_n_layers(checkpoint))}
-    bridge, compat, processed = _run_dtype_bridge_side(job, want, legacy, set(processed_names))
+    # TransformerLens has no adapter for the architecture (ReferenceInputs.bridge): HF alone, its floors and chaos
+    bridge, compat, processed = (_run_dtype_bridge_side(job, want, legacy, set(processed_names)) if inputs.bridge
+                                 else ({}, {}, {}))
     floors: dict[str, dict[str, float]] = {}
     stats: dict[str, dict[str, dict[str, float]]] = {"median": {}, "scale": {}}
     chaos: list[ChaoticToken | OwnFlip] = []
-    if calibrate:
+    if calibrate and inputs.bridge:
         chaos = _bridge_side_floors(job, want, legacy, bridge, compat, processed, floors, stats)
     hf, logprobs, n_layers = _run_dtype_hf(job, timing_repeats)
     if calibrate:
@@ -721,6 +815,7 @@ class _Job:
     left_out: Mapping[str, torch.Tensor] | None
     inputs: ReferenceInputs = ReferenceInputs()
     routers: Mapping[str, tuple] | None = None
+    bridge_names: Mapping[str, str] | None = None
     meta: dict = field(default_factory=dict)
 
     def types(self, p: int) -> list[int] | None:
@@ -734,7 +829,8 @@ class _Job:
 def _run_dtype_bridge_side(job: _Job, want: set[str], legacy: set[str], processed_names: set[str]):
     """The bridge, compatibility mode and processed compatibility mode, in the run's dtype."""
     bridge, compat = _bridge_and_compat(job.checkpoint, job.dtype, job.prompts, want, legacy, job.device,
-                                        phases=job.clock, spill=job.spill, token_types=job.token_types)
+                                        phases=job.clock, spill=job.spill, token_types=job.token_types,
+                                        rename=job.bridge_names)
     # bridge_s (boot and every forward, compatibility mode included): older reports' key, kept
     job.meta["bridge_s"] = sum(job.clock.own().get(k, 0.0) for k in ("bridge_boot", "bridge_forward", "compat"))
     job.meta["bridge_boot_s"] = job.clock.own().get("bridge_boot")
@@ -759,7 +855,8 @@ def _bridge_side_floors(job: _Job, want, legacy, bridge, compat, processed, floo
     with job.clock("truth_bridge"):
         truth, truth_compat = _bridge_and_compat(job.checkpoint, job.truth_dtype, job.prompts, want, legacy,
                                                  job.device, round_through=job.dtype, phases=truth_clock,
-                                                 spill=job.spill, tag="truth", token_types=job.token_types)
+                                                 spill=job.spill, tag="truth", token_types=job.token_types,
+                                                 rename=job.bridge_names)
         with truth_clock("floors"):
             chaos = find_chaotic(bridge, truth, job.ceiling)
             chaos += _own_flips((bridge, truth), (compat, truth_compat), routers=job.routers)
@@ -788,7 +885,8 @@ def _run_dtype_hf(job: _Job, timing_repeats: int):
             job.meta["reference_corrected"] = GROUP_WISE_GATED_NORM
         hf, logprobs = {}, {}
         for p, toks in enumerate(job.prompts):
-            hf[p], logprobs[p] = _hf_run(hf_model, toks, job.device, n_layers, job.types(p))
+            hf[p], logprobs[p] = _hf_run(hf_model, toks, job.device, n_layers, job.types(p), job.inputs.output,
+                                         job.inputs.hf_reads)
     with job.clock("hf_timing"):
         _time_hf(hf_model, job.prompts[0], job.device, timing_repeats, job.meta, job.types(0))
     del hf_model  # before the truth-dtype model loads: one reference model resident at a time
@@ -817,12 +915,16 @@ def _hf_floors(job: _Job, hf, logprobs, n_layers: int, chaos, floors, stats) -> 
                                hf_class=job.inputs.hf_class)
         truth_hf = {}
         for p, toks in enumerate(job.prompts):
-            truth_hf[p], lp = _hf_run(truth_model, toks, job.device, n_layers, job.types(p))
+            truth_hf[p], lp = _hf_run(truth_model, toks, job.device, n_layers, job.types(p), job.inputs.output,
+                                      job.inputs.hf_reads)
             truth_hf[p]["logprobs"] = lp
         del truth_model
         _free()
         own = _own_flips((hf, truth_hf), routers=job.routers, known=chaos)
         chaos = list(chaos) + [replace(f, token=0) if not job.inputs.causal else f for f in own]
+        if not job.inputs.bridge:  # HF is the only reference (ReferenceInputs.bridge): its own chaotic tokens
+            chaos += [replace(c, token=0) if not job.inputs.causal else c
+                      for c in find_chaotic(hf, truth_hf, job.ceiling)]
         floors["hf"], stats["median"]["hf"], stats["scale"]["hf"] = _floors(
             {p: {**hf[p], "logprobs": logprobs[p]} for p in hf}, truth_hf, chaos, job.pos_axis, job.logprob_k,
             job.left_out)

@@ -47,7 +47,13 @@ def boot_request(target: Target, variant: Variant) -> EngineRequest:
 
 def run_request(target: Target, variant: Variant, plan: Plan, prompts: list[list[int]]) -> EngineRequest:
     """The request of the run of ``plan`` (built for ``variant``'s subject) on ``prompts``."""
-    request = replace(boot_request(target, variant), prompts=prompts, pooling=pooling(plan, prompts))
+    request = replace(boot_request(target, variant), prompts=prompts, pooling=pooling(plan, prompts, target))
+    if plan.encoder is not None and plan.encoder.output == "hidden":
+        # served as an embedding model (overlays.base.Encoder.output): its default task is the pooled "embed", and
+        # vLLM's pooling runner then builds its scoring IO processor, which reads the tokenizer's pad id
+        # (vllm/entrypoints/pooling/scoring/io_processor.py: "Tokenizer not available when `skip_tokenizer_init=True`")
+        request = replace(request, llm_overrides={**request.llm_overrides, "skip_tokenizer_init": False,
+                                                  "pooler_config": {"task": plan.encoder.pooling_task}})
     if variant.subject == "tl-vllm":
         from harness.engines.subject_tl_vllm import tl_hooks
 
@@ -61,12 +67,14 @@ def run_request(target: Target, variant: Variant, plan: Plan, prompts: list[list
                    row_dims={s.raw_key: s.raw_token_dim for s in specs if s.raw_token_dim})
 
 
-def pooling(plan: Plan, prompts: list[list[int]]) -> Pooling | None:
-    """An encoder's engine inputs (overlays.base.Encoder): vLLM's pooling task and each prompt's token types;
-    None for a causal LM, whose engine runs ``generate``."""
+def pooling(plan: Plan, prompts: list[list[int]], target: Target | None = None) -> Pooling | None:
+    """An encoder's engine inputs (overlays.base.Encoder): vLLM's pooling task and each prompt's token types
+    (and, where ``encode`` returns the last hidden state, its width: ``target``'s hidden size); None for a causal
+    LM, whose engine runs ``generate``."""
     if plan.encoder is None:
         return None
-    return Pooling(task=plan.encoder.pooling_task, token_types=plan.token_types(prompts))
+    width = (int(target.hf_config.hidden_size) if plan.encoder.output == "hidden" and target is not None else None)
+    return Pooling(task=plan.encoder.pooling_task, token_types=plan.token_types(prompts), width=width)
 
 
 __all__ = ["EngineRequest", "HiddenStatesExport", "Pooling", "boot_request", "pooling", "run_request"]

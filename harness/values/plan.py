@@ -36,6 +36,13 @@ class ReferenceInputs:
     hf_class: str = "AutoModelForCausalLM"
     causal: bool = True
     token_types: tuple[tuple[int, ...], ...] | None = None
+    # what the log-prob rows are taken from (overlays.base.Encoder.output): "logits", or "hidden" (HF's last
+    # hidden state, where vLLM serves the encoder without its head)
+    output: str = "logits"
+    # False: TransformerLens cannot boot the architecture (overlays.base.Overlay.tl_adapter): HF alone
+    bridge: bool = True
+    # (hook, HookSpec) the HF reference reads at HF's own modules (overlays.base.Overlay.hf_reads)
+    hf_reads: tuple = ()
 
     def types(self, p: int) -> list[int] | None:
         """Prompt ``p``'s token type ids (None: none passed)."""
@@ -93,8 +100,10 @@ def ragged_hook(hook: str) -> bool:
     return hook_kind(hook) != "unembed.hook_out"
 
 
-def _cases(specs: dict[str, HookSpec], derived: dict[str, Derived], ragged: bool = True) -> tuple[Case, ...]:
-    """``ragged``: rows for the single-shape run's ragged batch (a serving scheme is itself the batch)."""
+def _cases(specs: dict[str, HookSpec], derived: dict[str, Derived], ragged: bool = True,
+           bridge: bool = True) -> tuple[Case, ...]:
+    """``ragged``: rows for the single-shape run's ragged batch (a serving scheme is itself the batch);
+    ``bridge`` False: no TransformerLens reference (overlays.base.Overlay.tl_adapter), derived hooks against HF only."""
     out: list[Case] = []
     for hook, spec in specs.items():
         if bridge_name(hook, spec) is not None:
@@ -108,16 +117,18 @@ def _cases(specs: dict[str, HookSpec], derived: dict[str, Derived], ragged: bool
         if hf is not None:
             out.append(Case("hf", hook, hf))
     for hook in derived:
-        out.append(Case("bridge", hook, hook, derived=True))
-        if compat_alias(hook) is not None:
+        if bridge:
+            out.append(Case("bridge", hook, hook, derived=True))
+        if bridge and compat_alias(hook) is not None:
             out.append(Case("compat", hook, compat_alias(hook), derived=True))
         if derived[hook].hf_reference:  # HF's own scores / pattern, read at its eager softmax (references.reference)
             out.append(Case("hf", hook, hook, derived=True))
     # bridge~hf: only where the bridge has the hook (Mamba-2's in_proj columns are HF's alone, overlays/mamba2.py)
     out += [Case("bridge~hf", h, hf_name(h, s)) for h, s in specs.items()
             if hf_name(h, s) is not None and bridge_name(h, s) is not None]
-    if ragged:
-        out += [Case("bridge-ragged", h, h) for h, s in specs.items() if ragged_hook(h) and bridge_name(h, s) is not None]
+    if ragged:  # a module called several times per forward: the ragged split takes one call per forward
+        out += [Case("bridge-ragged", h, h) for h, s in specs.items()
+                if ragged_hook(h) and bridge_name(h, s) is not None and s.per_forward == 1]
     return tuple(out) + tuple(Case(ref, hook, name) for ref, hook, name in LOGIT_CASES)
 
 
@@ -133,9 +144,15 @@ class Plan:
     overlay_name: str | None = None  # what the report names as the overlay (None: the target's overlay class)
     compat_names: tuple[str, ...] = field(default=())  # names to capture in compatibility mode
     processed_names: tuple[str, ...] = field(default=())  # ... and in processed compatibility mode
+    # False: HF is the only reference (overlays.base.Overlay.tl_adapter); hf_reads: its module reads (hf_reads)
+    bridge: bool = True
+    hf_reads: tuple = ()
     # Set: an encoder run by vLLM's pooling runner (overlays.base.Encoder: bidirectional, token types,
     # encode instead of generate); None: a causal LM
     encoder: Encoder | None = None
+    # True: vLLM runs each prompt as one bidirectional block (a prefix LM: HRM-Text's PrefillPrefixLMAttention), so
+    # the references are given token type 1 on every prompt position, the prefix-LM mask of their own models
+    prefix_lm: bool = False
 
     def token_types(self, prompts: list[list[int]]) -> list[list[int]] | None:
         """Each prompt's token type ids, as every engine is given them (None: none are passed)."""
@@ -145,11 +162,15 @@ class Plan:
 
     def reference_inputs(self, prompts: list[list[int]]) -> "ReferenceInputs":
         """What the reference engines are given beyond the token ids (a causal LM: the defaults)."""
+        sides = dict(bridge=self.bridge, hf_reads=self.hf_reads)  # which references run, and HF's module reads
+        if self.prefix_lm:
+            return ReferenceInputs(causal=False, token_types=tuple((1,) * len(p) for p in prompts), **sides)
         if self.encoder is None:
-            return ReferenceInputs()
+            return ReferenceInputs(**sides)
         types = self.token_types(prompts)
         return ReferenceInputs(hf_class=self.encoder.hf_class, causal=False,
-                               token_types=None if types is None else tuple(map(tuple, types)))
+                               token_types=None if types is None else tuple(map(tuple, types)),
+                               output=self.encoder.output, **sides)
 
     @property
     def compared_hooks(self) -> list[str]:
@@ -224,11 +245,15 @@ def offered(target, variant) -> tuple[dict[str, HookSpec], dict[str, Derived], l
 
     if SCHEMES[variant.serving].stitched:
         per_row = {h for h, s in specs.items() if s.calls != "first"}
-        specs = {h: s for h, s in specs.items() if h not in per_row}
-        derived = {h: d for h, d in derived.items() if not per_row & set(d.inputs)}
+        looped = {h: s.per_forward for h, s in specs.items() if s.per_forward != 1}
+        specs = {h: s for h, s in specs.items() if h not in per_row | set(looped)}
+        derived = {h: d for h, d in derived.items() if not (per_row | set(looped)) & set(d.inputs)}
         nonfiring = nonfiring + [NonFiring(h, f"not one row per position under --serving {variant.serving}: vLLM's "
                                               "logits processor runs on each step's sampled rows only; the "
                                               "distribution is compared through the log-prob rows") for h in sorted(per_row)]
+        nonfiring = nonfiring + [NonFiring(h, f"its module runs {looped[h]} times per forward (a looped "
+                                              f"stack): --serving {variant.serving} stitches one call per step")
+                                 for h in sorted(looped)]
     return specs, derived, nonfiring
 
 
@@ -272,7 +297,8 @@ def build_plan(target, variant, hooks: set[str] | frozenset[str] | HookSelection
     routing_k = config_get(cfg, "num_experts_per_tok") if any(GATE.match(h) for h in specs) else None
     return Plan(specs=specs, derived=derived, nonfiring=tuple(nonfiring),
                 n_layers=int(getattr(cfg, "num_hidden_layers", 0) or 0),
-                cases=_cases(specs, derived, ragged=variant.serving == "single"),
+                cases=_cases(specs, derived, ragged=variant.serving == "single",
+                             bridge=getattr(target.overlay, "tl_adapter", True)),
                 routing_k=routing_k, selected=frozenset(hooks) if hooks is not None else None,
                 overlay_name=("transformer_lens.model_bridge.sources.vllm (TL's own overlay; the references' "
                               f"hook names from {type(target.overlay).__name__})"
@@ -280,4 +306,7 @@ def build_plan(target, variant, hooks: set[str] | frozenset[str] | HookSelection
                               "vLLM's extract_hidden_states export (harness.engines.subject_hidden_states)"
                               if variant.subject == "vllm-hidden-states" else None),
                 compat_names=tuple(compat), processed_names=tuple(processed),
-                encoder=getattr(target.overlay, "encoder", None))
+                encoder=getattr(target.overlay, "encoder", None),
+                bridge=getattr(target.overlay, "tl_adapter", True),
+                hf_reads=tuple(target.overlay.hf_reads(cfg).items()) if hasattr(target.overlay, "hf_reads") else (),
+                prefix_lm=bool(getattr(target.overlay, "prefix_lm", False)))

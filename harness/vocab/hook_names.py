@@ -42,3 +42,23 @@ HF_HOOK_TEMPLATES: frozenset[str] = frozenset({"embed.hook_out", "blocks.{i}.hoo
 
 def hf_hook(hook: str) -> bool:
     return template_of(hook) in HF_HOOK_TEMPLATES
+
+
+# A reference hook that fires several times per forward (HRM-Text's looped stacks: one physical layer runs at
+# several recurrence steps) is named ``<name>@<n>``: its n-th firing (0 the first) in the forward.
+FIRING_SEP = "@"
+
+
+def at_firing(name: str, call: int) -> str:
+    """``name``'s ``call``-th firing per forward, as a reference name."""
+    return f"{name}{FIRING_SEP}{int(call)}"
+
+
+def firing_of(name: str) -> tuple[str, int | None]:
+    """``(name, n)`` of a ``<name>@<n>`` reference name; ``(name, None)`` for a hook that fires once."""
+    base, sep, call = name.rpartition(FIRING_SEP)
+    if not sep:
+        return name, None
+    if not call.isdigit():
+        raise ValueError(f"reference hook name {name!r}: the firing after {FIRING_SEP!r} must be a number")
+    return base, int(call)

