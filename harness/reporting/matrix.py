@@ -171,7 +171,11 @@ def to_grid(rows: list[dict], grouped: bool = True) -> str:
     out = []
     for k in KINDS:
         members = [f for f in families if kind[f] == k]
-        if members:
+        if members and k == "refusals":  # one line: every cell would read "⏭ 0/0"
+            ran = sorted({r["variant"] for f in members for r in by_family[f]})
+            out += [f"**{k}** ({len(members)}; ⏭ in {', '.join(f'`{v}`' for v in ran)}, re-checked every run, vLLM's "
+                    f"words in each report): {', '.join(members)}", ""]
+        elif members:
             out += [f"**{k}** ({len(members)})", "", _grid_table(rows, members, variants)]
     return "\n".join(out)
 

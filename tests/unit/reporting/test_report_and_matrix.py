@@ -101,6 +101,19 @@ def test_the_grid_groups_families_by_kind(tmp_path):
     assert grid.startswith("**dense** (1)") and "| a | ✅ 1/1 |" in grid
 
 
+def test_families_refused_in_every_variant_are_one_line_naming_them_and_the_variants():
+    from harness.reporting.matrix import to_grid
+
+    def row(model, variant, verdict):
+        return dict(model=model, variant=variant, verdict=verdict, architecture="LlamaForCausalLM", overlay="",
+                    hooks_passed=0, hooks_offered=0, hooks_gated=0, hooks_compared=0)
+    grid = to_grid([row("a", "cpu-float32", "skipped"), row("a", "cpu-bfloat16", "skipped"),
+                    row("b", "cpu-float32", "skipped"), row("c", "cpu-float32", "skipped"),
+                    row("c", "cpu-bfloat16", "error")])
+    assert "**refusals** (2; ⏭ in `cpu-bfloat16`, `cpu-float32`" in grid and grid.rstrip().endswith(": a, b")
+    assert "| c |" in grid  # not every run refused: a row of its kind's table
+
+
 def test_routing_flips_are_listed_in_the_report():
     r = _result("m")
     r["routing_flips"] = [{"prompt": 2, "layer": 1, "token": 12, "gap": 1e-4, "noise": 2e-4, "rel_err": 1e-3,
