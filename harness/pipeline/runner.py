@@ -106,6 +106,10 @@ def capture_subject(target: Target, variant: Variant, plan: Plan, prompts: list[
         from harness.engines.subject_hidden_states import capture_hidden_states
 
         return capture_hidden_states(request, work, env=env, timeout_s=engine_timeout_s)
+    if variant.subject == "vllm-lens":
+        from harness.engines.subject_vllm_lens import capture_vllm_lens
+
+        return capture_vllm_lens(request, work, env=env, timeout_s=engine_timeout_s)
     return capture_vllm(request, work, env=env, timeout_s=engine_timeout_s)
 
 

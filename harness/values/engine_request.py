@@ -62,6 +62,10 @@ def run_request(target: Target, variant: Variant, plan: Plan, prompts: list[list
         from harness.engines.subject_hidden_states import export_of
 
         return replace(request, hidden_states=export_of(plan.specs))
+    if variant.subject == "vllm-lens":
+        from harness.engines.subject_vllm_lens import layers_of
+
+        return replace(request, residual_layers=layers_of(plan.specs))
     specs = plan.specs.values()
     return replace(request, reads=[(s.module, s.read) for s in specs], params=[p for s in specs for p in s.params()],
                    row_dims={s.raw_key: s.raw_token_dim for s in specs if s.raw_token_dim})

@@ -227,6 +227,13 @@ def offered(target, variant) -> tuple[dict[str, HookSpec], dict[str, Derived], l
         return hidden_states_plan(cfg, ov.hook_specs(cfg) if ov is not None else {},
                                   ov.derived_specs(cfg) if ov is not None else {},
                                   ov.nonfiring_for(cfg) if ov is not None else [])
+    if variant.subject == "vllm-lens":
+        from harness.engines.subject_vllm_lens import lens_plan
+
+        ov = target.overlay  # the references' names and the hooks vllm-lens does not capture
+        return lens_plan(cfg, ov.hook_specs(cfg) if ov is not None else {},
+                         ov.derived_specs(cfg) if ov is not None else {},
+                         ov.nonfiring_for(cfg) if ov is not None else [])
     ov = target.overlay
     if ov is None:  # a family declared refused elsewhere (harness.models.families.Refusal) running here
         raise NoOverlayError(f"no vLLM overlay for architecture {target.architecture!r} ({target.name} is declared "
@@ -304,7 +311,9 @@ def build_plan(target, variant, hooks: set[str] | frozenset[str] | HookSelection
                               f"hook names from {type(target.overlay).__name__})"
                               if variant.subject == "tl-vllm" else
                               "vLLM's extract_hidden_states export (harness.engines.subject_hidden_states)"
-                              if variant.subject == "vllm-hidden-states" else None),
+                              if variant.subject == "vllm-hidden-states" else
+                              "vllm-lens's output_residual_stream capture (harness.engines.subject_vllm_lens)"
+                              if variant.subject == "vllm-lens" else None),
                 compat_names=tuple(compat), processed_names=tuple(processed),
                 encoder=getattr(target.overlay, "encoder", None),
                 bridge=getattr(target.overlay, "tl_adapter", True),

@@ -13,7 +13,10 @@ Traps:
   compiled mode of ours: asking for either is an error, not a silently different run.
   ``vllm-hidden-states`` (vLLM's ``extract_hidden_states`` export, harness.engines.subject_hidden_states)
   is driven one prompt at a time on one device by its own code: no serving shape, tensor parallelism
-  or other executor.
+  or other executor.  ``vllm-lens`` (its residual-stream capture, harness.engines.subject_vllm_lens) likewise, and
+  eager on the V1 runner only (its plugin forces ``enforce_eager`` and raises on V2); every other subject's
+  engine runs with ``VLLM_LENS_DISABLE=1`` (:attr:`Variant.subject_env`), so a line with vllm-lens installed
+  (``scripts/line_env.sh 0.30.0 --peers``) runs them as vLLM ships.
 - ``runner``: vLLM's model runner, ``v1`` or ``v2``, always set explicitly in the engine's
   environment (``VLLM_USE_V2_MODEL_RUNNER``): left unset, vLLM silently falls back to V1 where
   V2 lacks a feature, and a report would name a runner that did not run.  ``auto`` (the
@@ -44,8 +47,9 @@ DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("ieee", "tf32")
 MODES = ("eager", "compiled")
-# this harness's overlays on vLLM | TransformerLens's own vLLM backend | vLLM's own hidden-state export
-SUBJECTS = ("vllm", "tl-vllm", "vllm-hidden-states")
+# this harness's overlays on vLLM | TransformerLens's own vLLM backend | vLLM's own hidden-state export |
+# vllm-lens's residual-stream capture (a peer's plugin, on its own line: harness.engines.subject_vllm_lens)
+SUBJECTS = ("vllm", "tl-vllm", "vllm-hidden-states", "vllm-lens")
 RUNNERS = ("auto", "v1", "v2")
 EXECUTORS = ("mp", "ray")  # vLLM's distributed_executor_backend
 
@@ -115,6 +119,10 @@ class Variant:
             raise VariantError(f"--subject vllm-hidden-states with --serving {serving} / --tp {tp}: vLLM's "
                                "hidden-state export is driven one prompt at a time on one device by its own code; "
                                "use --subject vllm for the serving axes and tensor parallelism")
+        if subject == "vllm-lens" and (serving != "single" or tp > 1 or compiled or runner == "v2"):
+            raise VariantError(f"--subject vllm-lens with --serving {serving} / --tp {tp} / compiled {bool(compiled)} / "
+                               f"--runner {runner}: vllm-lens is driven one prompt at a time on one device here, its "
+                               "plugin forces enforce_eager=True and refuses vLLM's V2 model runner; use --subject vllm")
         if pp != 1:
             raise VariantError(f"--pp {pp}: only one pipeline stage is driven today")
         if subject == "tl-vllm" and tp > 1:
@@ -157,6 +165,8 @@ class Variant:
         doc).  Triton keys its kernel cache on TRITON_F32_DEFAULT, so ieee and tf32 runs can share
         one cache."""
         env = {"VLLM_USE_V2_MODEL_RUNNER": "1" if self.runner == "v2" else "0"}
+        if self.subject != "vllm-lens":  # vllm-lens's plugin loads in every vLLM of a line it is installed in
+            env["VLLM_LENS_DISABLE"] = "1"  # (and forces eager): its own kill switch (harness.engines.subject_vllm_lens)
         if self.device == "cuda" and self.precision == "ieee":
             env["TRITON_F32_DEFAULT"] = "ieee"
         return env

