@@ -150,6 +150,14 @@ def hidden_states_plan(hf_config: Any, ours: dict[str, HookSpec], ours_derived: 
                                    for h in left if h not in specs and ids is not None]
 
 
+def subject_plan(hf_config: Any, overlay: Any) -> tuple[dict[str, HookSpec], dict, list[NonFiring]]:
+    """The registry's plan (harness.engines.subjects): :func:`hidden_states_plan` on the family ``overlay``'s
+    hooks (the references' names and the hooks this export does not hold; None: a family declared refused)."""
+    return hidden_states_plan(hf_config, overlay.hook_specs(hf_config) if overlay is not None else {},
+                              overlay.derived_specs(hf_config) if overlay is not None else {},
+                              overlay.nonfiring_for(hf_config) if overlay is not None else [])
+
+
 def kv_bytes(model_kv_bytes: int, n_ids: int, hidden: int, dtype_bytes: int, tokens: int) -> int:
     """The KV cache for the model's layers plus the hidden-state layer (``n_ids x hidden`` per token),
     the latter twice over like :func:`harness.engines.vllm_compat.kv_cache_bytes` sizes the former."""
@@ -166,6 +174,11 @@ def export_of(specs: dict[str, HookSpec], connector: str | None = None) -> Hidde
     widths = {s.width for s in specs.values()}
     return HiddenStatesExport(layer_ids=tuple(ids), hidden_size=widths.pop() if len(widths) == 1 else None,
                               connector=connector)
+
+
+def subject_request(request: EngineRequest, specs: dict[str, HookSpec]) -> EngineRequest:
+    """The registry's request (harness.engines.subjects): ``request`` with its ``hidden_states``."""
+    return replace(request, hidden_states=export_of(specs))
 
 
 def capture_hidden_states(request: EngineRequest, work_dir: Path, *, env: dict[str, str] | None = None,

@@ -106,6 +106,18 @@ def tl_plan(hf_config: Any) -> tuple[dict[str, HookSpec], dict, list[NonFiring]]
     return specs, {}, nonfiring
 
 
+def subject_plan(hf_config: Any, overlay: Any) -> tuple[dict[str, HookSpec], dict, list[NonFiring]]:
+    """The registry's plan (harness.engines.subjects): :func:`tl_plan`, with the references' names of the
+    family's ``overlay`` (None: a family declared refused).  What a *reference* calls a hook is a fact about
+    the reference, whichever subject is tested: the overlay's relocations (HookSpec.references -- Gemma-2/3's
+    compatibility-mode hook_attn_out / hook_mlp_out are the post-normed outputs, overlays/gemma2.py) hold
+    for TL's backend's rows too."""
+    specs, derived, nonfiring = tl_plan(hf_config)
+    ours = overlay.hook_specs(hf_config) if overlay is not None else {}
+    return ({h: replace(s, references=ours[h].references) if h in ours else s for h, s in specs.items()},
+            derived, nonfiring)
+
+
 def _tl_version() -> str:
     import importlib.metadata as md
 
@@ -120,6 +132,11 @@ def tl_hooks(specs: dict[str, HookSpec]) -> dict[str, str]:
     """The request's ``tl_hooks`` for :func:`tl_plan`'s specs: TL's hook name -> the raw key its capture is
     stored under."""
     return {hook: spec.raw_key for hook, spec in specs.items()}
+
+
+def subject_request(request: EngineRequest, specs: dict[str, HookSpec]) -> EngineRequest:
+    """The registry's request (harness.engines.subjects): ``request`` with its ``tl_hooks``."""
+    return replace(request, tl_hooks=tl_hooks(specs))
 
 
 def capture_tl_vllm(request: EngineRequest, work_dir: Path, *, env: dict[str, str] | None = None,

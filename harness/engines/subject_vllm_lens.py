@@ -152,6 +152,14 @@ def lens_plan(hf_config: Any, ours: dict[str, HookSpec], ours_derived: dict | No
     return specs, {}, nonfiring
 
 
+def subject_plan(hf_config: Any, overlay: Any) -> tuple[dict[str, HookSpec], dict, list[NonFiring]]:
+    """The registry's plan (harness.engines.subjects): :func:`lens_plan` on the family ``overlay``'s hooks
+    (the references' names and the hooks vllm-lens does not capture; None: a family declared refused)."""
+    return lens_plan(hf_config, overlay.hook_specs(hf_config) if overlay is not None else {},
+                     overlay.derived_specs(hf_config) if overlay is not None else {},
+                     overlay.nonfiring_for(hf_config) if overlay is not None else [])
+
+
 def layers_of(specs: dict[str, HookSpec]) -> tuple[int, ...]:
     """The request's ``residual_layers`` for :func:`lens_plan`'s specs: the layers their modules name."""
     return tuple(sorted({layer_of_module(s.module) for s in specs.values()}))
@@ -177,6 +185,11 @@ def check_installed(python: str | None = None) -> str:
         raise VllmLensMissing(f"--subject vllm-lens: {python} cannot report vllm-lens's version: "
                               f"{done.stderr.strip()[-300:]}")
     return done.stdout.strip().splitlines()[-1]
+
+
+def subject_request(request: EngineRequest, specs: dict[str, HookSpec]) -> EngineRequest:
+    """The registry's request (harness.engines.subjects): ``request`` with its ``residual_layers``."""
+    return replace(request, residual_layers=layers_of(specs))
 
 
 def capture_vllm_lens(request: EngineRequest, work_dir: Path, *, env: dict[str, str] | None = None,

@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.engines.subjects import DEFAULT, PEERS
 from harness.models.line_expectations import EXPECTED, LineRun, differences
 from harness.values.variant import Variant
 from harness.reporting.lines import load_line, parse_lines, to_markdown
@@ -38,7 +39,7 @@ def here_line() -> str | None:
 
 # subjects that are another project's capture tool, installed into their line's environment (scripts/line_env.sh
 # --peers) only where asked for: vllm-lens's plugin changes every engine of the environment it is installed in
-PEER_SUBJECTS = ("vllm-lens",)
+PEER_SUBJECTS = PEERS  # harness.engines.subjects: the rows with peer=True
 
 
 def line_python(version: str, envs_dir: Path | None, peers: bool = False) -> str:
@@ -111,7 +112,7 @@ def cmd_lines(args) -> int:
         by_line[version] = load_line(report_dir, Variant.make(dtype=args.dtype, device="cpu",
                                                               subject=args.subject).report_stem)
     fams = _families(args.model)
-    subject = "" if args.subject == "vllm" else f", --subject {args.subject}"
+    subject = "" if args.subject == DEFAULT else f", --subject {args.subject}"
     text = to_markdown(by_line, fams, title=f"vLLM lines ({args.dtype}{subject}, {time.strftime('%Y-%m-%d')})")
     (out / "lines.md").write_text(text)
     print()

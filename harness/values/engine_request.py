@@ -10,9 +10,9 @@ checkpoint and how vLLM runs it -- which the refusal probe derives its two-token
 harness.engines.engine_request.
 
 The plan decides the subject's group of fields (its specs are the subject's: harness.values.plan):
-the default subject's reads, parameters and token dims; TransformerLens's backend's hook -> raw key
-(harness.engines.subject_tl_vllm.tl_hooks); vLLM's hidden-state export's layer ids
-(harness.engines.subject_hidden_states.export_of).  An encoder's plan adds its pooling task and token types.
+the default subject's reads, parameters and token dims; any other subject's, its registry row's
+``request`` function (harness.engines.subjects: TransformerLens's backend's hook -> raw key, vLLM's
+hidden-state export's layer ids, vllm-lens's layers).  An encoder's plan adds its pooling task and token types.
 
 Traps:
 
@@ -29,6 +29,7 @@ from dataclasses import replace
 
 from harness.engines import mla_backends
 from harness.engines.engine_request import EngineRequest, HiddenStatesExport, Pooling
+from harness.engines.subjects import SUBJECTS
 from harness.logprob_request import logprob_k
 from harness.models.targets import Target
 from harness.values.plan import Plan
@@ -54,18 +55,9 @@ def run_request(target: Target, variant: Variant, plan: Plan, prompts: list[list
         # (vllm/entrypoints/pooling/scoring/io_processor.py: "Tokenizer not available when `skip_tokenizer_init=True`")
         request = replace(request, llm_overrides={**request.llm_overrides, "skip_tokenizer_init": False,
                                                   "pooler_config": {"task": plan.encoder.pooling_task}})
-    if variant.subject == "tl-vllm":
-        from harness.engines.subject_tl_vllm import tl_hooks
-
-        return replace(request, tl_hooks=tl_hooks(plan.specs))
-    if variant.subject == "vllm-hidden-states":
-        from harness.engines.subject_hidden_states import export_of
-
-        return replace(request, hidden_states=export_of(plan.specs))
-    if variant.subject == "vllm-lens":
-        from harness.engines.subject_vllm_lens import layers_of
-
-        return replace(request, residual_layers=layers_of(plan.specs))
+    subject_request = SUBJECTS[variant.subject].request_fn()  # harness.engines.subjects; None: the overlay's reads
+    if subject_request is not None:
+        return subject_request(request, plan.specs)
     specs = plan.specs.values()
     return replace(request, reads=[(s.module, s.read) for s in specs], params=[p for s in specs for p in s.params()],
                    row_dims={s.raw_key: s.raw_token_dim for s in specs if s.raw_token_dim})

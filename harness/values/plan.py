@@ -14,8 +14,9 @@ no bridge name is captured only as a derived hook's input and makes no row at al
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
+from harness.engines.subjects import SUBJECTS
 from overlays import NoOverlayError
 from overlays.base import Derived, Encoder, HookSpec, NonFiring, SwapAxes, config_get
 from harness.values.selection import HookSelection
@@ -210,30 +211,9 @@ def offered(target, variant) -> tuple[dict[str, HookSpec], dict[str, Derived], l
     """What the variant's subject offers for ``target``: read specs, derived specs, non-firing hooks.
     Under CUDA graphs the overlay's ``cuda_graph_nonfiring`` hooks move from offered to non-firing."""
     cfg = target.hf_config
-    if variant.subject == "tl-vllm":
-        from harness.engines.subject_tl_vllm import tl_plan
-
-        specs, derived, nonfiring = tl_plan(cfg)
-        # What a *reference* calls a hook is a fact about the reference, whichever subject is tested: the
-        # overlay's relocations (HookSpec.references -- Gemma-2/3's compatibility-mode hook_attn_out /
-        # hook_mlp_out are the post-normed outputs, overlays/gemma2.py) hold for TL's backend's rows too.
-        ours = target.overlay.hook_specs(cfg) if target.overlay is not None else {}  # a refused family: none
-        return ({h: replace(s, references=ours[h].references) if h in ours else s for h, s in specs.items()},
-                derived, nonfiring)
-    if variant.subject == "vllm-hidden-states":
-        from harness.engines.subject_hidden_states import hidden_states_plan
-
-        ov = target.overlay  # the references' names and the hooks this export does not hold
-        return hidden_states_plan(cfg, ov.hook_specs(cfg) if ov is not None else {},
-                                  ov.derived_specs(cfg) if ov is not None else {},
-                                  ov.nonfiring_for(cfg) if ov is not None else [])
-    if variant.subject == "vllm-lens":
-        from harness.engines.subject_vllm_lens import lens_plan
-
-        ov = target.overlay  # the references' names and the hooks vllm-lens does not capture
-        return lens_plan(cfg, ov.hook_specs(cfg) if ov is not None else {},
-                         ov.derived_specs(cfg) if ov is not None else {},
-                         ov.nonfiring_for(cfg) if ov is not None else [])
+    subject_plan = SUBJECTS[variant.subject].plan_fn()  # harness.engines.subjects; None: the overlay's plan
+    if subject_plan is not None:
+        return subject_plan(cfg, target.overlay)  # the overlay: the references' names (None: a refused family)
     ov = target.overlay
     if ov is None:  # a family declared refused elsewhere (harness.models.families.Refusal) running here
         raise NoOverlayError(f"no vLLM overlay for architecture {target.architecture!r} ({target.name} is declared "
@@ -307,13 +287,7 @@ def build_plan(target, variant, hooks: set[str] | frozenset[str] | HookSelection
                 cases=_cases(specs, derived, ragged=variant.serving == "single",
                              bridge=getattr(target.overlay, "tl_adapter", True)),
                 routing_k=routing_k, selected=frozenset(hooks) if hooks is not None else None,
-                overlay_name=("transformer_lens.model_bridge.sources.vllm (TL's own overlay; the references' "
-                              f"hook names from {type(target.overlay).__name__})"
-                              if variant.subject == "tl-vllm" else
-                              "vLLM's extract_hidden_states export (harness.engines.subject_hidden_states)"
-                              if variant.subject == "vllm-hidden-states" else
-                              "vllm-lens's output_residual_stream capture (harness.engines.subject_vllm_lens)"
-                              if variant.subject == "vllm-lens" else None),
+                overlay_name=SUBJECTS[variant.subject].overlay_text(target.overlay),
                 compat_names=tuple(compat), processed_names=tuple(processed),
                 encoder=getattr(target.overlay, "encoder", None),
                 bridge=getattr(target.overlay, "tl_adapter", True),

@@ -9,14 +9,12 @@ the report's names -- so no other module re-derives it from loose strings.
 Traps:
 - The fp32 matmul ``precision`` means something only for fp32 on CUDA; everywhere else
   it is normalized to ``ieee``, so two spellings of the same run never get two names.
-- ``tl-vllm`` (TransformerLens's own vLLM backend) takes no tensor parallelism and no
-  compiled mode of ours: asking for either is an error, not a silently different run.
-  ``vllm-hidden-states`` (vLLM's ``extract_hidden_states`` export, harness.engines.subject_hidden_states)
-  is driven one prompt at a time on one device by its own code: no serving shape, tensor parallelism
-  or other executor.  ``vllm-lens`` (its residual-stream capture, harness.engines.subject_vllm_lens) likewise, and
-  eager on the V1 runner only (its plugin forces ``enforce_eager`` and raises on V2); every other subject's
-  engine runs with ``VLLM_LENS_DISABLE=1`` (:attr:`Variant.subject_env`), so a line with vllm-lens installed
-  (``scripts/line_env.sh 0.30.0 --peers``) runs them as vLLM ships.
+- ``subject``: what captures (harness.engines.subjects, one row each).  What a subject cannot run
+  (a serving shape, tensor parallelism, compiled mode, the V2 runner, another executor) is an error
+  carrying its row's reason, not a silently different run; every subject's engine runs with the
+  other peers' kill switches set (:attr:`Variant.subject_env`: ``VLLM_LENS_DISABLE=1`` outside
+  ``vllm-lens``), so a line with vllm-lens installed (``scripts/line_env.sh 0.30.0 --peers``) runs
+  them as vLLM ships.
 - ``runner``: vLLM's model runner, ``v1`` or ``v2``, always set explicitly in the engine's
   environment (``VLLM_USE_V2_MODEL_RUNNER``): left unset, vLLM silently falls back to V1 where
   V2 lacks a feature, and a report would name a runner that did not run.  ``auto`` (the
@@ -43,13 +41,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from itertools import product
 
+from harness.engines import subjects as subject_rows
+
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("ieee", "tf32")
 MODES = ("eager", "compiled")
-# this harness's overlays on vLLM | TransformerLens's own vLLM backend | vLLM's own hidden-state export |
-# vllm-lens's residual-stream capture (a peer's plugin, on its own line: harness.engines.subject_vllm_lens)
-SUBJECTS = ("vllm", "tl-vllm", "vllm-hidden-states", "vllm-lens")
+SUBJECTS = tuple(subject_rows.SUBJECTS)  # harness.engines.subjects: one row each
 RUNNERS = ("auto", "v1", "v2")
 EXECUTORS = ("mp", "ray")  # vLLM's distributed_executor_backend
 
@@ -80,7 +78,7 @@ class Variant:
     precision: str = "ieee"  # fp32 matmuls of vLLM on CUDA: "ieee" | "tf32"
     compiled: bool = False  # vLLM with torch.compile (CUDA graphs on a GPU) instead of eager
     tp: int = 1  # vLLM tensor_parallel_size (the references run on one device)
-    subject: str = "vllm"
+    subject: str = subject_rows.DEFAULT
     runner: str = "v1"  # resolved: "v1" | "v2"
     pp: int = 1
     serving: str = "single"  # harness.engines.serving.SCHEMES
@@ -95,7 +93,7 @@ class Variant:
 
     @classmethod
     def make(cls, dtype: str = "float32", device: str = "cpu", precision: str = "ieee", compiled: bool = False,
-             tp: int = 1, subject: str = "vllm", runner: str = "auto", pp: int = 1,
+             tp: int = 1, subject: str = subject_rows.DEFAULT, runner: str = "auto", pp: int = 1,
              serving: str = "single", executor: str = "mp", mla_backend: str = "auto") -> "Variant":
         if dtype not in DTYPES:
             raise VariantError(f"--dtype {dtype!r}: supported: {', '.join(DTYPES)}")
@@ -112,22 +110,11 @@ class Variant:
 
         if serving not in SCHEMES:
             raise VariantError(f"--serving {serving!r}: choose one of {', '.join(SCHEMES)}")
-        if subject == "tl-vllm" and (serving != "single" or runner == "v2"):
-            raise VariantError(f"--subject tl-vllm with --serving {serving} / --runner {runner}: TransformerLens's "
-                               "vLLM backend is driven one prompt at a time by its own code; use --subject vllm")
-        if subject == "vllm-hidden-states" and (serving != "single" or tp > 1):
-            raise VariantError(f"--subject vllm-hidden-states with --serving {serving} / --tp {tp}: vLLM's "
-                               "hidden-state export is driven one prompt at a time on one device by its own code; "
-                               "use --subject vllm for the serving axes and tensor parallelism")
-        if subject == "vllm-lens" and (serving != "single" or tp > 1 or compiled or runner == "v2"):
-            raise VariantError(f"--subject vllm-lens with --serving {serving} / --tp {tp} / compiled {bool(compiled)} / "
-                               f"--runner {runner}: vllm-lens is driven one prompt at a time on one device here, its "
-                               "plugin forces enforce_eager=True and refuses vLLM's V2 model runner; use --subject vllm")
+        refused = subject_rows.SUBJECTS[subject].refusals(serving, tp, compiled, runner)
+        if refused:
+            raise VariantError(refused[0])
         if pp != 1:
             raise VariantError(f"--pp {pp}: only one pipeline stage is driven today")
-        if subject == "tl-vllm" and tp > 1:
-            raise VariantError(f"--subject tl-vllm --tp {tp}: TransformerLens's vLLM backend is booted on one "
-                               "device by this harness; drop --tp or use --subject vllm")
         device = resolve_device(device)
         _check_executor(executor, device, subject)
         from harness.engines import mla_backends
@@ -165,8 +152,8 @@ class Variant:
         doc).  Triton keys its kernel cache on TRITON_F32_DEFAULT, so ieee and tf32 runs can share
         one cache."""
         env = {"VLLM_USE_V2_MODEL_RUNNER": "1" if self.runner == "v2" else "0"}
-        if self.subject != "vllm-lens":  # vllm-lens's plugin loads in every vLLM of a line it is installed in
-            env["VLLM_LENS_DISABLE"] = "1"  # (and forces eager): its own kill switch (harness.engines.subject_vllm_lens)
+        # a peer's plugin loads in every vLLM of a line it is installed in: the other peers' kill switches
+        env.update(subject_rows.kill_switches(self.subject))
         if self.device == "cuda" and self.precision == "ieee":
             env["TRITON_F32_DEFAULT"] = "ieee"
         return env
@@ -210,14 +197,15 @@ class Variant:
     @property
     def name(self) -> str:
         """``cpu-float32``; ``tl-vllm-cpu-float32``; ``cuda-bfloat16-compiled``: the matrix column."""
-        return (("" if self.subject == "vllm" else f"{self.subject}-") + self.device_dtype
+        return (("" if self.subject == subject_rows.DEFAULT else f"{self.subject}-") + self.device_dtype
                 + ("-compiled" if self.compiled else "") + self.axes_suffix)
 
     @property
     def report_stem(self) -> str:
         """``report``; ``report-tl-vllm``, ``report-cuda-bfloat16``, ``report-cuda-float32-ieee-compiled``."""
         parts = [self.subject, self.device_dtype, "compiled" if self.compiled else "eager"]
-        return "-".join(["report"] + [p for p in parts if p not in ("vllm", "cpu-float32", "eager")]) + self.axes_suffix
+        return ("-".join(["report"] + [p for p in parts if p not in (subject_rows.DEFAULT, "cpu-float32", "eager")])
+                + self.axes_suffix)
 
     @property
     def work_prefix(self) -> str:
@@ -244,7 +232,7 @@ class Variant:
         device = result.get("device", "cpu")
         precision = info.get("precision", "ieee") if device == "cuda" and result["dtype"] == "float32" else "ieee"
         return cls(result["dtype"], device, precision, bool(result.get("compiled")),
-                   int(info.get("tp", 1) or 1), result.get("subject", "vllm"), info.get("runner", "v1"),
+                   int(info.get("tp", 1) or 1), result.get("subject", subject_rows.DEFAULT), info.get("runner", "v1"),
                    serving=info.get("serving", "single"), executor=info.get("executor", "mp"),
                    mla_backend=info.get("mla_backend", "auto"))
 
@@ -254,7 +242,7 @@ def _check_executor(executor: str, device: str, subject: str) -> None:
         raise VariantError(f"--executor {executor!r}: choose one of {', '.join(EXECUTORS)}")
     if executor == "mp":
         return
-    if subject != "vllm":
+    if not subject_rows.SUBJECTS[subject].any_executor:
         raise VariantError(f"--executor {executor} --subject {subject}: that subject's engine is booted "
                            "by this harness in one process; use --subject vllm")
     if device != "cuda":
@@ -273,7 +261,7 @@ def split_list(text: str | None) -> list[str]:
 
 
 def variants(dtypes: list[str], device: str, precisions: list[str], modes: list[str], tp: int = 1,
-             subject: str = "vllm", runners: list[str] = ("auto",), servings: list[str] = ("single",),
+             subject: str = subject_rows.DEFAULT, runners: list[str] = ("auto",), servings: list[str] = ("single",),
              executor: str = "mp", mla_backend: str = "auto") -> list[Variant]:
     """Every variant a run asks for, in run order (compiled first: the longest runs start first).
     Precisions multiply CUDA fp32 runs only; elsewhere they collapse to one."""
