@@ -124,6 +124,19 @@ def raw_module(layer_id: int) -> str:
     return f"hidden_states.layer_id_{layer_id}"
 
 
+def unexported_templates(specs: dict[str, HookSpec], ours: dict, ours_derived: dict | None = None,
+                         ours_nonfiring: list[NonFiring] | None = None) -> list[str]:
+    """The family overlay's hooks (offered, derived or non-firing) that an export subject's ``specs`` do not
+    hold, once per template and never a kind the export offers at another layer: its non-firing templates."""
+    offered_kinds = {hook_kind(h) for h in specs}
+    templates: list[str] = []
+    for hook in [*ours, *(ours_derived or {}), *(nf.template for nf in ours_nonfiring or [])]:
+        t = template_of(hook) if layer_of(hook) is not None else hook
+        if hook not in specs and hook_kind(t) not in offered_kinds and t not in templates:
+            templates.append(t)
+    return templates
+
+
 def hidden_states_plan(hf_config: Any, ours: dict[str, HookSpec], ours_derived: dict | None = None,
                        ours_nonfiring: list[NonFiring] | None = None,
                        ids: list[int] | None = None) -> tuple[dict[str, HookSpec], dict, list[NonFiring]]:
@@ -137,13 +150,7 @@ def hidden_states_plan(hf_config: Any, ours: dict[str, HookSpec], ours_derived: 
         for hook in hook_for_layer_id(k, n_layers):
             refs = ours[hook].references if hook in ours else ()
             specs[hook] = HookSpec(raw_module(k), "out", (), width, references=refs)
-    offered_kinds = {hook_kind(h) for h in specs}
-    templates: list[str] = []
-    for hook in [*ours, *(ours_derived or {}), *(nf.template for nf in ours_nonfiring or [])]:
-        t = template_of(hook) if layer_of(hook) is not None else hook
-        if hook not in specs and hook_kind(t) not in offered_kinds and t not in templates:
-            templates.append(t)
-    nonfiring = [NonFiring(t, NOT_EXPORTED) for t in templates]
+    nonfiring = [NonFiring(t, NOT_EXPORTED) for t in unexported_templates(specs, ours, ours_derived, ours_nonfiring)]
     # an offered kind at a layer whose id was not asked for (a subset of ids): named, never dropped
     left = [f"blocks.{i}.hook_{s}" for i in range(n_layers) for s in ("in", "out")]
     return specs, {}, nonfiring + [NonFiring(h, f"layer id not asked of vLLM (ids {sorted(set(ids or []))})")

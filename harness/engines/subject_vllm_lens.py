@@ -73,7 +73,7 @@ from typing import Any
 
 from harness.engines.engine_request import EngineRequest
 from harness.vocab.capture_keys import RAGGED, capture_key, read_key
-from harness.vocab.hooks import hook_kind, layer_of, template_of
+from harness.engines.subject_hidden_states import unexported_templates
 from overlays.base import HookSpec, NonFiring
 
 SUBJECT = "vllm-lens"
@@ -137,13 +137,7 @@ def lens_plan(hf_config: Any, ours: dict[str, HookSpec], ours_derived: dict | No
         for hook in hooks_for_layer(k, n_layers):
             refs = ours[hook].references if hook in ours else ()
             specs[hook] = HookSpec(raw_module(k), "out", (), width, references=refs)
-    offered_kinds = {hook_kind(h) for h in specs}
-    templates: list[str] = []
-    for hook in [*ours, *(ours_derived or {}), *(nf.template for nf in ours_nonfiring or [])]:
-        t = template_of(hook) if layer_of(hook) is not None else hook
-        if hook not in specs and hook_kind(t) not in offered_kinds and t not in templates:
-            templates.append(t)
-    nonfiring = [NonFiring(t, NOT_EXPORTED) for t in templates]
+    nonfiring = [NonFiring(t, NOT_EXPORTED) for t in unexported_templates(specs, ours, ours_derived, ours_nonfiring)]
     nonfiring.append(NonFiring("blocks.0.hook_in", NOT_LAYER_OUTPUT))
     if asked is not None:  # an offered kind at a layer not asked for: named, never dropped
         left = [f"blocks.{i}.hook_{s}" for i in range(n_layers) for s in ("in", "out")]
