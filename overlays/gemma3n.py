@@ -97,6 +97,7 @@ class Gemma3nOverlay(Overlay):
     name = "gemma3n"
     norm_weight_offset = 0.0  # Gemma3nRMSNorm multiplies by w (overlays.norm_weight_offset)
     tl_adapter = False  # TransformerLens 4.3.0 cannot boot Gemma3nForCausalLM (module doc)
+    matrix_kind = "dense"  # the support matrix's group (harness.reporting.matrix.kind_of): no tree to read it from
 
     @staticmethod
     def dims(cfg: Any) -> dict[str, int]:

@@ -107,6 +107,7 @@ class HrmTextOverlay(Overlay):
     name = "hrm_text"
     norm_weight_offset = 0.0  # weightless RMS norms: nothing to un-fold
     prefix_lm = True
+    matrix_kind = "dense"  # the support matrix's group (harness.reporting.matrix.kind_of): no tree to read it from
     # reported skipped with the reason (harness.pipeline.runner.not_applicable)
     serving_not_applicable = (
         ("chunked", "vLLM's PrefillPrefixLMAttention makes each prefill chunk bidirectional within itself, so an "

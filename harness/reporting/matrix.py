@@ -149,6 +149,8 @@ def kind_of(architecture: str, overlay: str = "") -> str:
         return "dense"
     if getattr(ov, "encoder", None) is not None:
         return "encoder"
+    if getattr(ov, "matrix_kind", None) is not None:  # an overlay without a tree says its kind (HRM-Text, Gemma-3n)
+        return ov.matrix_kind
     tree = getattr(ov, "tree", None)
     if tree is None or any(getattr(tree, mixer, None) is not None for mixer in ("ssm_mixer", "short_conv", "gdn_mixer")):
         return "SSM / hybrid"  # a mixer-only tree, or a tree with state-space / convolution / linear-attention layers

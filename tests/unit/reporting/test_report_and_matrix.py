@@ -96,6 +96,7 @@ def test_the_grid_groups_families_by_kind(tmp_path):
     assert {kind_of(a) for a in ("GraniteMoeHybridForCausalLM", "Lfm2ForCausalLM", "Qwen3NextForCausalLM")} == \
         {"SSM / hybrid"}
     assert kind_of("HunYuanDenseV1ForCausalLM", "GenericDecoderOverlay (5 hook kinds)") == "generic overlay"
+    assert kind_of("HrmTextForCausalLM") == kind_of("Gemma3nForCausalLM") == "dense"  # overlays without a tree
     write_report(_result("a"), tmp_path)
     grid = to_grid(build_matrix(tmp_path))
     assert grid.startswith("**dense** (1)") and "| a | ✅ 1/1 |" in grid
