@@ -11,10 +11,11 @@ forward of ``tokens`` (padded) tokens that the graph table knows, each timed syn
   its call), with the drain's own batched copy (one ``torch.cat(out=)`` per dtype), nothing else: the
   bytes' own cost;
 * :func:`drain_anatomy` -- ``drain`` (``GraphBuffers.drain`` into the records of step 0, as after a
-  forward), ``bookkeeping`` (the same drain without the copy: count read and check, plan and record-tensor
-  lookup), ``counts`` (the host read of the per-hook call counts), ``layout`` (the batch layout recorded
-  per forward) and ``resolve`` (one drained step split into the per-key record lists: the work the drain
-  leaves to the moment the records are read, off the step).
+  forward), ``bookkeeping`` (the same drain without the copy: plan and record-tensor lookup, the counts'
+  snapshot), ``counts`` (the host read of the per-hook call counts: the check the drain leaves to the
+  moment the records are read), ``layout`` (the batch layout recorded per forward) and ``resolve`` (one
+  drained step split into the per-key record lists: also left to the moment the records are read, off
+  the step).
 
 Traps: the call counts are set back to what that forward left before each repetition; the drain repeats
 on step 0 (the same record tensors, no allocation once the pool holds them), its steps are not added to
@@ -86,12 +87,12 @@ def drain_anatomy(ext, tokens: int, reps: int = 5) -> dict:
     as_left()
     step = graph.drain(tokens, ext._vp_plans, 0)
     store: dict = {}
-    step[0].resolve(step[1], store)
+    step.plan.resolve(step.flats, store)
     res.update(records_per_key=max((len(v) for v in store.values()), default=0),
                bookkeeping=_best(lambda: graph.drain(tokens, ext._vp_plans, 0, copy=False), reps, as_left),
                counts=_best(lambda: graph.counts.tolist(), reps, as_left),
                layout=_best(lambda: batch_layout(ext.model_runner, None, None), reps, as_left),
-               resolve=_best(lambda: step[0].resolve(step[1], {}), reps))
+               resolve=_best(lambda: step.plan.resolve(step.flats, {}), reps))
     graph.counts.zero_()  # as a drain leaves them
     ext.vp_reset()
     return res

@@ -14,9 +14,11 @@ to ``counts[slot]``.  Every replay repeats those kernels on the replay's inputs.
 The host side, per forward (:class:`GraphBuffers`): :meth:`~GraphBuffers.begin` before it (the
 model's pre-hook, or the replay wrapper) resets the Python call index; :meth:`~GraphBuffers.drain`
 after it (the model's post-hook, or the wrapper around the runner's full-graph replay) enqueues the
-copy of the forward's rows into record storage, then reads ``counts`` (one host copy: the step's one
-host wait, so the drain's Python runs while the device still computes), checks every hook ran as many
-times as the capture recorded (a mismatch raises and records nothing), and zeroes ``counts``.  The shape each buffer holds
+copy of the forward's rows into record storage and a copy of ``counts`` into the step's snapshot, and
+zeroes ``counts``: no host wait, so the step's next kernels are launched while the device still
+computes.  When the records are read, :func:`check_steps` reads every pending snapshot at once (one
+host copy) and checks every hook ran as many times as the capture recorded (a mismatch raises and
+nothing of those steps is recorded).  The shape each buffer holds
 depends on the forward's padded token count ``T`` only (vLLM captures one graph per ``T``), so the
 shapes seen when the body ran for ``T`` (:attr:`GraphBuffers.table`) say how to read a replay of
 ``T``.  They are compiled once per ``T`` into a :class:`DrainPlan` (the record key, shape and flat
@@ -183,6 +185,7 @@ class GraphBuffers:
         self.table: dict[int, dict[tuple[int, int], list]] = {}
         self.plans: dict[int, DrainPlan] = {}  # T -> drain plan of table[T] (dropped when it changes)
         self.pool: dict[tuple[int, torch.dtype], torch.Tensor] = {}  # (step since reset, dtype) -> records
+        self.count_pool: dict[int, torch.Tensor] = {}  # step since reset -> its counts, until checked
         self.drained_keys: set[str] = set()  # every record key a drain plan holds
         self.captured = False
         # inside a model forward (begin .. drain): a Python hook there takes the op's body, not the eager sink
@@ -280,43 +283,90 @@ class GraphBuffers:
                 flat = self.pool[(n, dtype)] = torch.empty(numel, dtype=dtype, device=self.counts.device)
         return flat if flat.numel() == numel else flat[:numel]
 
-    def drain(self, tokens: int | None, plans: list[tuple], n: int | None,
-              copy: bool = True, wait_first: bool = False) -> tuple[DrainPlan, list[torch.Tensor]] | None:
-        """After a forward of ``tokens`` tokens: copy every read's rows into the flat record tensors of
-        step ``n`` (:meth:`record_flat`, one batched copy per dtype) and return ``(plan, flats)`` for
-        :meth:`DrainPlan.resolve` (``n`` None: capture off, only reset; None).  Raises when a hook ran
-        a different number of times than the graph recorded, or the forward exceeded the buffers.
-        ``copy=False`` (graph_anatomy's bookkeeping) does everything but the copy.
+    def count_snapshot(self, n: int) -> torch.Tensor:
+        """The device tensor that keeps step ``n``'s counts until the records are read (a pool like
+        :meth:`record_flat`'s, reused after a reset)."""
+        snap = self.count_pool.get(n)
+        if snap is None or snap.numel() != self.counts.numel():
+            with torch.inference_mode(False):
+                snap = self.count_pool[n] = torch.empty_like(self.counts)
+        return snap
 
-        Order (off the step's critical path): everything the host knows -- the plan, the "over" check,
-        the record tensors -- is done and the copy is *enqueued* before the one host wait, the read of
-        ``counts``; so the Python runs while the device still computes the forward, and the wait covers
-        the forward and the copy together.  The copy reads only static buffers into step ``n``'s record
-        tensors, which become records only if the counts match (a mismatch raises and records nothing;
-        the next step writes the same tensors).  ``wait_first`` (the benchmark's comparison with the
-        drain before 2026-12-03): read the counts first, then copy."""
+    def drain(self, tokens: int | None, plans: list[tuple], n: int | None,
+              copy: bool = True, wait_first: bool = False) -> Optional["DrainedStep"]:
+        """After a forward of ``tokens`` tokens: copy every read's rows into the flat record tensors of
+        step ``n`` (:meth:`record_flat`, one batched copy per dtype) and the counts into step ``n``'s
+        snapshot, and return the :class:`DrainedStep` (``n`` None: capture off, only reset; None).
+        Raises at once when the forward exceeded the buffers (the host knows that); a hook that ran a
+        different number of times than the graph recorded raises when the step is checked
+        (:func:`check_steps`, before any of its records is read).  ``copy=False`` (graph_anatomy's
+        bookkeeping) does everything but the copy.
+
+        No host wait (off the step's critical path): the plan, the "over" check and the record tensors
+        are host work, the copy and the counts' snapshot are *enqueued*, so the Python runs while the
+        device still computes and vLLM launches its next kernels without a gap.  ``wait_first`` (the
+        benchmark's comparison with the drain before 2026-12-03): read the counts and check them first,
+        then copy."""
         self.open = False
         if n is None:
             self.counts.zero_()
             return None
         tokens = tokens if tokens is not None else -1
         plan = self.plan(tokens, plans)
-        counts = self.counts.tolist() if wait_first else None
-        if not plan.over:
-            flats = []
-            for dtype, sources, _sizes, total in plan.groups:
-                flat = self.record_flat(n, dtype, total)
-                if copy:
-                    torch.cat(sources, out=flat)  # one batched copy of every source, in record order
-                flats.append(flat)
-        if counts is None:
-            counts = self.counts.tolist()  # the one host wait: forward and copy done
-        self.counts.zero_()
-        if counts != plan.expected:
-            bad = {s: (c, e) for s, (c, e) in enumerate(zip(counts, plan.expected)) if c != e}
-            raise RuntimeError(f"graph-safe capture, forward of {tokens} tokens: hook slots ran (counted by the "
-                               f"graph, expected from its capture) {dict(list(bad.items())[:8])}")
+        if wait_first:
+            counts = self.counts.tolist()
+            if counts != plan.expected:
+                self.counts.zero_()
+                raise RuntimeError(_mismatch(tokens, counts, plan.expected))
         if plan.over:
+            self.counts.zero_()
             raise RuntimeError(f"graph-safe capture: a forward of {tokens} tokens is larger than the "
                                f"buffers' {self.rows} rows (set {ROWS_ENV})")
-        return plan, flats
+        flats = []
+        for dtype, sources, _sizes, total in plan.groups:
+            flat = self.record_flat(n, dtype, total)
+            if copy:
+                torch.cat(sources, out=flat)  # one batched copy of every source, in record order
+            flats.append(flat)
+        if wait_first:
+            snap = None  # checked above
+        else:
+            snap = self.count_snapshot(n)
+            snap.copy_(self.counts)
+        self.counts.zero_()
+        return DrainedStep(plan, flats, snap)
+
+
+class DrainedStep:
+    """One drained forward: its :class:`DrainPlan`, the flat record tensors its copy fills, and the
+    device snapshot of its counts (None once checked)."""
+
+    __slots__ = ("plan", "flats", "counts")
+
+    def __init__(self, plan: DrainPlan, flats: list[torch.Tensor], counts: torch.Tensor | None) -> None:
+        self.plan = plan
+        self.flats = flats
+        self.counts = counts
+
+
+def _mismatch(tokens: int, counts: list[int], expected: list[int], step: str = "") -> str:
+    bad = {s: (c, e) for s, (c, e) in enumerate(zip(counts, expected)) if c != e}
+    return (f"graph-safe capture, {step}forward of {tokens} tokens: hook slots ran (counted by the "
+            f"graph, expected from its capture) {dict(list(bad.items())[:8])}")
+
+
+def check_steps(steps: list[DrainedStep]) -> None:
+    """Check every step's counts against its plan, with one host read for all of them; raise on the first
+    step where a hook ran a different number of times than the graph recorded (the caller then records
+    none of ``steps``)."""
+    snaps = [s.counts for s in steps if s.counts is not None]
+    if not snaps:
+        return
+    rows = iter(torch.stack(snaps).tolist())
+    for i, step in enumerate(steps):
+        if step.counts is None:
+            continue
+        counts = next(rows)
+        if counts != step.plan.expected:
+            raise RuntimeError(_mismatch(step.plan.tokens, counts, step.plan.expected, f"pending step {i}, "))
+        step.counts = None

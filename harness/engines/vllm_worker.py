@@ -58,10 +58,11 @@ Traps:
   (harness.engines.vllm_compat.wrap_forward_calls), where no hook runs.  The
   drain is O(1) Python per forward (one batched copy per dtype into one flat
   tensor, GraphBuffers.drain), off the step's critical path (the forward timers
-  are CUDA events, not synchronizations, and the copy is enqueued before the
-  drain's one host wait), and leaves ``(plan, flats)`` pending; the pending
-  steps become the per-key record lists, in step order, when the records are
-  read (``_vp_records``: vp_take, vp_dump, vp_take_record_stats, ...).  A sink
+  are CUDA events, not synchronizations, and the drain enqueues its copies
+  without a host wait), and leaves a DrainedStep pending; the pending steps'
+  counts are checked and they become the per-key record lists, in step order,
+  when the records are read (``_vp_records``: vp_take, vp_dump,
+  vp_take_record_stats, ...).  A sink
   record of a key a drain plan also holds (none in vLLM's layout: a module runs
   inside or outside the forward) resolves the pending steps first, so each
   key's list stays in call order.
@@ -95,7 +96,8 @@ from harness.engines.tensor_parallel import in_parallel_region, tp_layout
 from harness.engines import graph_capture, route_tap
 from harness.engines.reads import (group_reads, input_terms, natural_key, parse_read, pick_inputs, pick_outputs,
                                    resolve_module, sibling_paths, sum_terms)
-from harness.engines.graph_capture import GraphBuffers, _tap_into_impl, buffer_rows, graph_mode, tokens_of
+from harness.engines.graph_capture import (GraphBuffers, _tap_into_impl, buffer_rows, check_steps, graph_mode,
+                                          tokens_of)
 from harness.engines.vllm_compat import (CAPTURE_OP, batch_layout, engine_info, hookable_call, kernel_path,
                                          replay_inputs, runner_model, track_batch_requests, wrap_forward_calls)
 
@@ -311,14 +313,16 @@ class CaptureExtension:
     def _vp_records(self, value: dict[str, list[torch.Tensor]]) -> None:
         """New records (a reset: ``{}``); the pending drained steps are dropped, the step index restarts."""
         self._vp_store = value
-        self._vp_pending: list[tuple] = []  # graph path: (DrainPlan, flats) per drained step, in step order
+        self._vp_pending: list = []  # graph path: graph_capture.DrainedStep per drained step, in step order
         self._vp_steps = 0  # graph path: steps drained since the reset (the record pool's index)
 
     def _vp_resolve(self) -> None:
-        """Graph path: the pending drained steps into the per-key record lists, in step order."""
+        """Graph path: the pending drained steps into the per-key record lists, in step order, once their
+        counts are checked (graph_capture.check_steps: a mismatch raises and records none of them)."""
         pending, self._vp_pending = self._vp_pending, []
-        for plan, flats in pending:
-            plan.resolve(flats, self._vp_store)
+        check_steps(pending)
+        for step in pending:
+            step.plan.resolve(step.flats, self._vp_store)
 
     def _vp_record(self, key: str, values: list, read: str) -> None:
         if self._vp_pending and key in self._vp_graph.drained_keys:

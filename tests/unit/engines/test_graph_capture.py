@@ -326,7 +326,7 @@ def _spy(ext, graph):
             _per_read_drain(graph, tokens if tokens is not None else -1, plans, ref)
         out = real(tokens, plans, n, copy)
         if out is not None:
-            steps.append((tokens, out[0]))
+            steps.append((tokens, out.plan))
         return out
     graph.drain = drain
     return ref, steps
@@ -367,7 +367,11 @@ def test_batched_drain_records_bitwise_what_the_per_read_drain_recorded(backend,
     assert "inner.toy.layers.0.rotary_emb|out[0]" not in got  # unrequested call of the shared module
 
 
-def test_a_count_mismatch_still_raises_and_records_nothing(monkeypatch):
+def test_a_count_mismatch_raises_when_the_records_are_read_and_records_nothing(monkeypatch):
+    """The drain does not wait for the device: it keeps a snapshot of the counts, and reading the records
+    checks every pending step at once; a step whose hooks ran a different number of times than its capture
+    recorded raises there, and none of the pending steps becomes a record.  The old order (``wait_first``,
+    the benchmark's ``residual-wait``) raises in the drain itself."""
     torch.manual_seed(0)
     model = Outer(Mixed())
     ext = _ext(model, READS_MIXED, "graph", monkeypatch)
@@ -376,15 +380,28 @@ def test_a_count_mismatch_still_raises_and_records_nothing(monkeypatch):
     graph = ext._vp_graph
     before = {k: len(v) for k, v in ext._vp_records.items()}
     expected = graph.plans[5].expected
-    for counts, tokens in ((expected[:1] + [expected[1] + 1] + expected[2:], 5),  # a hook ran once more
-                           ([0] * len(expected), 5),  # nothing ran (a replay that recorded nothing)
-                           (expected, 9)):  # no capture of 9 tokens
+    bad = ((expected[:1] + [expected[1] + 1] + expected[2:], 5),  # a hook ran once more
+           ([0] * len(expected), 5),  # nothing ran (a replay that recorded nothing)
+           (expected, 9))  # no capture of 9 tokens
+    for counts, tokens in bad:
+        graph.begin(5)
+        graph.counts.copy_(torch.tensor(expected))
+        ext._vp_drain(5)  # a good step before the bad one: dropped with it
+        graph.begin(tokens)
+        graph.counts.copy_(torch.tensor(counts))
+        ext._vp_drain(tokens)  # no host wait: nothing checked yet
+        assert graph.counts.sum().item() == 0 and not graph.open and len(ext._vp_pending) == 2
+        with pytest.raises(RuntimeError, match=f"pending step 1, forward of {tokens} tokens: hook slots ran"):
+            ext._vp_records
+        assert ext._vp_pending == []
+        assert {k: len(v) for k, v in ext._vp_records.items()} == before
+    for counts, tokens in bad:
         graph.begin(tokens)
         graph.counts.copy_(torch.tensor(counts))
         with pytest.raises(RuntimeError, match=f"forward of {tokens} tokens: hook slots ran"):
-            ext._vp_drain(tokens)
+            graph.drain(tokens, ext._vp_plans, 7, wait_first=True)
         assert graph.counts.sum().item() == 0 and not graph.open
-    assert {k: len(v) for k, v in ext._vp_records.items()} == before and ext._vp_steps == 2
+    assert {k: len(v) for k, v in ext._vp_records.items()} == before
 
 
 def test_records_taken_after_n_steps_are_in_step_order_and_dump_as_the_sink_path(monkeypatch, tmp_path):
@@ -439,7 +456,7 @@ def test_drain_plans_follow_the_table_and_the_buffers():
     """GraphBuffers alone: a plan is rebuilt when the table of its token count changes (a new call) or a
     buffer is reallocated (a larger shape before capture); after capture a buffer cannot grow; a forward
     larger than the buffers raises only while recording; capture off drains nothing."""
-    from harness.engines.graph_capture import GraphBuffers
+    from harness.engines.graph_capture import GraphBuffers, check_steps
     from harness.engines.reads import sum_terms
 
     plans = [((("a|out",), 0, 1, "out"),), ((("b|out", "c|out"), 0, 1, "out"),)]
@@ -456,10 +473,11 @@ def test_drain_plans_follow_the_table_and_the_buffers():
         return vals
 
     def drained(tokens, n):
-        plan, flats = graph.drain(tokens, plans, n)
+        step = graph.drain(tokens, plans, n)
+        check_steps([step])
         store = {}
-        plan.resolve(flats, store)
-        return plan, store
+        step.plan.resolve(step.flats, store)
+        return step.plan, store
 
     a, b = forward(4, [0, 1])
     plan, got = drained(4, 0)
