@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# On one H200 in one device session: correctness of the graph path's drain off the
-# step's critical path (CUDA-event timers, the copy enqueued before the one host wait), then the capture
-# cost on the peers' terms (benchmarks/bench_capture_peers.py). Results: docs/gpu/evidence/capture-cost-2026-12-03/.
+# On one H200 in one device session: correctness of the graph path (today's drain: no host wait, the counts
+# kept on the device and checked when the records are read), then the capture cost on the peers' terms
+# (benchmarks/bench_capture_peers.py). Results: docs/gpu/evidence/capture-cost-* (one folder per run).
 #   A. beside each other: the graph-capture unit tests on CUDA (tests/unit/engines/test_graph_capture.py: the
-#      stale-capture test, graph path = sink path, the batched-drain tests; test_graph_anatomy.py), qwen3 and
-#      llama bf16 compiled under vLLM's default FULL_AND_PIECEWISE graphs (run_h200.sh's family re-run,
-#      MODELS=qwen3,llama VARIANTS="--dtype bfloat16 --modes compiled", plus --serving single,decode: decode
-#      drains full-graph replays), and the 8B-shaped checkpoint build;
+#      stale-capture test, graph path = sink path, the batched-drain and count-check tests; test_graph_anatomy.py),
+#      $PARITY_MODELS bf16 compiled under vLLM's default FULL_AND_PIECEWISE graphs, --serving single,decode
+#      (decode drains full-graph replays), and the 8B-shaped checkpoint build;
 #   B. alone on the GPU: python -m benchmarks.bench_capture_peers (phases none+residual+tl-set+tl, none+all).
 #
 # Device calls (the machine is lost 30 s after a call ends; the wheelhouse in 45 MiB pieces, because the
@@ -17,14 +16,11 @@
 #   4. bash .gpuwhl/host.sh install && export PYTHONPATH=/tmp/site:$PWD &&
 #      bash docs/gpu/run_capture_peers.sh launch && bash docs/gpu/run_capture_peers.sh collect 540
 #                                                                             carry .gpuwhl/host.sh .gpuwhl/p03 .gpuwhl/bundle.sha256
-#   5. bash docs/gpu/run_capture_peers.sh collect 560                         (as often as needed)
+#   5. bash docs/gpu/run_capture_peers.sh collect 560                         (as often as needed, back to back)
 # .gpuwhl/pyt.tgz (the host has no pytest): tar --exclude=__pycache__ -czf .gpuwhl/pyt.tgz -C
 #   .venv/lib/python3*/site-packages pytest _pytest pluggy iniconfig packaging py.py and their *.dist-info.
-# Knobs: CKPT, BENCH_ARGS (more bench options), PARITY_S, PHASE_BUDGETS.
-# Measured 2026-12-03: install ~25 s, A 105 s (checkpoint 34 s, unit tests 96 s, parity 97 s); the full bench
-# (two phases, 6 rounds) did not run that day (a bare `wait` on the sampler, fixed above): its phase 0 alone
-# with none+residual (--phases none,residual --rounds 3) took 118 s (boot 92 s, 3 rounds 24 s). Estimate for
-# the whole default plan: ~9-10 min after install, so call 4 + one collect.
+# Knobs: CKPT, PARITY_MODELS, BENCH_ARGS (more bench options), PARITY_S, PHASE_BUDGETS.
+# How long each part took is in the evidence folder's job.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 phase=${1:?acc|launch|plan|collect}; shift || true
@@ -58,7 +54,7 @@ case "$phase" in
     ( export PYTHONPATH=$PYT:$SITE:$WORK; step graph_capture_tests 300 python3 -m pytest \
         tests/unit/engines/test_graph_capture.py tests/unit/engines/test_graph_anatomy.py -v -rs -p no:cacheprovider ) &
     P2=$!
-    step parity "${PARITY_S:-300}" python3 -m harness run --device cuda --model qwen3,llama --dtype bfloat16 \
+    step parity "${PARITY_S:-300}" python3 -m harness run --device cuda --model "${PARITY_MODELS:-qwen3,llama,gemma,mixtral,falcon_h1}" --dtype bfloat16 \
         --modes compiled --serving single,decode --jobs 8 --report-dir "$RES/reports"
     wait $P1 $P2  # not a bare `wait`: the memory sampler runs until the end (a bare wait hung the 2026-12-03 run)
     python3 -m harness matrix --report-dir "$RES/reports" --grid >"$RES/grid.md" 2>&1
