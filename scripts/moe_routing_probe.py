@@ -1,0 +1,78 @@
+"""Where does vLLM's expert choice leave the router's own logits?  A probe of one MoE family on one device.
+
+Usage (CUDA host, vLLM on the path; docs/gpu/README.md)::
+
+    python scripts/moe_routing_probe.py --model mixtral --dtype bfloat16 --mode eager|compiled-nographs|compiled
+
+Boots the family's synthetic checkpoint in-process (harness.models.targets), wraps vLLM's
+``BaseRouter.select_experts`` at class level before the engine is built, and on every call where Python runs
+(eager; compiled without CUDA graphs; under graphs only the captures) records the router logits' shape,
+strides, contiguity and dtype, and whether the returned expert ids equal the top-k of ``softmax(logits)``
+computed from a contiguous float32 copy of the same logits (as sets per token).  Prints one JSON line per
+distinct (shape, strides, contiguous) with the number of calls and of tokens whose choice differs, then the
+generated text's log-prob of the first prompt.
+
+Contract: a diagnosis tool, not a test; it reads vLLM's router API of the 0.20 line (``select_experts(
+hidden_states, router_logits)`` returning ``(topk_weights, topk_ids)``).  Trap: a near-tie can flip one token's
+choice legitimately; a mismatch on many tokens of many calls is not a near-tie.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="mixtral")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--mode", default="compiled-nographs", choices=("eager", "compiled-nographs", "compiled"))
+    args = ap.parse_args()
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    import torch
+
+    from harness.models.targets import targets_from_options
+
+    target = targets_from_options(args.model, None)[0]
+    from vllm import LLM, SamplingParams
+    from vllm.model_executor.layers.fused_moe.router.base_router import BaseRouter
+
+    seen: dict = defaultdict(lambda: {"calls": 0, "tokens": 0, "differ": 0})
+    original = BaseRouter.select_experts
+
+    def select_experts(self, hidden_states, router_logits, **kw):
+        weights, ids = original(self, hidden_states, router_logits, **kw)
+        if not torch.cuda.is_current_stream_capturing():
+            k = ids.shape[-1]
+            want = torch.softmax(router_logits.float().contiguous(), -1).topk(k, -1).indices.sort(-1).values
+            got = ids.long().sort(-1).values
+            key = (tuple(router_logits.shape), tuple(router_logits.stride()), router_logits.is_contiguous(),
+                   str(router_logits.dtype), type(self).__name__)
+            row = seen[key]
+            row["calls"] += 1
+            row["tokens"] += int(ids.shape[0])
+            row["differ"] += int((want != got).any(-1).sum())
+        return weights, ids
+
+    BaseRouter.select_experts = select_experts
+    kw = {"enforce_eager": True} if args.mode == "eager" else {}
+    if args.mode == "compiled-nographs":
+        kw["compilation_config"] = {"cudagraph_mode": "NONE"}
+    llm = LLM(model=str(target.checkpoint), dtype=args.dtype, max_model_len=512, seed=0,
+              gpu_memory_utilization=0.3, **kw)
+    prompts = [{"prompt_token_ids": [1] + list(range(4, 4 + n))} for n in (6, 15, 247)]
+    out = llm.generate(prompts, SamplingParams(max_tokens=4, temperature=0.0, logprobs=1))
+    for key, row in seen.items():
+        print(json.dumps({"mode": args.mode, "shape": key[0], "stride": key[1], "contiguous": key[2],
+                          "dtype": key[3], "router": key[4], **row}))
+    print(json.dumps({"mode": args.mode, "tokens": [list(o.outputs[0].token_ids) for o in out]}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
