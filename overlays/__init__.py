@@ -115,6 +115,8 @@ from .modernbert import ModernBertOverlay
 from .roberta import RobertaOverlay
 # -- imports: refusals42 --
 from .falcon_mamba import FalconMambaOverlay
+# -- imports: jamba --
+from .jamba import JambaOverlay
 # -- imports: gemma3n --
 from .gemma3n import Gemma3nOverlay
 # -- imports: hrm --
@@ -207,6 +209,8 @@ OVERLAYS: dict[str, TreeOverlay] = {
     "RobertaForMaskedLM": RobertaOverlay(),  # encoder: BERT's tree under model., no MLM head (overlays/roberta.py)
     # -- overlays: refusals42 --
     "FalconMambaForCausalLM": FalconMambaOverlay(),  # vLLM's MambaForCausalLM (CUDA only) + weightless dt / B / C norms
+    # -- overlays: jamba --
+    "JambaForCausalLM": JambaOverlay(),  # Mamba-1 or attention, dense MLP or MoE, by layer (CUDA only; no Tree row)
     # -- overlays: gemma3n --
     "Gemma3nForCausalLM": Gemma3nOverlay(),  # text-only gemma3n_text: AltUp streams, HF the only reference
     # -- overlays: hrm --

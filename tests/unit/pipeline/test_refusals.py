@@ -37,15 +37,16 @@ def test_a_refusal_applies_on_its_devices_only_and_the_plan_says_there_is_no_ove
     from harness.pipeline.refusals import applies
     from overlays import NoOverlayError
 
-    jamba = target_for_family(FAMILIES["jamba"])
-    assert jamba.overlay is None and jamba.architecture == "JambaForCausalLM"
-    assert applies(jamba, Variant()) and not applies(jamba, Variant(device="cuda"))
+    dsa = target_for_family(FAMILIES["glm_moe_dsa"])  # GLM-5: refused on CPU, no CUDA overlay yet
+    assert dsa.overlay is None and dsa.architecture == "GlmMoeDsaForCausalLM"
+    assert applies(dsa, Variant()) and not applies(dsa, Variant(device="cuda"))
     with pytest.raises(NoOverlayError, match="declared refused on cpu only, and runs on cuda"):
-        build_plan(jamba, Variant(device="cuda"))
-    # Mamba-1 has its overlay (overlays/mamba.py): refused on CPU, planned on CUDA
-    mamba = target_for_family(FAMILIES["mamba"])
-    assert mamba.overlay is not None and applies(mamba, Variant()) and not applies(mamba, Variant(device="cuda"))
-    assert build_plan(mamba, Variant(device="cuda")).cases
+        build_plan(dsa, Variant(device="cuda"))
+    # Mamba-1 and Jamba have their overlays (overlays/mamba.py, overlays/jamba.py): refused on CPU, planned on CUDA
+    for name in ("mamba", "jamba"):
+        t = target_for_family(FAMILIES[name])
+        assert t.overlay is not None and applies(t, Variant()) and not applies(t, Variant(device="cuda"))
+        assert build_plan(t, Variant(device="cuda")).cases
     assert not applies(target_for_family(FAMILIES["qwen3"]), Variant())
 
 
