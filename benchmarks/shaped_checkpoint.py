@@ -195,7 +195,7 @@ def build(args) -> Path:
     from safetensors.torch import save_file
     from transformers import AutoConfig
 
-    from harness.models.checkpoints import _write_tokenizer
+    from harness.models.checkpoints import write_tokenizer
 
     out = Path(args.out)
     if (out / "shaped_checkpoint.json").exists() and not args.force:
@@ -213,7 +213,7 @@ def build(args) -> Path:
     config.architectures = cfg["architectures"]
     config.dtype = dtype  # transformers 5 writes "dtype" (older: "torch_dtype")
     config.save_pretrained(tmp)
-    _write_tokenizer(tmp, cfg["vocab_size"])
+    write_tokenizer(tmp, cfg["vocab_size"])
     t_tok = time.perf_counter()
 
     itemsize = torch.empty((), dtype=dtype).element_size()

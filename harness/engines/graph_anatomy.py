@@ -1,7 +1,7 @@
 """The capture's own cost on the graph path, taken apart inside the engine process: what
 benchmarks/bench_capture_graphs.py measures through the worker's public entry points
-(``CaptureExtension.vp_graph_copy_alone`` / ``vp_graph_drain_anatomy``), so no benchmark reads the
-extension's state.
+(``BenchProbes.vp_graph_copy_alone`` / ``vp_graph_drain_anatomy``, harness.engines.bench_probes: the
+benchmarks' extension), so no benchmark reads the extension's state.
 
 Contract: functions of one installed :class:`~harness.engines.vllm_worker.CaptureExtension` (``ext``) and a
 forward of ``tokens`` (padded) tokens that the graph table knows, each timed synchronized, best of ``reps``:

@@ -27,7 +27,8 @@ O(1) Python work whatever the number of reads: per dtype, one ``torch.cat(source
 source into one flat record tensor (one batched copy, bitwise: no arithmetic), taken from a pool kept
 per (step index since the worker's reset, dtype) and reused after a reset, as the sink's record
 buffers are.  The drain returns ``(plan, flats)``; :meth:`DrainPlan.resolve` splits the flats into
-the per-key record views later, when the records are read (the worker's ``vp_take`` / ``vp_dump``).
+the per-key record views later, when the records are read (the worker's ``vp_dump``, a benchmark's
+``vp_take``).
 
 Traps:
 

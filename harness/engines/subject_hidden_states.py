@@ -308,20 +308,19 @@ def _states(out, tokens: list[int], ids: list[int]):
 def main(request_path: str) -> int:
     req = EngineRequest.read(request_path)
     device = req.device
-    from harness.engines.vllm_compat import subject_env_defaults
+    from harness.engines.boot import boot_llm, env_defaults
 
-    for k, v in subject_env_defaults(device).items():
-        os.environ.setdefault(k, v)
+    env_defaults(device)
     out_dir = Path(req.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     import torch
     import vllm
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
     from harness.engines.subject import one_batch_layout, write_single_file_outputs
 
     from harness.engines.subject_vllm import _device_info, _kv_bytes, _logprob_matrix, _logprob_rows
-    from harness.engines.vllm_compat import llm_kwargs, sampling_kwargs
+    from harness.engines.vllm_compat import sampling_kwargs
     from harness.logprob_request import LOGPROB_TOP_K
 
     export = req.hidden_states
@@ -334,19 +333,19 @@ def main(request_path: str) -> int:
                   "layer_ids": ids, "connector": connector}
     dtype_bytes = 4 if req.dtype == "float32" else 2
     tokens_total = int(req.max_model_len) + sum(len(t) for t in prompts) + 64
-    kw = llm_kwargs(device=device, compiled=not req.enforce_eager,
-                    kv_bytes=kv_bytes(_kv_bytes(req), len(ids), int(export.hidden_size), dtype_bytes, tokens_total))
+    version = dict(device=device, compiled=not req.enforce_eager,
+                   kv_bytes=kv_bytes(_kv_bytes(req), len(ids), int(export.hidden_size), dtype_bytes, tokens_total))
     store = out_dir / "hidden_states"
     t0 = time.perf_counter()
-    llm = LLM(model=req.checkpoint, dtype=req.dtype, max_model_len=req.max_model_len,
-              enforce_eager=req.enforce_eager, skip_tokenizer_init=True,
-              speculative_config={"method": "extract_hidden_states", "num_speculative_tokens": 1,
-                                  "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": ids}}},
-              kv_transfer_config={"kv_connector": connector, "kv_role": "kv_producer",
-                                  **({"kv_connector_module_path": "harness.engines.subject_hidden_states"}
-                                     if connector == CPU_CONNECTOR else {}),
-                                  "kv_connector_extra_config": {"shared_storage_path": str(store)}},
-              **kw)
+    llm = boot_llm(model=req.checkpoint, dtype=req.dtype, max_model_len=req.max_model_len,
+                   enforce_eager=req.enforce_eager, skip_tokenizer_init=True,
+                   speculative_config={"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                                       "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": ids}}},
+                   kv_transfer_config={"kv_connector": connector, "kv_role": "kv_producer",
+                                       **({"kv_connector_module_path": "harness.engines.subject_hidden_states"}
+                                          if connector == CPU_CONNECTOR else {}),
+                                       "kv_connector_extra_config": {"shared_storage_path": str(store)}},
+                   version=version)
     meta["boot_s"] = time.perf_counter() - t0
     meta["device_info"] = _device_info()
     vocab = int(req.vocab_size)

@@ -34,7 +34,8 @@ machine boots one; nothing else sets it).
 One process per model: vLLM keeps process-global state, and a crash here
 costs this model only.  The engine core stays in-process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the profiler sees the forward.
-Engine environment and arguments per device / vLLM line come from
+The engine is built by :func:`harness.engines.boot.boot_llm` (its environment by
+:func:`~harness.engines.boot.env_defaults`); what differs per device / vLLM line comes from
 :mod:`harness.engines.vllm_compat`.
 
 Tensor parallelism (request ``tp`` > 1): every rank records its own reads
@@ -55,18 +56,12 @@ import sys
 import time
 from pathlib import Path
 
+from harness.engines.boot import CAPTURE_EXTENSION, boot_llm, env_defaults
 from harness.engines.engine_request import EngineRequest
 from harness.vocab.capture_keys import RAGGED, strip_call
 
 
 TP_AGREE = 1e-3  # a rank disagreeing more than this on a replicated read is a sharding error
-
-
-def _env_defaults(device: str = "cpu", tp: int = 1) -> None:
-    from harness.engines.vllm_compat import subject_env_defaults
-
-    for key, value in subject_env_defaults(device, tp).items():
-        os.environ.setdefault(key, value)
 
 
 def _load_dump(dumps: list[dict], tp_stats: dict) -> dict:
@@ -291,7 +286,7 @@ STALL_ENV = "VLLM_PARITY_TEST_STALL_S"
 def main(request_path: str) -> int:
     req = EngineRequest.read(request_path)
     device, tp = req.device, int(req.tp)
-    _env_defaults(device, tp)
+    env_defaults(device, tp)
     out_dir = Path(req.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     import torch
@@ -299,11 +294,10 @@ def main(request_path: str) -> int:
 
     t_import = time.perf_counter()
     import vllm
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
     from harness.engines.serving import SCHEMES, engine_kwargs
-    from harness.engines.vllm_compat import (eager_rank_count, first_type_one, llm_kwargs, sampling_kwargs,
-                                             supported_line)
+    from harness.engines.vllm_compat import eager_rank_count, first_type_one, sampling_kwargs, supported_line
     from harness.collector import freeze_long_lived
 
     # vLLM collects garbage five times while it boots: none of them walks the imports (harness.collector;
@@ -325,22 +319,22 @@ def main(request_path: str) -> int:
     if os.environ.get(STALL_ENV):  # test instrumentation (module doc)
         time.sleep(float(os.environ[STALL_ENV]))
     t_boot = time.perf_counter()
-    llm = LLM(
+    llm = boot_llm(
         model=req.checkpoint,
         dtype=req.dtype,
         enforce_eager=req.enforce_eager,
-        worker_extension_cls="harness.engines.vllm_worker.CaptureExtension",
+        worker_extension_cls=CAPTURE_EXTENSION,
         max_model_len=req.max_model_len,
         # prompts go in as token ids and nothing is detokenized (sampling_kwargs): loading the tokenizer cost
-        # gemma3_270m's boot 13.5 s of its 17.7 s (262,144-entry vocabulary; qwen3 0.2 s).  In the dict, so that
+        # gemma3_270m's boot 13.5 s of its 17.7 s (262,144-entry vocabulary; qwen3 0.2 s).  A default, so that
         # llm_overrides can turn it off: an embedding model's pooling runner builds vLLM's scoring IO processor,
         # which reads the tokenizer's pad id (harness.values.engine_request.run_request)
-        **{"skip_tokenizer_init": True,
-           **llm_kwargs(device=device, tp=tp, compiled=not req.enforce_eager, kv_bytes=_kv_bytes(req),
-                      executor=req.executor),
-           **engine_kwargs(SCHEMES[req.serving], device, req.prompt_lengths),
-           **({"runner": "pooling"} if encoder else {}),
-           **req.llm_overrides},
+        defaults={"skip_tokenizer_init": True},
+        version=dict(device=device, tp=tp, compiled=not req.enforce_eager, kv_bytes=_kv_bytes(req),
+                     executor=req.executor),
+        overrides=(engine_kwargs(SCHEMES[req.serving], device, req.prompt_lengths),
+                   {"runner": "pooling"} if encoder else {},
+                   req.llm_overrides),
     )
     meta["boot_s"] = time.perf_counter() - t_boot
     _rss(meta, "after_boot")

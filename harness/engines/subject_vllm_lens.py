@@ -219,10 +219,9 @@ def _activations(out, n_tokens: int, n_layers: int):
 def main(request_path: str) -> int:
     req = EngineRequest.read(request_path)
     device = req.device
-    from harness.engines.vllm_compat import subject_env_defaults
+    from harness.engines.boot import boot_llm, env_defaults
 
-    for k, v in subject_env_defaults(device).items():
-        os.environ.setdefault(k, v)
+    env_defaults(device)
     os.environ.pop(DISABLE_ENV, None)  # vllm-lens's kill switch: this subject is the one that wants it
     import importlib.metadata as md
     import importlib.util
@@ -233,11 +232,11 @@ def main(request_path: str) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     import torch
     import vllm
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
     from harness.engines.subject import one_batch_layout, write_single_file_outputs
     from harness.engines.subject_vllm import _device_info, _kv_bytes, _logprob_matrix, _logprob_rows
-    from harness.engines.vllm_compat import llm_kwargs, sampling_kwargs
+    from harness.engines.vllm_compat import sampling_kwargs
     from harness.logprob_request import LOGPROB_TOP_K
 
     asked = [int(i) for i in req.residual_layers]
@@ -247,8 +246,9 @@ def main(request_path: str) -> int:
     meta: dict = {"vllm_version": vllm.__version__, "torch_version": torch.__version__, "subject": SUBJECT,
                   "vllm_lens_version": md.version("vllm-lens"), "layers": asked}
     t0 = time.perf_counter()
-    kw = {**llm_kwargs(device=device, kv_bytes=_kv_bytes(req)), "skip_tokenizer_init": True, **req.llm_overrides}
-    llm = LLM(model=req.checkpoint, dtype=req.dtype, max_model_len=req.max_model_len, enforce_eager=True, **kw)
+    llm = boot_llm(model=req.checkpoint, dtype=req.dtype, max_model_len=req.max_model_len, enforce_eager=True,
+                   version=dict(device=device, kv_bytes=_kv_bytes(req)),
+                   overrides=({"skip_tokenizer_init": True}, req.llm_overrides))
     meta["boot_s"] = time.perf_counter() - t0
     meta["device_info"] = _device_info()
     vocab = int(req.vocab_size)

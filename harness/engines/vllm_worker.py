@@ -1,11 +1,15 @@
 """vLLM worker extension that records hook reads (mixed into vLLM's Worker).
 
 Contract: vLLM mixes :class:`CaptureExtension` into its worker class through
-``LLM(worker_extension_cls="harness.engines.vllm_worker.CaptureExtension")``; the
-driver calls the ``vp_*`` methods by name with ``llm.collective_rpc``, so no
-insecure serialization is needed.  Files, not tensors, cross the RPC boundary:
-``vp_dump(path)`` writes a safetensors file per rank, which works the same for
-the in-process executor and for multi-process / tensor-parallel workers.
+``LLM(worker_extension_cls="harness.engines.vllm_worker.CaptureExtension")``
+(harness.engines.boot.CAPTURE_EXTENSION); the driver calls the ``vp_*`` methods by
+name with ``llm.collective_rpc``, so no insecure serialization is needed.  This
+class captures and nothing else: the benchmarks' probes of the capture (copy
+floor, record stats, the graph path's drain anatomy, uninstalling the hooks) are
+a mixin of their own, harness.engines.bench_probes, that only benchmarks load.
+Files, not tensors, cross the RPC boundary: ``vp_dump(path)`` writes a
+safetensors file per rank, which works the same for the in-process executor and
+for multi-process / tensor-parallel workers.
 
 Reads follow ``overlays.base.READ_GRAMMAR``, evaluated by harness.engines.reads (which module, which
 argument or output element, how terms sum); this module is the worker side: the hooks, the tap ops,
@@ -61,8 +65,8 @@ Traps:
   are CUDA events, not synchronizations, and the drain enqueues its copies
   without a host wait), and leaves a DrainedStep pending; the pending steps'
   counts are checked and they become the per-key record lists, in step order,
-  when the records are read (``_vp_records``: vp_take, vp_dump,
-  vp_take_record_stats, ...).  A sink
+  when the records are read (``_vp_records``: vp_dump, and the benchmarks'
+  vp_take / vp_take_record_stats).  A sink
   record of a key a drain plan also holds (none in vLLM's layout: a module runs
   inside or outside the forward) resolves the pending steps first, so each
   key's list stays in call order.
@@ -228,7 +232,7 @@ class CaptureExtension:
         self._vp_buffers = _Buffers()
         self._vp_handles = getattr(self, "_vp_handles", [])
         self._vp_forward_s: list = []  # seconds, or (start, end) CUDA events on the graph path (_vp_times)
-        self._vp_wait = False  # graph path: the old synchronized timers and drain (vp_set_drain)
+        self._vp_wait = False  # graph path: the old synchronized timers and drain (bench_probes.vp_set_drain)
         self._vp_enabled = enabled
         self._vp_positions = False
         self._vp_counters: list[list[int]] = []
@@ -453,12 +457,6 @@ class CaptureExtension:
     def vp_set_enabled(self, enabled: bool) -> None:
         self._vp_enabled = enabled
 
-    def vp_set_drain(self, overlap: bool) -> None:
-        """Graph path: ``True`` (the default) times forwards by CUDA events and enqueues the drain's copy
-        before its one host wait; ``False`` the way before 2026-12-03 -- synchronized timers, the counts read
-        before the copy -- kept for benchmarks/bench_capture_peers.py's side-by-side comparison."""
-        self._vp_wait = not overlap
-
     def _vp_times(self) -> list[float]:
         """The forwards' seconds: the graph path's event pairs read (one host wait for all of them)."""
         times = getattr(self, "_vp_forward_s", None) or []
@@ -474,71 +472,6 @@ class CaptureExtension:
         self._vp_replays = 0
         for counter in self._vp_counters:
             counter[0] = 0
-
-    # -- measuring the capture itself (benchmarks/: capture cost against the bare forward) -----------
-    def vp_uninstall(self) -> None:
-        """Remove every hook this extension installed (the forward timers too): the bare forward."""
-        for handle in getattr(self, "_vp_handles", []):
-            handle.remove()
-        self._vp_handles = []
-
-    def vp_take(self) -> dict:
-        """Record count and bytes since the last reset, and the hooks installed; then reset."""
-        records = [t for ts in getattr(self, "_vp_records", {}).values() for t in ts]
-        out = {"records": len(records), "bytes": sum(t.numel() * t.element_size() for t in records),
-               "hooks": max(len(getattr(self, "_vp_handles", [])) - 2, 0)}  # minus the two forward timers
-        self.vp_reset()
-        return out
-
-    def vp_copy_floor(self, reps: int = 5) -> float:
-        """Seconds to copy every current record once into a twin buffer, nothing else running in this
-        process (best of ``reps``): what the captured bytes alone cost on this machine."""
-        records = [t for ts in getattr(self, "_vp_records", {}).values() for t in ts]
-        twins = [torch.empty_like(t) for t in records]
-        sync = torch.cuda.synchronize if any(t.is_cuda for t in records) else (lambda: None)
-        best = float("inf")
-        for _ in range(reps):
-            sync()
-            t0 = time.perf_counter()
-            for dst, src in zip(twins, records):
-                dst.copy_(src)
-            sync()
-            best = min(best, time.perf_counter() - t0)
-        return best
-
-    def vp_take_forward_times(self) -> list[float]:
-        """The model forwards' seconds since the last take (the extension's own timers: a piecewise step's
-        pre/post-hook pair, a full-graph replay's wrapper; without the drain), then cleared."""
-        times = self._vp_times()
-        if hasattr(self, "_vp_forward_s"):
-            self._vp_forward_s.clear()
-        return times
-
-    def vp_take_record_stats(self, calls: int = 2) -> dict:
-        """Per forward of the last request (record ``n`` of each read, ``n < calls``: 0 the prefill, 1 the
-        first decode step), ``[tensors, bytes]``, and the hooks installed; then reset.  Nothing installed:
-        zeros."""
-        records = getattr(self, "_vp_records", None)
-        out = {"hooks": max(len(getattr(self, "_vp_handles", [])) - 2, 0) if records is not None else 0,
-               "forwards": []}
-        for n in range(calls):
-            ts = [v[n] for v in (records or {}).values() if len(v) > n]
-            out["forwards"].append([len(ts), sum(t.numel() * t.element_size() for t in ts)])
-        if records is not None:
-            self.vp_reset()
-        return out
-
-    def vp_graph_copy_alone(self, tokens: int, first: int, reps: int = 5) -> dict:
-        """Graph path: a forward's bytes copied alone (harness.engines.graph_anatomy.copy_alone)."""
-        from harness.engines.graph_anatomy import copy_alone
-
-        return copy_alone(self, tokens, first, reps)
-
-    def vp_graph_drain_anatomy(self, tokens: int, reps: int = 5) -> dict:
-        """Graph path: a forward's drain taken apart (harness.engines.graph_anatomy.drain_anatomy)."""
-        from harness.engines.graph_anatomy import drain_anatomy
-
-        return drain_anatomy(self, tokens, reps)
 
     def vp_dump(self, path: str) -> dict:
         """Write this rank's records to ``path`` (+ rank suffix); return a summary."""

@@ -87,7 +87,9 @@ def randomize_(model: torch.nn.Module, spec: ModelSpec) -> None:
                 table.copy_(ranked[:, : table.shape[1]].to(table.dtype))
 
 
-def _write_tokenizer(out: Path, vocab_size: int) -> None:
+def write_tokenizer(out: Path, vocab_size: int) -> None:
+    """Save a synthetic checkpoint's tokenizer into ``out``: WordLevel over ``vocab_size`` entries
+    (``<pad> <s> </s> <unk>``, then ``t4``, ``t5``, ...), split on whitespace."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -120,7 +122,7 @@ def build_checkpoint(spec: ModelSpec, out: Path) -> Path:
         cfg = json.loads((tmp / "config.json").read_text())
         cfg["architectures"] = [spec.released_architecture]
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
-    _write_tokenizer(tmp, config.vocab_size)
+    write_tokenizer(tmp, config.vocab_size)
     (tmp / "vllm_parity_spec.json").write_text(
         json.dumps({"family": spec.name, "key": spec_key(spec)}, indent=2)
     )

@@ -1,11 +1,12 @@
-"""The graph path's cost taken apart (harness.engines.graph_anatomy) through the extension's public entry
-points, as benchmarks/bench_capture_graphs.py drives them on a GPU: here on the toy model of
-tests/unit/engines/test_vllm_worker.py, compiled, with the graph path forced (no CUDA graph: the buffers,
-table and drain are the same code)."""
+"""The graph path's cost taken apart (harness.engines.graph_anatomy) through the benchmark extension's
+public entry points (harness.engines.bench_probes), as benchmarks/bench_capture_graphs.py drives them on a
+GPU: here on the toy model of tests/unit/engines/test_vllm_worker.py, compiled, with the graph path forced
+(no CUDA graph: the buffers, table and drain are the same code)."""
 from __future__ import annotations
 
 import torch
 
+from harness.engines.bench_probes import BenchCaptureExtension
 from test_graph_capture import READS_IN, Outer, _ext  # this folder is on sys.path under pytest
 from test_vllm_worker import Toy
 
@@ -13,7 +14,7 @@ from test_vllm_worker import Toy
 def _forward(monkeypatch, tokens: int = 5):
     torch.manual_seed(0)
     model = Outer(Toy())
-    ext = _ext(model, READS_IN, "graph", monkeypatch)
+    ext = _ext(model, READS_IN, "graph", monkeypatch, BenchCaptureExtension)
     model.compile_inner("aot_eager")
     with torch.inference_mode():
         model(torch.randn(tokens, 4))
@@ -44,8 +45,6 @@ def test_copy_alone_and_drain_anatomy_measure_the_forward_in_the_table(monkeypat
 
 
 def test_a_bare_engine_reports_no_capture_path():
-    from harness.engines.vllm_worker import CaptureExtension
-
-    ext = CaptureExtension()  # nothing installed (the benchmark's `none` engine)
+    ext = BenchCaptureExtension()  # nothing installed (the benchmark's `none` engine)
     assert ext.vp_take_forward_times() == [] and ext.vp_take_record_stats() == {"hooks": 0, "forwards": [[0, 0], [0, 0]]}
     assert ext.vp_graph_copy_alone(5, 0)["s"] is None and ext.vp_graph_drain_anatomy(5) == {}

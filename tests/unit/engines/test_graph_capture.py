@@ -43,10 +43,10 @@ class Outer(torch.nn.Module):
         return self._run[0](x)
 
 
-def _ext(model, reads, path: str, monkeypatch):
+def _ext(model, reads, path: str, monkeypatch, cls=CaptureExtension):
     monkeypatch.setenv(graph_capture.ENV, path)
     monkeypatch.setenv(graph_capture.ROWS_ENV, "16")
-    ext = CaptureExtension()
+    ext = cls()
     ext.model_runner = types.SimpleNamespace(model=model)
     assert ext.vp_install(reads) == []
     assert (ext._vp_graph is not None) == (path == "graph")
