@@ -6,8 +6,9 @@ the reference's scale, error relative to that scale (worst last-dim row, see
 per-position cosine similarity, and where the worst element sits with both
 sides' values there.  NaNs in the *reference* mark entries to ignore (vLLM
 returned only top-k log-probs); a NaN in the subject where the reference is
-finite counts as an infinite error.  :func:`verdict` applies a tolerance and
-writes a failure message a reader can act on without re-running, in the
+finite counts as an infinite error.  Whether an error is within its tolerance is the
+gate's rule (harness.comparison.gate.Band.exceeded); :func:`failure_message`
+writes the message a reader can act on without re-running, in the
 spirit of vLLM's ``check_logprobs_close``.
 """
 from __future__ import annotations
@@ -143,10 +144,6 @@ def compare_tensors(subject: torch.Tensor, reference: torch.Tensor) -> Metrics:
     return Metrics(max_abs, scale, rel, cos_min, idx,
                    float(s[idx]) if idx else math.nan, float(r[idx]) if idx else math.nan, tuple(s.shape),
                    norm_ratio, rel_median, scale_median)
-
-
-def verdict(metrics: Metrics, rel_tol: float) -> bool:
-    return math.isfinite(metrics.rel_err) and metrics.rel_err <= rel_tol
 
 
 def failure_message(label: str, metrics: Metrics, rel_tol: float, position_names: tuple[str, ...] = ()) -> str:

@@ -15,9 +15,9 @@ the prompt log-probs, and compares every (hook, prompt set) with two references
 * ``simulated`` -- HF with ggml's arithmetic simulated, gated by that simulated run's own dtype
   floors (against its truth-dtype run).
 
-Decision: the main harness's gate, nothing of its own.  Each row's floors (worst row, median row,
-median scale deviation: :func:`harness.quantized.simulated.floors`) become a
-:class:`~harness.comparison.gate.Band` (``Gate.band``), its pairs are compared on those three
+Decision: the main harness's gate, nothing of its own (docs/concepts.md, "The gate").  Each row's
+floors (worst row, median row, median scale deviation: :func:`harness.quantized.simulated.floors`)
+become a :class:`~harness.comparison.gate.Band` (``Gate.band``), its pairs are compared on those three
 statistics (harness.comparison.rows.compare_prompts, each the largest over prompts), and
 ``Gate.finalize`` settles the ceiling and the margin, as in every parity run; the run's status is the
 main verdict (harness.comparison.verdict.summarize): ``pass`` / ``partial`` / ``fail`` / ``error`` /
@@ -51,12 +51,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+
+from harness.paths import REPO_ROOT
 
 FAMILY = "smollm2"
 HOOKS: tuple[str, ...] = ("embed.hook_out", "blocks.{i}.hook_in", "blocks.{i}.attn.hook_out",
@@ -398,12 +401,10 @@ def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
                    f"{'' if before['finite'] else ' (already non-finite)'}" if before else ""))
         lines.append("")
     if rows:
-        decision = ("Decision: the main harness's gate (harness.comparison.gate, docs/concepts.md): three statistics "
-                    "per row (worst row, median row, median scale deviation), each the largest over prompts, each "
-                    "against max(multiple x its floor, minimum); a row fails when the median row or the scale exceeds "
-                    "its tolerance, or the worst row exceeds a tolerance at or below the dtype's ceiling; "
-                    "inconclusive when both the worst and the median row's tolerances are above the ceiling; "
-                    "anything non-finite fails.  Margin: error / tolerance on the statistics that gate the row.")
+        decision = ("Decision: the main harness's gate (harness.comparison.gate) on three statistics per row (worst "
+                    "row, median row, median scale deviation), each the largest over prompts; anything non-finite "
+                    "fails.  How it decides pass, fail or inconclusive: [docs/concepts.md, \"The gate\"]("
+                    + os.path.relpath(REPO_ROOT / "docs" / "concepts.md", out_dir.resolve()) + "#the-gate).")
         header = ("| hook | reference | worst rel_err | floor | tolerance | median rel_err | median floor | "
                   "median tolerance | scale | scale tolerance | margin | status |")
         lines += [decision, "", header, "|---|---|---|---|---|---|---|---|---|---|---|---|"]

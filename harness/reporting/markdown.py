@@ -15,6 +15,12 @@ from typing import Any
 from harness.comparison.known_vllm_bugs import explains
 from harness.comparison.verdict import stored_margin, summary_of
 
+# How a row's status is decided: the rule has one home, docs/concepts.md (reports land in
+# <repo>/reports/<model>/ by default, so the link is relative to that)
+GATE_LINK = ("How each row's status is decided (pass, fail, inconclusive against the dtype's ceiling): "
+             "[docs/concepts.md, \"The gate\"](../../docs/concepts.md#the-gate).")
+
+
 def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
@@ -155,8 +161,7 @@ def _hook_rows(result: dict) -> list[str]:
             "distance from itself in the truth dtype; `tol` = max(multiple × floor, minimum) "
             "(harness/comparison/tolerances.py); `margin` = rel_err / tol (< 1 passes). `median` = the median row's "
             "relative error and `scale` = the median of ||vLLM row|| / ||reference row|| − 1, each with its own floor "
-            "and tolerance (harness/comparison/gate.py): a row fails when any statistic exceeds its tolerance, and is "
-            "gated when the worst or the median row's tolerance is at or below the dtype's ceiling. "
+            "and tolerance (harness/comparison/gate.py). "
             "`cos_min` = worst per-token cosine. "
             "References: `bridge` TransformerBridge, `compat` its compatibility mode, `hf` plain HF forward hooks, "
             "`bridge~hf` the two references against each other, `compat-processed` compatibility mode with "
@@ -164,6 +169,7 @@ def _hook_rows(result: dict) -> list[str]:
             "(all prompts in one batch) against the bridge run alone. *(derived)*: computed host-side from "
             "captured hooks (harness/comparison/derived.py; entries masked on both sides ignored), not a tensor vLLM "
             "materialized.", "",
+            GATE_LINK, "",
             "| status | reference | hook | rel_err | floor | tol | margin | median (floor, tol) | scale (tol) | max_abs "
             "| cos_min | worst (prompt, index) |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -4,14 +4,15 @@ import math
 import pytest
 import torch
 
-from harness.comparison.compare import ShapeMismatch, argmax_agreement, compare_tensors, failure_message, verdict
+from harness.comparison.compare import ShapeMismatch, argmax_agreement, compare_tensors, failure_message
+from harness.comparison.gate import Band
 
 
 def test_identical_tensors_have_zero_error():
     x = torch.randn(5, 8)
     m = compare_tensors(x, x.clone())
     assert m.max_abs == 0 and m.rel_err == 0 and m.cos_min == pytest.approx(1.0)
-    assert verdict(m, 1e-4)
+    assert Band(1e-4, 0.0, 1e-4, 0.0, 1e-4, 0.0, ceiling=0.25).exceeded(m.rel_err, m.rel_median, m.scale_median) == ()
 
 
 def test_worst_position_and_values_are_reported():
@@ -44,7 +45,7 @@ def test_nan_in_reference_is_ignored_nan_in_subject_is_infinite():
     ref = torch.tensor([[1.0, float("nan")], [2.0, 3.0]])
     assert compare_tensors(torch.tensor([[1.0, 99.0], [2.0, 3.0]]), ref).max_abs == 0
     bad = compare_tensors(torch.tensor([[float("nan"), 0.0], [2.0, 3.0]]), ref)
-    assert math.isinf(bad.max_abs) and not verdict(bad, 1.0)
+    assert math.isinf(bad.max_abs) and Band(1.0).exceeded(bad.rel_err, math.nan, math.nan) == ("worst",)
 
 
 def test_shape_mismatch_raises_with_both_shapes():

@@ -15,6 +15,12 @@ Contracts checked (from the module's docstring and code):
   known reference bug; a fail is explained only where the bug's signature holds in ``refs``.
 - Gate.row_margin (stored as row.margin by finalize): the largest margin over the statistics that
   gate the row -- the worst row only at or below the ceiling -- NaN where none is measured.
+- Gate.judge / Band.judge, the one gate decision: pass within every gating tolerance (an error equal
+  to its tolerance passes; a tolerance equal to the ceiling gates); fail when a gating statistic
+  exceeds it (the worst row only at or below the ceiling, the median and the scale whatever it; a NaN
+  or infinite error fails); inconclusive when it passes with a measured floor and neither the worst
+  nor the median row's tolerance is at or below the ceiling; a NaN tolerance gates nothing.
+  Band.exceeded names the failing statistics, in the order compare_prompts writes their messages.
 """
 from __future__ import annotations
 
@@ -221,6 +227,79 @@ def test_row_margin_of_a_failed_row_with_infinite_median_is_infinite():
     BF16.finalize(row)
     assert row.status == "fail"
     assert row.margin == math.inf
+
+
+# -- judge: the one gate decision -------------------------------------------------------------
+
+def test_judge_passes_within_every_tolerance():
+    assert BF16.judge(_row()) == "pass"
+
+
+@pytest.mark.parametrize("stats, failing", [
+    (dict(rel_err=0.06), ("worst",)),
+    (dict(rel_median=0.06), ("median",)),
+    (dict(scale_median=-0.06), ("scale",)),  # by size: the sign does not matter
+    (dict(rel_err=0.06, rel_median=0.06, scale_median=0.06), ("worst", "median", "scale")),
+])
+def test_judge_fails_on_any_gating_statistic(stats, failing):
+    row = _row(**stats)
+    assert BF16.judge(row) == "fail"
+    assert BF16.band_of(row).exceeded(row.rel_err, row.rel_median, row.scale_median) == failing
+
+
+def test_judge_boundaries_error_at_tolerance_passes_tolerance_at_ceiling_gates():
+    assert BF16.judge(_row(rel_err=0.05, rel_median=0.05, scale_median=-0.05)) == "pass"
+    assert BF16.judge(_row(tolerance=0.25, tolerance_median=0.25, rel_err=0.25)) == "pass"
+    assert BF16.judge(_row(tolerance=0.25, rel_err=0.2500001)) == "fail"  # gated at the ceiling: it fails
+    # one step above the ceiling the worst row no longer gates, neither for pass nor for fail
+    assert BF16.judge(_row(tolerance=0.2500001, tolerance_median=0.05, rel_err=9.0)) == "pass"
+
+
+def test_judge_inconclusive_only_when_both_tolerances_exceed_the_ceiling_and_the_floor_was_measured():
+    both_above = dict(tolerance=0.6, tolerance_median=0.3, rel_err=0.5, rel_median=0.1)
+    assert BF16.judge(_row(**both_above)) == "inconclusive"
+    assert BF16.judge(_row(**{**both_above, "tolerance_median": 0.25})) == "pass"  # the median gates it
+    assert BF16.judge(_row(**both_above, floor=None)) == "pass"  # no floor measured: never inconclusive
+    # a failing statistic fails the row whatever the ceiling: no inconclusive hides it
+    assert BF16.judge(_row(**{**both_above, "rel_median": 0.31})) == "fail"
+    assert BF16.judge(_row(**{**both_above, "scale_median": 0.06})) == "fail"
+
+
+def test_judge_non_finite_errors_fail_and_nan_tolerances_gate_nothing():
+    assert BF16.judge(_row(rel_err=math.nan)) == "fail"
+    assert BF16.judge(_row(rel_err=math.inf)) == "fail"
+    assert BF16.judge(_row(rel_median=math.nan)) == "fail"
+    assert BF16.judge(_row(scale_median=math.inf)) == "fail"
+    # a NaN error on a worst row above the ceiling is not gated
+    assert BF16.judge(_row(tolerance=0.6, rel_err=math.nan)) == "pass"
+    # NaN tolerances (not compared): the median and scale gate nothing, so only the worst row decides
+    unmeasured = dict(tolerance_median=math.nan, rel_median=math.nan, tolerance_scale=math.nan, scale_median=math.nan)
+    assert BF16.judge(_row(**unmeasured)) == "pass"
+    assert BF16.judge(_row(**unmeasured, tolerance=0.6)) == "inconclusive"
+
+
+def test_judge_argmax_row_tolerance_zero():
+    ok = HookResult("toy", "hf", "argmax", "argmax(logits)", None, "argmax", "pass", 0.0, rel_err=0.0)
+    bad = HookResult("toy", "hf", "argmax", "argmax(logits)", None, "argmax", "fail", 0.0, rel_err=1.0)
+    assert (BF16.judge(ok), BF16.judge(bad)) == ("pass", "fail")
+
+
+def test_compared_row_and_finalize_follow_judge():
+    """rows.compared_row fails a row by the gate's rule; finalize takes judge's inconclusive: the
+    final status is judge's for a compared row."""
+    from harness.comparison.rows import compared_row
+    from harness.values.plan import Case
+
+    r = torch.randn(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) + 2.0
+    case = Case("bridge", "blocks.1.hook_out", "blocks.1.hook_out")
+    for floors in ((0.001, 0.001, 0.0), (0.2, 0.1, 0.0), (0.2, 0.01, 0.0)):
+        band = BF16.band("bridge", *floors)
+        for subject in (r.clone(), r * 1.05, r + 0.3):
+            row = compared_row("toy", case, band, [(subject, r)])
+            judged = BF16.judge(row)
+            assert row.status == ("fail" if judged == "fail" else "pass")
+            BF16.finalize(row)
+            assert row.status == judged, (floors, row.message)
 
 
 # -- known reference bugs ----------------------------------------------------------------------

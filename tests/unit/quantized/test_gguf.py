@@ -283,6 +283,11 @@ def test_report_shows_the_gates_statistics_and_margin(tmp_path):
     text = md.read_text()
     assert "| 1.00e-03 | 2.00e-02 | 5.00e-01 | pass (gated by the median row" in text
     assert "harness.comparison.gate" in text and "pass (median)" not in text
+    # the rule itself is not copied: one link to its home, relative to the report's folder
+    import os
+    from harness.paths import REPO_ROOT
+    link = os.path.relpath(REPO_ROOT / "docs" / "concepts.md", tmp_path.resolve()) + "#the-gate)"
+    assert link in text and "exceeds" not in text
     assert "prompt 2 (repeated): `blocks.15.attn.hook_out`, token position 7" in text
 
 
