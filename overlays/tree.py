@@ -192,6 +192,9 @@ class Attention:
     # False: multi-head only (GPT-2, OPT, GPT-NeoX): k / v have every query head, whatever the config says
     grouped_query: bool = True
     returns: str = "out"  # read of the module's return: "out[0]" for HF's (output, weights)
+    # a child whose ``returns`` read is attn.hook_out, where the attention module itself returns None and fills an
+    # ``output`` argument in place (vLLM 0.20's Qwen3-Next: ``output[:], _ = self.o_proj(...)``); "": the module's own
+    returns_at: str = ""
     # a bias the kernel adds to the scores: ALIBI (slope_h x key position, HF's build_alibi_tensor), which the
     # derived scores / pattern add (Derived.alibi_slopes); None: none
     position_bias: str | None = None
@@ -384,6 +387,10 @@ class GdnMixer:
     qkvz: str = "in_proj_qkvz"
     ba: str = "in_proj_ba"
     norm: str = "norm"  # the gated RMSNorm, called (core_out, z)
+    # hook_out's read: the mixer's return, or where the mixer returns None and fills an ``output`` argument in place
+    # (vLLM 0.20's QwenGatedDeltaNetAttention: ``output[:num_tokens], _ = self.out_proj(...)``) its out_proj's out[0]
+    out_at: str = ""
+    out_read: str = "out"
     layout: str = "interleaved"
     layer_types_key: str = "layer_types"
     layer_type: str = "linear_attention"
@@ -816,7 +823,7 @@ class TreeOverlay(Overlay):
             if t.ssm_mixer and t.ssm_mixer.parallel:  # SsmMixer.parallel: beside attention, on the same normed input
                 self._ssm(specs, b, f"{L}.{t.ssm_mixer.module}", cfg, D)
         if not (t.ssm_mixer and t.ssm_mixer.runs(cfg, i)):  # TL scales no Mamba-2 contribution (SsmMixer)
-            contribution("ln1_post", "hook_attn_out", (A, t.attention.returns))
+            contribution("ln1_post", "hook_attn_out", self._attn_out(A))
         if t.residual.mid:
             add("hook_resid_mid", f"{L}.{norms.ln2}" if t.residual.mid_at == "ln2" else M, t.residual.mid)
         if norms.ln2:
@@ -909,7 +916,12 @@ class TreeOverlay(Overlay):
                 d["n_heads"] * v_dim)
         else:
             add("attn.hook_z", f"{A}.{t.attention.out_proj}", "in[0]", (qh,), q)
-        add("attn.hook_out", A, t.attention.returns, references=attn_alias)
+        add("attn.hook_out", *self._attn_out(A), references=attn_alias)
+
+    def _attn_out(self, A: str) -> tuple[str, str]:
+        """(module, read) of attn.hook_out: the attention module's return, or its ``returns_at`` child's."""
+        at = self.tree.attention.returns_at
+        return (f"{A}.{at}" if at else A), self.tree.attention.returns
 
     def _short_conv_nonfiring(self, cfg: Any, n_layers: int) -> list[NonFiring]:
         """Tree.short_conv: on a short-conv layer, the attention hooks (and the scores / pattern) the attention
@@ -999,7 +1011,8 @@ class TreeOverlay(Overlay):
         add(f"{h}.hook_beta_logit", ba, "out[0]", beta, nv, references=hf("hook_beta_logit"))
         add(f"{h}.hook_recurrence_out", f"{G}.{gm.norm}", "in[0]", (), V, references=hf("hook_recurrence_out"))
         add(f"{h}.hook_gate_input", f"{G}.{gm.norm}", "in[1]", (), V, references=hf("hook_gate_input"))
-        add(f"{h}.hook_out", G, "out", references=(("hf", f"{b}.{h}.hook_out"),))
+        add(f"{h}.hook_out", f"{G}.{gm.out_at}" if gm.out_at else G, gm.out_read,
+            references=(("hf", f"{b}.{h}.hook_out"),))
 
     def _gdn_nonfiring(self, cfg: Any, n_layers: int) -> list[NonFiring]:
         """Tree.gdn_mixer: on a Gated DeltaNet layer, the attention hooks (and the scores / pattern) the attention
