@@ -8,9 +8,11 @@ Boots the family's synthetic checkpoint in-process (harness.models.targets), wra
 ``BaseRouter.select_experts`` at class level before the engine is built, and on every call where Python runs
 (eager; compiled without CUDA graphs; under graphs only the captures) records the router logits' shape,
 strides, contiguity and dtype, and whether the returned expert ids equal the top-k of ``softmax(logits)``
-computed from a contiguous float32 copy of the same logits (as sets per token).  Prints one JSON line per
-distinct (shape, strides, contiguous) with the number of calls and of tokens whose choice differs, then the
-generated text's log-prob of the first prompt.
+computed from a contiguous float32 copy of the same logits (as sets per token); and wraps the MoE runner's
+``_forward_impl`` to compare its output with the experts computed in float32 in Python from the same hidden states,
+router logits and expert weights (softmax top-k, renormalized where the layer says so; SwiGLU experts, Mixtral's).
+Prints one JSON line per distinct (shape, strides, contiguous) of the router logits (calls, tokens whose choice
+differs) and of the MoE input (calls, worst relative error of the output), then each prompt's greedy tokens.
 
 Contract: a diagnosis tool, not a test; it reads vLLM's router API of the 0.20 line (``select_experts(
 hidden_states, router_logits)`` returning ``(topk_weights, topk_ids)``).  Trap: a near-tie can flip one token's
@@ -60,16 +62,48 @@ def main() -> int:
         return weights, ids
 
     BaseRouter.select_experts = select_experts
+
+    from vllm.model_executor.layers.fused_moe.runner import moe_runner as runner_mod
+
+    runner_cls = next(c for c in vars(runner_mod).values() if isinstance(c, type) and "_forward_impl" in vars(c))
+    forward_impl = runner_cls._forward_impl
+    moe: dict = defaultdict(lambda: {"calls": 0, "worst_rel": 0.0})
+
+    def checked(self, layer, hidden_states, router_logits, *rest, **kw):
+        out = forward_impl(self, layer, hidden_states, router_logits, *rest, **kw)
+        if not torch.cuda.is_current_stream_capturing() and torch.is_tensor(out):
+            x, logits = hidden_states.float(), router_logits.float()
+            k = int(layer.top_k)
+            w, ids = torch.softmax(logits, -1).topk(k, -1)
+            if getattr(layer, "renormalize", True):
+                w = w / w.sum(-1, keepdim=True)
+            w13, w2 = layer.w13_weight.float(), layer.w2_weight.float()
+            ref = torch.zeros_like(x)
+            for e in range(w13.shape[0]):
+                rows, slot = (ids == e).nonzero(as_tuple=True)
+                if rows.numel():
+                    gate, up = (x[rows] @ w13[e].T).chunk(2, -1)
+                    ref.index_add_(0, rows, (torch.nn.functional.silu(gate) * up) @ w2[e].T * w[rows, slot, None])
+            rel = float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))
+            key = (tuple(hidden_states.shape), tuple(hidden_states.stride()), hidden_states.is_contiguous())
+            row = moe[key]
+            row["calls"] += 1
+            row["worst_rel"] = max(row["worst_rel"], rel)
+        return out
+
+    runner_cls._forward_impl = checked
     kw = {"enforce_eager": True} if args.mode == "eager" else {}
     if args.mode == "compiled-nographs":
         kw["compilation_config"] = {"cudagraph_mode": "NONE"}
-    llm = LLM(model=str(target.checkpoint), dtype=args.dtype, max_model_len=512, seed=0,
+    llm = LLM(model=str(target.checkpoint), dtype=args.dtype, max_model_len=256, seed=0,
               gpu_memory_utilization=0.3, **kw)
     prompts = [{"prompt_token_ids": [1] + list(range(4, 4 + n))} for n in (6, 15, 247)]
     out = llm.generate(prompts, SamplingParams(max_tokens=4, temperature=0.0, logprobs=1))
     for key, row in seen.items():
         print(json.dumps({"mode": args.mode, "shape": key[0], "stride": key[1], "contiguous": key[2],
                           "dtype": key[3], "router": key[4], **row}))
+    for key, row in moe.items():
+        print(json.dumps({"mode": args.mode, "moe_input_shape": key[0], "stride": key[1], "contiguous": key[2], **row}))
     print(json.dumps({"mode": args.mode, "tokens": [list(o.outputs[0].token_ids) for o in out]}))
     return 0
 
