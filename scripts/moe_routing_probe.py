@@ -1,8 +1,9 @@
 """Where does vLLM's expert choice leave the router's own logits?  A probe of one MoE family on one device.
 
-Usage (CUDA host, vLLM on the path; docs/gpu/README.md)::
+Usage (CUDA host, vLLM on the path, the harness's vLLM plugin registered: docs/gpu/register_plugin.sh)::
 
-    python scripts/moe_routing_probe.py --model mixtral --dtype bfloat16 --mode eager|compiled-nographs|compiled
+    python scripts/moe_routing_probe.py --model mixtral --dtype bfloat16 --mode eager|compiled-nographs|compiled \
+        [--with-reads]
 
 Boots the family's synthetic checkpoint in-process (harness.models.targets), wraps vLLM's
 ``BaseRouter.select_experts`` at class level before the engine is built, and on every call where Python runs
@@ -34,6 +35,10 @@ def main() -> int:
     ap.add_argument("--model", default="mixtral")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--mode", default="compiled-nographs", choices=("eager", "compiled-nographs", "compiled"))
+    ap.add_argument("--with-reads", action="store_true",
+                    help="install the harness's hooks for every hook the overlay offers before vLLM compiles (the "
+                         "suite's way: harness.engines.vllm_plugin), recording nothing: does their presence change "
+                         "what the compiled graph computes?")
     args = ap.parse_args()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     import torch
@@ -93,6 +98,19 @@ def main() -> int:
 
     runner_cls._forward_impl = checked
     kw = {"enforce_eager": True} if args.mode == "eager" else {}
+    if args.with_reads:
+        import tempfile
+
+        from harness.engines.boot import CAPTURE_EXTENSION
+        from harness.engines.vllm_plugin import ENV
+
+        specs = target.overlay.hook_specs(target.hf_config)
+        reads = sorted({(s.module, s.read) for s in specs.values()})
+        path = os.path.join(tempfile.mkdtemp(prefix="probe_reads_"), "reads.json")
+        with open(path, "w") as f:
+            json.dump([list(r) for r in reads], f)
+        os.environ[ENV] = path
+        kw["worker_extension_cls"] = CAPTURE_EXTENSION
     if args.mode == "compiled-nographs":
         kw["compilation_config"] = {"cudagraph_mode": "NONE"}
     llm = LLM(model=str(target.checkpoint), dtype=args.dtype, max_model_len=256, seed=0,
