@@ -15,7 +15,7 @@ Traps:
 - The engine's interpreter must carry this project's ``vllm.general_plugins`` entry point (the capture
   plugin): scripts/line_env.sh installs the project ``--no-deps -e`` there; PYTHONPATH (set by the
   launcher to this checkout) makes this checkout's harness the one imported.
-- The host reads the engine line's model registry, not its own (harness.engines.vllm_compat._installed_registry
+- The host reads the engine line's model registry, not its own (harness.engines.vllm_compat.registry._installed_registry
   asks :func:`engine_vllm_dir`): which architectures run natively and which through the Transformers backend
   moves between lines (0.27.1 runs Olmo3, HunYuanDenseV1 and FlexOlmo natively, 0.30.0 through the backend),
   and the overlay follows it.  :func:`harness.engines.vllm_compat.default_runner` and the MLA backend

