@@ -100,12 +100,19 @@ def derive(spec: Derived, values: Mapping[str, torch.Tensor]) -> torch.Tensor:
               alibi_slopes=spec.alibi_slopes, **({"chunk": spec.chunk} if spec.chunk else {}))
 
 
+# A score at or below half of float16's most negative finite value is a mask.  A reference's mask is its run dtype's
+# ``finfo.min``, *added* to the score by HF's additive masks (so an fp16 run's masked score is -65504 plus a score,
+# in fp32 where the model upcasts its attention), and it may be stored in a wider dtype (an fp16 or bf16 reference
+# saved as fp32); a score that low gets softmax weight exactly 0 in every float dtype, so it is masked in effect too.
+MASK_BOUND = float(torch.finfo(torch.float16).min) / 2
+
+
 def is_masked(x: torch.Tensor) -> torch.Tensor:
-    """``-inf``, or at/below the most negative finite value of ``x``'s dtype or of bfloat16:
-    a bf16 reference stored as fp32 still holds bf16's (measured: OLMo-2's bridge in bf16)."""
+    """``-inf``, or at/below :data:`MASK_BOUND` (half of float16's most negative finite value, above bfloat16's and
+    float32's): an fp16 or bf16 reference stored as fp32 still holds its dtype's mask value plus a score."""
     if not x.is_floating_point():
         return torch.zeros_like(x, dtype=torch.bool)
-    return torch.isneginf(x) | (x <= max(torch.finfo(x.dtype).min, torch.finfo(torch.bfloat16).min))
+    return torch.isneginf(x) | (x <= MASK_BOUND)
 
 
 def _may_hold_mask(x: torch.Tensor) -> bool:
@@ -113,7 +120,7 @@ def _may_hold_mask(x: torch.Tensor) -> bool:
     NaN minimum says True, and the exact mask decides)."""
     if not x.is_floating_point() or x.numel() == 0:
         return False
-    return not bool(x.min() > max(torch.finfo(x.dtype).min, torch.finfo(torch.bfloat16).min))
+    return not bool(x.min() > MASK_BOUND)
 
 
 def ignore_common_mask(subject: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:

@@ -75,6 +75,21 @@ def test_common_mask_is_ignored_but_a_one_sided_mask_fails():
     assert compare_tensors(wrong, ignore_common_mask(wrong, bridge)).rel_err == math.inf
 
 
+@pytest.mark.parametrize("run_dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_a_mask_of_the_run_dtype_stored_as_fp32_is_a_mask(run_dtype):
+    """HF's fp16 scores hold float16's finfo.min where masked, and a reference is stored as fp32: still a mask
+    (it gets softmax weight 0 in every dtype), so only a one-sided mask fails."""
+    q, k, _ = _qkv()
+    subj = attention_scores(q, k, scale=0.5)
+    # HF's additive mask: the dtype's min plus the score, in fp32 where the model upcasts its attention
+    hf = torch.where(torch.isneginf(subj), torch.finfo(run_dtype).min + attention_scores(q, k, scale=0.5, causal=False),
+                     subj).float()
+    m = compare_tensors(subj, ignore_common_mask(subj, hf))
+    assert m.max_abs == 0.0 and math.isfinite(m.rel_err)
+    wrong = attention_scores(q, k, scale=0.5, window=2)
+    assert compare_tensors(wrong, ignore_common_mask(wrong, hf)).rel_err == math.inf
+
+
 # --- stitching vLLM's logits-processor calls ----------------------------------------
 def test_stitch_sample_first_then_prompt():
     T, V = 5, 3
