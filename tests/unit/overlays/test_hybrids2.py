@@ -80,6 +80,28 @@ def test_nonfiring_and_refused_processed_compat(specs, target):
     assert all(spec.reference_name("compat-processed", "x") is None for k, spec in specs.items() if k != "unembed.hook_out")
 
 
+def test_mamba_rms_norm_off_offers_no_inner_norm_hooks():
+    """Released Falcon-H1 configs have mamba_rms_norm false: HF's norm is an nn.Identity it never calls and TL offers no
+    inner_norm hook, so the overlay offers none (SsmMixer.norm_key) and lists them non-firing; on, as the row, offered."""
+    from types import SimpleNamespace
+
+    from overlays.tree import NORM_OFF
+
+    overlay = FalconH1Overlay()
+    on = SimpleNamespace(**FAMILIES["falcon_h1"].config)
+    off = SimpleNamespace(**{**FAMILIES["falcon_h1"].config, "mamba_rms_norm": False})
+    assert FALCON_H1.ssm_mixer.norm_key == "mamba_rms_norm"
+    assert FALCON_H1.ssm_mixer.has_norm(on) and not FALCON_H1.ssm_mixer.has_norm(off)
+    specs_on, specs_off = overlay.hook_specs(on), overlay.hook_specs(off)
+    norm = {f"blocks.{i}.mamba.inner_norm.{h}" for i in range(3) for h in ("hook_in", "hook_gate", "hook_out")}
+    assert norm <= set(specs_on) and not norm & set(specs_off)
+    assert set(specs_on) - set(specs_off) == norm
+    nf = {n.template: n.reason for n in overlay.nonfiring_for(off)}
+    assert norm <= set(nf) and nf["blocks.2.mamba.inner_norm.hook_out"] == NORM_OFF.format(key="mamba_rms_norm")
+    assert not norm & {n.template for n in overlay.nonfiring_for(on)}
+    assert GRANITEMOEHYBRID.ssm_mixer.norm_key is None and GRANITEMOEHYBRID.ssm_mixer.has_norm(off)
+
+
 def test_granites_mixer_unchanged_by_the_new_fields():
     sm = GRANITEMOEHYBRID.ssm_mixer
     assert (sm.hook, sm.parallel, sm.input_scale) == ("mixer", False, None)
