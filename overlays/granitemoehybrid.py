@@ -33,8 +33,11 @@ Hook by hook:
   (harness.comparison.known_issues.GATED_NORM_BUGS, this architecture's entry), the references corrected
   downstream of the norm (harness.references.reference.group_wise_gated_norm).  Released Granite-4.0-H
   configs have ``mamba_n_groups`` 1 (the bug cannot show there); the synthetic row has 2.
-- Attention layers: no rotary in the released configs (``position_embedding_type`` "nope"): ``hook_q`` / ``hook_k``
-  feed the derived scores / pattern (``SCORES_FROM_QK``).
+- Attention layers: no rotary in the released Granite-4.0-H configs (``position_embedding_type`` "nope"):
+  ``hook_q`` / ``hook_k`` feed the derived scores / pattern (``SCORES_FROM_QK``).  Where the config says "rope"
+  (Granite-4.0-micro; vLLM then builds ``self_attn.rotary_emb`` and rotates q / k, TransformerLens's adapter a
+  rotary bridge) the row is :data:`GRANITEMOEHYBRID_ROPE`: ``hook_rot_q`` / ``hook_rot_k`` at the rotary and the
+  scores from them (``SCORES_FROM_ROTATED``), chosen per config by :meth:`GraniteMoeHybridOverlay.tree_for`.
 - MLP: TransformerLens names the dense block ``blocks.{i}.shared_mlp.*``: the builder's ``mlp.*`` hooks are
   offered under those names (``Tree.hook_names``), in compatibility mode too (``Tree.references``).  ``mlp.hook_pre`` is ``input_linear``'s
   gate half (HF chunks ``[gate | up]``, vLLM's ``SiluAndMul`` acts on the first half).
@@ -45,7 +48,7 @@ from dataclasses import replace
 
 from .decoder_only import DECODER
 from .granite import GRANITE
-from .tree import GATED, SCORES_FROM_QK, STREAM_PAIR, Mlp, SsmMixer, TreeOverlay
+from .tree import GATED, SCORES_FROM_QK, SCORES_FROM_ROTATED, STREAM_PAIR, Mlp, SsmMixer, TreeOverlay, config_get
 
 _SHARED = ("hook_in", "hook_pre", "hook_pre_linear", "hook_post", "hook_out")  # the dense MLP's hooks
 
@@ -61,9 +64,28 @@ GRANITEMOEHYBRID = replace(
 )
 
 
+# position_embedding_type "rope" (Granite-4.0-micro): vLLM's attention rotates q / k at self_attn.rotary_emb
+GRANITEMOEHYBRID_ROPE = replace(GRANITEMOEHYBRID, attention=DECODER.attention, score_inputs=SCORES_FROM_ROTATED)
+
+
 class GraniteMoeHybridOverlay(TreeOverlay):
     """Granite-4.0-H: Granite's multipliers, Mamba-2 or attention by layer_types, a shared MLP per layer."""
     tree = GRANITEMOEHYBRID
 
+    @staticmethod
+    def tree_for(cfg) -> "TreeOverlay":
+        """The builder of ``cfg``'s row: :data:`GRANITEMOEHYBRID_ROPE` where its attention is rotary."""
+        rope = config_get(cfg, "position_embedding_type", default="nope") == "rope"
+        return TreeOverlay(GRANITEMOEHYBRID_ROPE if rope else GRANITEMOEHYBRID)
 
-__all__ = ["GRANITEMOEHYBRID", "GraniteMoeHybridOverlay"]
+    def hook_specs(self, cfg):
+        return self.tree_for(cfg).hook_specs(cfg)
+
+    def derived_specs(self, cfg):
+        return self.tree_for(cfg).derived_specs(cfg)
+
+    def nonfiring_for(self, cfg):
+        return self.tree_for(cfg).nonfiring_for(cfg)
+
+
+__all__ = ["GRANITEMOEHYBRID", "GRANITEMOEHYBRID_ROPE", "GraniteMoeHybridOverlay"]
