@@ -1360,9 +1360,11 @@ FAMILIES: dict[str, ModelSpec] = {
                       "stream entering layer 1 pass; in float32 it first shows at layer 1's input norm, after "
                       "AltUp's prediction mixes the streams into the active one; in bfloat16 that share stays under "
                       "the tolerance along the active stream, and it first shows at the final norm, after AltUp's "
-                      "unembedding averages in the streams that carry the per-layer inputs directly",
-                      dtypes=("float32", "bfloat16"),
-                      first_failing=("blocks.1.ln1.hook_normalized", "ln_final.hook_normalized"),
+                      "unembedding averages in the streams that carry the per-layer inputs directly; in float16 it "
+                      "first shows at layer 1's k / v projections, just above float16's tolerance there",
+                      dtypes=("float32", "bfloat16", "float16"),
+                      first_failing=("blocks.1.ln1.hook_normalized", "ln_final.hook_normalized",
+                                     "blocks.1.attn.hook_k", "blocks.1.attn.hook_v"),
                       rel_err=(3.5e-3, 0.3)),
                   why=("Gemma-3n text (Gemma3nForCausalLM, overlays/gemma3n.py): 4 AltUp streams (active stream 0), "
                        "a Laurel block of rank 16, per-layer inputs of width 32 (their own token embeddings and the "
