@@ -146,4 +146,18 @@ def llm_kwargs(*, device: str, tp: int = 1, compiled: bool = False, kv_bytes: in
                 kw["compilation_config"]["cudagraph_mode"] = os.environ[CUDAGRAPH_MODE_ENV]
         if tp > 1:
             kw["disable_custom_all_reduce"] = True  # NCCL all-reduce, NVLS off (see subject_env_defaults)
+        kw.update(gdn_prefill_kwargs())
     return kw
+
+
+def gdn_prefill_kwargs() -> dict[str, Any]:
+    """On CUDA without FlashInfer: ``additional_config={"gdn_prefill_backend": "triton"}``.  vLLM 0.20.2's Gated
+    DeltaNet (Qwen3-Next, Qwen3.5: ``model_executor/layers/mamba/gdn_linear_attn.py``) reads that key; its "auto"
+    picks FlashInfer's prefill kernel on an SM90 device whether or not ``flashinfer`` is installed, and the first
+    prefill then fails on the import.  "triton" is vLLM's other kernel (FLA's).  Models without a GDN layer never
+    read the key; where FlashInfer imports, nothing is set and vLLM picks."""
+    import importlib.util
+
+    if importlib.util.find_spec("flashinfer") is not None:
+        return {}
+    return {"additional_config": {"gdn_prefill_backend": "triton"}}

@@ -79,6 +79,7 @@ def test_engine_arguments_by_device():
     sizes = gpu["compilation_config"]["cudagraph_capture_sizes"]
     assert max(sizes) >= 7 + 16 + 29 + 248, "the ragged batch of the default prompts must replay a graph"
     assert "compilation_config" not in vc.llm_kwargs(device="cuda", compiled=False)
+    assert "additional_config" not in cpu  # the GDN prefill backend is a CUDA fact
     env = vc.subject_env_defaults("cuda", 2)
     assert env["NCCL_NVLS_ENABLE"] == "0" and env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
     assert "NCCL_NVLS_ENABLE" not in vc.subject_env_defaults("cpu", 1)
@@ -584,3 +585,15 @@ def test_version_layer_modules_stay_where_their_facts_are():
     rt_code = code("route_tap.py")
     for name in ("global_num_experts", "routed_scaling_factor", ".select_experts", "runner.router"):
         assert name not in rt_code, name
+
+
+def test_gdn_prefill_is_tritons_on_cuda_without_flashinfer(monkeypatch):
+    """vLLM 0.20.2 (gdn_linear_attn.py, gdn_prefill_backend "auto") picks FlashInfer on SM90 whether or not it imports;
+    without it the CUDA engine asks for vLLM's Triton kernel, with it vLLM picks."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flashinfer" else real(name, *a))
+    assert vc.llm_kwargs(device="cuda")["additional_config"] == {"gdn_prefill_backend": "triton"}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "flashinfer" else real(name, *a))
+    assert "additional_config" not in vc.llm_kwargs(device="cuda")
