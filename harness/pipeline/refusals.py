@@ -209,3 +209,19 @@ def probe_ops(device: str, ops: tuple[str, ...], work_root: str = "", modules: t
 
 __all__ = ["applies", "declared_dtype_refusal", "hf_config_class", "probe_ops", "recheck_architecture", "recheck_dtype",
            "recheck_hf_missing"]
+
+
+def recheck_subject(probe, subject: str, result: ModelResult, engine_python: str | None = None) -> None:
+    """A subject declared refused on this machine (harness.engines.subjects.Subject.refusal_probe): its ``probe``
+    (``probe(python) -> reason | None``) runs before anything is built.  Still refused: ``skipped`` with the
+    probe's words.  Refusing nothing: ``error`` naming the stale declaration.  A probe that fails: ``error``."""
+    try:
+        why = probe(engine_python)
+    except Exception as exc:  # noqa: BLE001 -- a probe that cannot say is an error, never a refusal
+        result.error = f"--subject {subject}: its refusal probe failed: {type(exc).__name__}: {exc}"
+        return
+    if why is None:
+        result.error = (f"--subject {subject}: declared refused here, but its probe refused nothing: the declaration "
+                        "is stale (harness/engines/subjects.py)")
+        return
+    result.skipped = f"--subject {subject} not run: {why} (re-checked before anything is built)"

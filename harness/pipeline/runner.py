@@ -287,7 +287,10 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
             with phases("setup"):
                 result.versions = versions()
                 result.fingerprint = fingerprint(target, variant, result.versions)
-            if refusals.applies(target, variant):
+            if SUBJECTS[variant.subject].refusal_probe is not None:  # a peer refused on this machine
+                with phases("refusal_recheck"):
+                    refusals.recheck_subject(SUBJECTS[variant.subject].refusal_probe_fn(), variant.subject, result)
+            elif refusals.applies(target, variant):
                 with phases("refusal_recheck"):
                     refusals.recheck_architecture(target, variant, result, work_root, engine_timeout_s)
             elif refusals.declared_dtype_refusal(target, variant) is not None:

@@ -72,7 +72,7 @@ def build_matrix(report_dir: Folders, relative_to: Path | None = None) -> list[d
         v = r.get("versions", {})
         rows.append({
             "model": r["model"], "architecture": r["architecture"], "overlay": r["overlay"],
-            "variant": variant_of(r), "device": r.get("device", "cpu"), "dtype": r["dtype"],
+            "variant": variant_of(r), "subject": r.get("subject") or "vllm", "device": r.get("device", "cpu"), "dtype": r["dtype"],
             "kernel_path": r.get("kernel_path") or "unknown",
             "vllm": v.get("vllm"), "transformers": v.get("transformers"),
             "transformer_lens": v.get("transformer-lens"),
@@ -204,6 +204,57 @@ def _grid_table(rows: list[dict], families: list[str], variants: list[str]) -> s
                 c += " stale vLLM-bug declaration"
             cells.append(c)
         out.append(f"| {fam} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def peer_cell(r: dict | None) -> str:
+    """One peer's run of one family: verdict, hooks passed / offered (the hooks *that peer* offers) and the vLLM
+    line it ran on; a refusal or an error with the first words of its reason."""
+    if r is None:
+        return "—"
+    line = f" on {r['vllm']}" if r.get("vllm") else ""
+    if r["verdict"] == "skipped":
+        said = (r.get("skipped") or "").split(": ", 1)[-1]
+        return f"⏭ refused{line}: {said[:70].rstrip()}…" if len(said) > 70 else f"⏭ refused{line}: {said}"
+    c = f"{_CELL[r['verdict']]} {r['hooks_passed']}/{r['hooks_offered']}{line}"
+    if r["verdict"] == "error" and r.get("error"):
+        words = error_words(r["error"])
+        c += f": {words[:70].rstrip()}…" if len(words) > 70 else f": {words}"
+    return c
+
+
+def error_words(error: str) -> str:
+    """The innermost exception of an error's first line, from its class name on (``SubjectError: pkg.mod.XError:
+    words -- harness... exited 1`` -> ``XError: words``)."""
+    import re
+
+    text = error.splitlines()[0].split(" -- ")[0] if error else ""
+    found = list(re.finditer(r"\b(\w+(?:Error|Exception)): ", text))
+    return text[found[-1].start():] if found else text
+
+
+def to_peer_grid(rows: list[dict], peers: Sequence[str], compact: bool = False) -> str:
+    """Families by peers (``peers``: the subjects' names, a column each; the command line passes ``tl-vllm``,
+    TransformerLens's own vLLM backend, and harness.engines.subjects.PEERS, which reporting does not import): each cell the peer's verdict on the hooks it offers, on the vLLM line it ran on (:func:`peer_cell`).
+    Only families some peer ran; the default subject's runs are not a peer's and never fill a cell.  ``compact``
+    (the README's): a peer per row, its vLLM line(s) in a column, a family per column, cells without words
+    (``⏭`` a refusal, ``💥`` an error)."""
+    peers = list(peers)
+    cell = {(r["model"], r.get("subject")): r for r in rows if r.get("subject") in peers}
+    families = list(dict.fromkeys(r["model"] for r in rows if r.get("subject") in peers))
+    if compact:
+        def short(r: dict | None) -> str:
+            if r is None or r["verdict"] in ("skipped", "error"):
+                return {None: "—", "skipped": "⏭", "error": "💥"}[None if r is None else r["verdict"]]
+            return f"{_CELL[r['verdict']]} {r['hooks_passed']}/{r['hooks_offered']}"
+        out = ["| peer | vLLM | " + " | ".join(families) + " |", "|---|---|" + "---|" * len(families)]
+        for p in peers:
+            lines = sorted({str(r.get("vllm")) for (f, q), r in cell.items() if q == p and r.get("vllm")})
+            out.append(f"| `{p}` | {', '.join(lines) or '—'} | "
+                       + " | ".join(short(cell.get((f, p))) for f in families) + " |")
+        return "\n".join(out) + "\n"
+    out = ["| family | " + " | ".join(f"`{p}`" for p in peers) + " |", "|---|" + "---|" * len(peers)]
+    out += [f"| {f} | " + " | ".join(peer_cell(cell.get((f, p))) for p in peers) + " |" for f in families]
     return "\n".join(out) + "\n"
 
 

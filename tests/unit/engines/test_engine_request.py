@@ -25,7 +25,7 @@ def _every_field_set() -> EngineRequest:
         pooling=Pooling(task="token_classify", token_types=[[0, 0, 1], [0, 1]], width=128), discover=True, timing_repeats=2,
         tl_hooks={"blocks.0.hook_out": "model.layers.0|out"},
         hidden_states=HiddenStatesExport(layer_ids=[0, 1, 2], hidden_size=64, connector="CpuHiddenStatesConnector"),
-        residual_layers=[0, 2])
+        residual_layers=[0, 2], qk_layers=[0, 1])
 
 
 def _defaults(cls) -> dict:

@@ -8,9 +8,11 @@ import sys
 
 import pytest
 
-from harness.engines.subject_vllm_lens import (NOT_EXPORTED, NOT_LAYER_OUTPUT, VllmLensMissing, check_installed,
-                                               hooks_for_layer, layer_of_module, layers, layers_of, lens_plan,
-                                               raw_module)
+from harness.engines.subject_vllm_lens import (NOT_EXPORTED, NOT_LAYER_OUTPUT, QK_MLA, QK_REPLAYED, VllmLensMissing,
+                                               check_installed, extra_args, hooks_for_layer, layer_of_module, layers,
+                                               layers_of, lens_plan, qk_hooks, qk_layer_of_module, qk_layers_of,
+                                               qk_module, raw_module)
+from overlays.base import Derived
 from overlays.base import HookSpec, NonFiring
 
 
@@ -69,7 +71,7 @@ def test_the_plan_offers_the_layer_outputs_and_declares_everything_else_not_expo
         *((t, NOT_EXPORTED) for t in ("embed.hook_out", "blocks.{i}.attn.hook_q", "ln_final.hook_normalized",
                                       "blocks.{i}.attn.hook_pattern", "unembed.hook_out")),
         ("blocks.0.hook_in", NOT_LAYER_OUTPUT)]
-    assert "residual stream only" in NOT_EXPORTED and "residual stream only" in NOT_LAYER_OUTPUT
+    assert "output_qk" in NOT_EXPORTED and "residual stream only" in NOT_LAYER_OUTPUT
 
 
 def test_a_subset_of_layers_offers_only_their_hooks_and_names_the_others():
@@ -106,13 +108,83 @@ def test_the_build_plan_of_llama_gives_rows_on_every_reference():
     plan = build_plan(target, Variant(subject="vllm-lens"))
     n = target.hf_config.num_hidden_layers
     hooks = {f"blocks.{i}.hook_out" for i in range(n)} | {f"blocks.{i}.hook_in" for i in range(1, n)}
-    assert set(plan.specs) == hooks and plan.derived == {}
+    qk = {f"blocks.{i}.attn.hook_rot_{x}" for i in range(n) for x in "qk"}
+    assert set(plan.specs) == hooks | qk and plan.derived == {}
     for ref in ("bridge", "compat", "compat-processed", "hf", "bridge~hf", "bridge-ragged"):
-        assert {c.hook for c in plan.cases if c.reference == ref} - {"logprobs", "argmax"} == hooks, ref
+        want = hooks | (qk if ref in ("bridge", "bridge-ragged") else set())  # rotated q/k: the bridge's hooks only
+        assert {c.hook for c in plan.cases if c.reference == ref} - {"logprobs", "argmax"} == want, ref
     nonfiring = dict(plan.nonfiring_hooks())
     assert nonfiring["ln_final.hook_normalized"] == NOT_EXPORTED and nonfiring["blocks.0.hook_in"] == NOT_LAYER_OUTPUT
-    assert not hooks & set(nonfiring) and "vllm-lens" in plan.overlay_name
-    assert run_request(target, Variant(subject="vllm-lens"), plan, [[1, 2, 3]]).residual_layers == tuple(range(n))
+    assert nonfiring["blocks.0.attn.hook_pattern"] == QK_REPLAYED and nonfiring["blocks.0.attn.hook_q"] == NOT_EXPORTED
+    assert not (hooks | qk) & set(nonfiring) and "vllm-lens" in plan.overlay_name
+    request = run_request(target, Variant(subject="vllm-lens"), plan, [[1, 2, 3]])
+    assert request.residual_layers == request.qk_layers == tuple(range(n))
+
+
+def test_an_mla_family_asks_no_q_k_and_says_vllm_lens_refuses_it():
+    from harness.models.families import FAMILIES
+    from harness.models.targets import target_for_family
+    from harness.values.plan import build_plan
+    from harness.values.variant import Variant
+
+    plan = build_plan(target_for_family(FAMILIES["deepseek_v2"]), Variant(subject="vllm-lens"))
+    assert not any("attn" in h for h in plan.specs) and qk_layers_of(plan.specs) == ()
+    nonfiring = dict(plan.nonfiring_hooks())
+    assert nonfiring["blocks.0.attn.hook_rot_q"] == QK_MLA and "not supported for MLA models" in QK_MLA
+
+
+def test_q_k_hooks_are_the_inputs_the_overlay_derives_each_layers_scores_from():
+    derived = {f"blocks.{i}.attn.hook_{kind}": Derived(kind=k, inputs=(f"blocks.{i}.attn.hook_rot_q",
+                                                                        f"blocks.{i}.attn.hook_rot_k"), scale=1.0)
+               for i in range(2) for kind, k in (("attn_scores", "attn_scores"), ("pattern", "pattern"))}
+    derived["blocks.2.attn.hook_pattern"] = Derived(kind="pattern", inputs=("blocks.2.attn.hook_q",
+                                                                           "blocks.2.attn.hook_k"), scale=1.0)
+    derived["blocks.3.attn.hook_pattern"] = Derived(kind="pattern", inputs=("blocks.3.attn.hook_rot_q",
+                                                                           "blocks.1.attn.hook_rot_k"), scale=1.0)
+    assert qk_hooks(derived) == {0: ("blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k"),
+                                 1: ("blocks.1.attn.hook_rot_q", "blocks.1.attn.hook_rot_k"),
+                                 2: ("blocks.2.attn.hook_q", "blocks.2.attn.hook_k")}  # layer 3 reads layer 1's k
+    assert qk_hooks(None) == {} and qk_hooks({"x": object()}) == {}
+    bad = {"a": Derived("attn_scores", ("blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k"), 1.0),
+           "b": Derived("pattern", ("blocks.0.attn.hook_q", "blocks.0.attn.hook_k"), 1.0)}
+    with pytest.raises(ValueError, match="layer 0"):
+        qk_hooks(bad)
+
+
+def test_the_plan_offers_q_k_as_vllm_lens_returns_them_and_the_request_asks_for_their_layers():
+    ours = {f"blocks.{i}.attn.hook_rot_{x}": HookSpec(f"model.layers.{i}.self_attn.rotary_emb", "out[0]", (),
+                                                      128 if x == "q" else 64, references=(("bridge", None),)
+                                                      if i == 2 else ())
+            for i in range(3) for x in "qk"}
+    derived = {f"blocks.{i}.attn.hook_pattern": Derived("pattern", (f"blocks.{i}.attn.hook_rot_q",
+                                                                   f"blocks.{i}.attn.hook_rot_k"), 1.0)
+               for i in range(3)}
+    specs, out_derived, nonfiring = lens_plan(_Cfg(), ours, derived, [], asked=[0, 2])
+    assert out_derived == {}
+    assert specs["blocks.0.attn.hook_rot_q"] == HookSpec(qk_module(0, "q"), "out", (), 128)  # [T, heads, d_head]
+    assert specs["blocks.2.attn.hook_rot_k"].references == (("bridge", None),)
+    assert "blocks.1.attn.hook_rot_q" not in specs
+    reasons = {nf.template: nf.reason for nf in nonfiring}
+    assert reasons["blocks.{i}.attn.hook_pattern"] == QK_REPLAYED
+    assert reasons["blocks.1.attn.hook_rot_q"] == reasons["blocks.1.attn.hook_rot_k"] == \
+        "layer not asked of vllm-lens (layers [0, 2])"
+    assert layers_of(specs) == qk_layers_of(specs) == (0, 2)
+    _, _, refused = lens_plan(_Cfg(), ours, derived, [], qk_refused="words")
+    assert {nf.template: nf.reason for nf in refused}["blocks.{i}.attn.hook_rot_q"] == "words"
+
+
+def test_q_k_modules_round_trip_and_are_never_residual_layers():
+    assert qk_module(3, "q") == "attn_q.layer_3" and qk_layer_of_module(qk_module(3, "k")) == 3
+    assert qk_layer_of_module(raw_module(3)) is None and qk_layer_of_module("attn_v.layer_1") is None
+    with pytest.raises(ValueError):
+        qk_module(0, "v")
+
+
+def test_extra_args_ask_for_q_k_only_where_there_are_layers():
+    assert extra_args([0, 1]) == {"output_residual_stream": [0, 1]}
+    assert extra_args((0, 1), (1,)) == {"output_residual_stream": [0, 1], "output_qk": [1]}
+    a = extra_args([0]); a["output_residual_stream"].append(9)  # noqa: E702 -- a fresh dict and list per call
+    assert extra_args([0]) == {"output_residual_stream": [0]}
 
 
 def test_the_variant_runs_eager_single_v1_and_disables_the_plugin_for_every_other_subject():

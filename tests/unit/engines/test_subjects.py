@@ -13,12 +13,13 @@ def test_every_row_names_functions_that_exist(name):
     assert callable(row.capture_fn())
     assert (row.plan is None) == (row.plan_fn() is None) and (row.request is None) == (row.request_fn() is None)
     assert (row.plan is None) == (row.overlay_name is None)  # the overlay's plan, the overlay's name
-    assert not row.peer or row.kill_switch
+    assert not row.peer or row.kill_switch or row.refusal_probe  # a refused peer loads no plugin to switch off
+    assert (row.refusal_probe is None) == (row.refusal_probe_fn() is None)
 
 
 def test_the_default_and_the_peers():
     assert DEFAULT in SUBJECTS and SUBJECTS[DEFAULT].plan is None and SUBJECTS[DEFAULT].any_executor
-    assert PEERS == ("vllm-lens",)
+    assert PEERS == ("vllm-lens", "nnsight")
     assert kill_switches("vllm-lens") == {} and kill_switches("vllm") == {"VLLM_LENS_DISABLE": "1"}
 
 

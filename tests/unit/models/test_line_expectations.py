@@ -40,7 +40,18 @@ def test_every_other_outcome_is_a_difference_that_names_the_family(monkeypatch, 
     assert len(diffs) == 1 and said in diffs[0]
 
 
-def test_an_error_names_its_words_and_only_an_error_does():
+def test_a_refusal_is_matched_by_its_words_too(monkeypatch):
+    monkeypatch.setitem(LE.EXPECTED, LE.LineRun("9.9.9", subject="nnsight"),
+                        {"llama": LE.Expect("skipped", "a subclass of vllm.v1.worker.gpu_worker.Worker")})
+    run = LE.LineRun("9.9.9", subject="nnsight")
+    said = {"summary": {"verdict": "skipped"}, "skipped": "nnsight ... a subclass of vllm.v1.worker.gpu_worker.Worker"}
+    assert LE.differences(run, {"llama": said}) == []
+    other = {"summary": {"verdict": "skipped"}, "skipped": "nnsight is not installed in the engine's python"}
+    assert "without the declared words" in LE.differences(run, {"llama": other})[0]
+
+
+def test_an_error_names_its_words_and_only_an_error_or_a_refusal_does():
+    assert LE.Expect("skipped").words is None and LE.Expect("skipped", "why").words == "why"
     with pytest.raises(ValueError):
         LE.Expect("error")
     with pytest.raises(ValueError):

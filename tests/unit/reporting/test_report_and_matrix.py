@@ -176,3 +176,37 @@ def test_reports_are_written_atomically(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         write_report(_result("m", status="fail", rel=0.5), tmp_path)
     assert path.read_text() == before and json.loads(before)["rows"][0]["status"] == "pass"
+
+
+def test_the_peer_grid_has_a_column_per_peer_on_its_own_line(tmp_path):
+    from harness.reporting.matrix import to_peer_grid
+
+    def with_subject(result, subject, vllm):
+        return {**result, "subject": subject, "versions": {**result["versions"], "vllm": vllm}}
+    write_report(_result("a"), tmp_path)  # the default subject: never a peer's cell
+    write_report(with_subject(_result("a"), "vllm-lens", "0.30.0"), tmp_path)
+    write_report(with_subject(_result("a", status="fail", rel=0.3), "tl-vllm", "0.32.0"), tmp_path)
+    write_report(with_subject({**_result("a"), "rows": [], "skipped": "--subject nnsight not run: nnsight 0.8.1 runs "
+                               "its vLLM integration in its own worker"}, "nnsight", "0.30.0"), tmp_path)
+    write_report(with_subject({**_result("b", error="SubjectError: vllm_lens._worker_ext.LayerDiscoveryError: Could "
+                                        "not resolve decoder layer '0'. -- harness.engines.subject_vllm_lens exited"),
+                               "rows": []}, "vllm-lens", "0.30.0"), tmp_path)
+    rows = build_matrix(tmp_path)
+    assert {r["subject"] for r in rows} == {"vllm", "vllm-lens", "tl-vllm", "nnsight"}
+    peers = ["tl-vllm", "vllm-lens", "nnsight"]  # the command line's: tl-vllm and the registry's PEERS
+    lines = to_peer_grid(rows, peers).strip().splitlines()
+    assert lines[0] == "| family | `tl-vllm` | `vllm-lens` | `nnsight` |"
+    assert lines[2] == ("| a | ❌ 0/1 on 0.32.0 | ✅ 1/1 on 0.30.0 | ⏭ refused on 0.30.0: nnsight 0.8.1 runs its vLLM "
+                        "integration in its own worker |")
+    assert lines[3] == "| b | — | 💥 0/0 on 0.30.0: LayerDiscoveryError: Could not resolve decoder layer '0'. | — |"
+    assert len(lines) == 4 and to_peer_grid(rows, ["vllm-lens"]).splitlines()[0] == "| family | `vllm-lens` |"
+    assert to_peer_grid(rows, peers, compact=True).strip().splitlines() == [
+        "| peer | vLLM | a | b |", "|---|---|---|---|", "| `tl-vllm` | 0.32.0 | ❌ 0/1 | — |",
+        "| `vllm-lens` | 0.30.0 | ✅ 1/1 | 💥 |", "| `nnsight` | 0.30.0 | ⏭ | — |"]
+
+
+def test_error_words_are_the_innermost_exception():
+    from harness.reporting.matrix import error_words
+
+    assert error_words("SubjectError: a.b.XError: it broke. -- harness exited 1\nmore") == "XError: it broke."
+    assert error_words("no exception named") == "no exception named" and error_words("") == ""
