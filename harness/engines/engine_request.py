@@ -11,13 +11,14 @@ which rebuilds the same value; a field the class does not know, or a required on
 instead of reading a default.  The engine reads attributes, never keys.
 
 Fields fall into groups: every subject's (the checkpoint and how vLLM runs it), the default subject's
-(``reads``, ``params``, ``row_dims``: what its hooks record and export), an encoder's (:class:`Pooling`),
-TransformerLens's backend's (``tl_hooks``), vLLM's hidden-state export's (:class:`HiddenStatesExport`).
-A subject ignores the groups of the others.
+(``reads``, ``params``, ``row_dims``: what its hooks record and export), an encoder's (:class:`Pooling`), and
+``subject_args``: another subject's own part, a frozen dataclass its module declares and its registry row names
+(harness.engines.subjects, ``Subject.args``: TransformerLens's backend's hooks, vLLM's hidden-state export, vllm-lens's
+layers), so adding a subject adds no field here.  A subject ignores the groups of the others.
 
 Traps:
 
-- Frozen means no field can be rebound; the mappings (``row_dims``, ``tl_hooks``, ``llm_overrides``)
+- Frozen means no field can be rebound; the mappings (``row_dims``, ``llm_overrides``)
   are read-only views of the request's own deep copies, so a caller's later change to its dict does not
   reach a request already built (a value nested in ``llm_overrides`` stays a plain dict: vLLM type-checks
   what ``LLM(**...)`` hands it).  A request holding them is not hashable.
@@ -27,6 +28,8 @@ Traps:
   caller).  ``prompts`` keep their order: prompt ``p`` is the ``p``-th.
 - ``out_dir`` belongs to one launch (the host's work folder for that engine), so the run's request
   leaves it empty and each ``capture_*`` sets it; an engine given none refuses to start.
+- ``subject_args`` crosses as a JSON object with its class's dotted path under ``kind``; only a class some registry
+  row names is built (:func:`subject_args_of`), so an engine of other code fails on the first line here too.
 - ``llm_overrides`` are merged into ``LLM(...)`` last (a GGUF file's tokenizer and quantization, an MLA
   backend): they win over every argument the engine derives itself.
 """
@@ -76,19 +79,6 @@ class Pooling:
 
 
 @dataclass(frozen=True)
-class HiddenStatesExport:
-    """What vLLM's ``extract_hidden_states`` is asked for (harness.engines.subject_hidden_states): the layer
-    ids exported (ascending, each once), the model's hidden size (the export's KV layer is sized by it), and
-    the KV connector's class name (None: the device's, chosen in the engine)."""
-    layer_ids: tuple[int, ...]
-    hidden_size: int | None = None
-    connector: str | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "layer_ids", tuple(int(i) for i in self.layer_ids))
-
-
-@dataclass(frozen=True)
 class EngineRequest:
     # every subject's
     checkpoint: str  # a local checkpoint directory, or a GGUF file
@@ -112,14 +102,8 @@ class EngineRequest:
     pooling: Pooling | None = None  # an encoder: vLLM's pooling runner and LLM.encode instead of generate
     discover: bool = False  # also hand back the loaded model's module tree (harness.engines.discovery)
     timing_repeats: int = 5  # capture-off forwards timed after the captures
-    # TransformerLens's backend's (harness.engines.subject_tl_vllm): its hook name -> the raw key stored
-    tl_hooks: Mapping[str, str] = field(default_factory=dict)
-    # vLLM's hidden-state export's (harness.engines.subject_hidden_states)
-    hidden_states: HiddenStatesExport | None = None
-    # vllm-lens's (harness.engines.subject_vllm_lens): the decoder layers of its output_residual_stream, ascending
-    residual_layers: tuple[int, ...] = ()
-    # vllm-lens's output_qk: the decoder layers whose attention kernel's q / k inputs it captures, ascending
-    qk_layers: tuple[int, ...] = ()
+    # another subject's own part (module doc): the frozen dataclass its registry row names (Subject.args); None
+    subject_args: Any = None
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 -- frozen
@@ -128,14 +112,12 @@ class EngineRequest:
         set_("prompts", _tokens(self.prompts))
         set_("reads", tuple(sorted({(str(m), str(r)) for m, r in self.reads})))
         set_("params", tuple(sorted(set(self.params))))
-        set_("residual_layers", tuple(int(i) for i in self.residual_layers))
-        set_("qk_layers", tuple(int(i) for i in self.qk_layers))
-        for name in ("llm_overrides", "row_dims", "tl_hooks"):
+        for name in ("llm_overrides", "row_dims"):
             set_(name, _frozen_map(getattr(self, name)))
         if isinstance(self.pooling, Mapping):
             set_("pooling", _build(Pooling, self.pooling, "pooling"))
-        if isinstance(self.hidden_states, Mapping):
-            set_("hidden_states", _build(HiddenStatesExport, self.hidden_states, "hidden_states"))
+        if isinstance(self.subject_args, Mapping):
+            set_("subject_args", subject_args_of(self.subject_args))
 
     @property
     def prompt_lengths(self) -> list[int]:
@@ -143,8 +125,11 @@ class EngineRequest:
 
     # --- across the process boundary ---------------------------------------------------
     def to_dict(self) -> dict:
-        """Plain JSON values: tuples as lists, nested values as dicts."""
-        return _plain(self)
+        """Plain JSON values: tuples as lists, nested values as dicts (``subject_args`` with its ``kind``)."""
+        data = _plain(self)
+        if self.subject_args is not None:
+            data["subject_args"] = {"kind": kind_of(self.subject_args), **data["subject_args"]}
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
@@ -166,6 +151,30 @@ class EngineRequest:
         if not request.out_dir:
             raise EngineRequestError(f"engine request {path}: no out_dir (each launch sets its own; module doc)")
         return request
+
+
+def frozen_map(value: Mapping | None) -> Mapping:
+    """A read-only view of a deep copy (for a subject's own mappings in its ``subject_args``)."""
+    return _frozen_map(value)
+
+
+def kind_of(args: Any) -> str:
+    """The dotted path of ``args``'s class: how ``subject_args`` names it in JSON (``Subject.args``)."""
+    return f"{type(args).__module__}.{type(args).__qualname__}"
+
+
+def subject_args_of(data: Mapping) -> Any:
+    """``subject_args`` from its JSON form: the class ``kind`` names, which some registry row must name
+    (harness.engines.subjects, ``Subject.args``), built from the other keys (:func:`_build`'s checks)."""
+    from harness.engines.subjects import args_class
+
+    data = dict(data)
+    kind = data.pop("kind", None)
+    cls = args_class(kind)
+    if cls is None:
+        raise EngineRequestError(f"subject_args: kind {kind!r} is no subject's (harness.engines.subjects, Subject.args); "
+                                 "a host and an engine of different code?")
+    return _build(cls, data, f"subject_args ({kind})")
 
 
 def _plain(value: Any) -> Any:
@@ -192,4 +201,4 @@ def _build(cls, data: Mapping, what: str):
     return cls(**data)
 
 
-__all__ = ["EngineRequest", "EngineRequestError", "HiddenStatesExport", "Pooling"]
+__all__ = ["EngineRequest", "EngineRequestError", "Pooling", "frozen_map", "kind_of", "subject_args_of"]

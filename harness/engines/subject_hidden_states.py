@@ -79,11 +79,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.engines.engine_request import EngineRequest, HiddenStatesExport
+from harness.engines.engine_request import EngineRequest
 from harness.vocab.capture_keys import RAGGED, capture_key, read_key
 from harness.vocab.hooks import hook_kind, layer_of, template_of
 from overlays.base import HookSpec, NonFiring
@@ -172,6 +172,19 @@ def kv_bytes(model_kv_bytes: int, n_ids: int, hidden: int, dtype_bytes: int, tok
 
 
 # --- host side -------------------------------------------------------------------
+@dataclass(frozen=True)
+class HiddenStatesExport:
+    """This subject's part of the request (``EngineRequest.subject_args``): what vLLM's ``extract_hidden_states``
+    is asked for -- the layer ids exported (ascending, each once), the model's hidden size (the export's KV layer
+    is sized by it), and the KV connector's class name (None: the device's, chosen in the engine)."""
+    layer_ids: tuple[int, ...]
+    hidden_size: int | None = None
+    connector: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layer_ids", tuple(int(i) for i in self.layer_ids))
+
+
 def export_of(specs: dict[str, HookSpec], connector: str | None = None) -> HiddenStatesExport:
     """The request's ``hidden_states`` for :func:`hidden_states_plan`'s specs: the layer ids their modules
     name (:func:`raw_module`), their common width.  ``connector``: the KV connector's class name (None:
@@ -184,18 +197,18 @@ def export_of(specs: dict[str, HookSpec], connector: str | None = None) -> Hidde
 
 
 def subject_request(request: EngineRequest, specs: dict[str, HookSpec]) -> EngineRequest:
-    """The registry's request (harness.engines.subjects): ``request`` with its ``hidden_states``."""
-    return replace(request, hidden_states=export_of(specs))
+    """The registry's request (harness.engines.subjects): ``request`` with its :class:`HiddenStatesExport`."""
+    return replace(request, subject_args=export_of(specs))
 
 
 def capture_hidden_states(request: EngineRequest, work_dir: Path, *, env: dict[str, str] | None = None,
                           timeout_s: float = 900):
-    """Run vLLM's export on ``request`` (its ``hidden_states``: :func:`export_of`) with
+    """Run vLLM's export on ``request`` (its ``subject_args``: :func:`export_of`) with
     ``work_dir/subject_hidden_states`` as its ``out_dir``."""
     from harness.engines.subject import launch_subject, read_single_file_outputs
 
-    if request.hidden_states is None:
-        raise ValueError("an engine request for vLLM's hidden-state export needs its hidden_states (export_of)")
+    if not isinstance(request.subject_args, HiddenStatesExport):
+        raise ValueError("an engine request for vLLM's hidden-state export needs its subject_args (export_of)")
     work_dir.mkdir(parents=True, exist_ok=True)
     out_dir = work_dir / "subject_hidden_states"
     request = replace(request, out_dir=str(out_dir))
@@ -323,7 +336,7 @@ def main(request_path: str) -> int:
     from harness.engines.vllm_compat import sampling_kwargs
     from harness.logprob_request import LOGPROB_TOP_K
 
-    export = req.hidden_states
+    export = req.subject_args
     if export is None:
         raise RuntimeError(f"engine request {request_path}: no hidden_states (the layer ids to export)")
     ids: list[int] = list(export.layer_ids)

@@ -19,7 +19,7 @@ Contract:
   ``ln_final`` un-folded), and that conversion is what is under test.  The
   spec's ``raw_key`` only names where the capture is stored.
 * :func:`capture_tl_vllm` runs ``python -m harness.engines.subject_tl_vllm REQ.json`` (an
-  :class:`~harness.engines.engine_request.EngineRequest` whose ``tl_hooks`` are :func:`tl_hooks` of the specs)
+  :class:`~harness.engines.engine_request.EngineRequest` whose ``subject_args`` are :class:`TlHooks` of the specs)
   in its own process (vLLM's process-global state; a crash costs one model)
   and returns a :class:`SubjectCapture` in the default subject's layout:
   ``raw["{prompt}:{path}|out#0"]`` ``[T, width]``, no parameters, and
@@ -58,11 +58,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.engines.engine_request import EngineRequest
+from harness.engines.engine_request import EngineRequest, frozen_map
 from harness.vocab.capture_keys import RAGGED, capture_key
 from overlays.base import HookSpec, NonFiring
 
@@ -134,14 +135,24 @@ def tl_hooks(specs: dict[str, HookSpec]) -> dict[str, str]:
     return {hook: spec.raw_key for hook, spec in specs.items()}
 
 
+@dataclass(frozen=True)
+class TlHooks:
+    """This subject's part of the request (``EngineRequest.subject_args``): TL's hook name -> the raw key its
+    capture is stored under (:func:`tl_hooks`)."""
+    hooks: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hooks", frozen_map(self.hooks))
+
+
 def subject_request(request: EngineRequest, specs: dict[str, HookSpec]) -> EngineRequest:
-    """The registry's request (harness.engines.subjects): ``request`` with its ``tl_hooks``."""
-    return replace(request, tl_hooks=tl_hooks(specs))
+    """The registry's request (harness.engines.subjects): ``request`` with its :class:`TlHooks`."""
+    return replace(request, subject_args=TlHooks(tl_hooks(specs)))
 
 
 def capture_tl_vllm(request: EngineRequest, work_dir: Path, *, env: dict[str, str] | None = None,
                     timeout_s: float = 900):
-    """Run TL's backend on ``request`` (its ``tl_hooks``: :func:`tl_hooks`) with ``work_dir/subject_tl_vllm``
+    """Run TL's backend on ``request`` (its :class:`TlHooks`: :func:`tl_hooks`) with ``work_dir/subject_tl_vllm``
     as its ``out_dir``."""
     from harness.engines.subject import launch_subject, read_single_file_outputs
 
@@ -174,7 +185,7 @@ def main(request_path: str) -> int:
                        max_num_batched_tokens=req.max_model_len, enforce_eager=req.enforce_eager, seed=0)
     meta["boot_s"] = time.perf_counter() - t0
     meta["device_info"] = {"device": "cuda" if torch.cuda.is_available() else "cpu"}
-    hooks: dict[str, str] = dict(req.tl_hooks)
+    hooks: dict[str, str] = dict(req.subject_args.hooks)
     driver = bridge.driver if hasattr(bridge, "driver") else bridge._driver
     meta["supported_hook_points"] = sorted(driver.supported_hook_points)
     meta["non_fireable_hook_points"] = sorted(driver.non_fireable_hook_points)

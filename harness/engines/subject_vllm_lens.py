@@ -75,7 +75,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -269,10 +269,22 @@ def check_installed(python: str | None = None) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+@dataclass(frozen=True)
+class LensLayers:
+    """This subject's part of the request (``EngineRequest.subject_args``): the decoder layers of vllm-lens's
+    ``output_residual_stream`` (:func:`layers_of`) and of its ``output_qk`` (:func:`qk_layers_of`), ascending."""
+    residual_layers: tuple[int, ...]
+    qk_layers: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "residual_layers", tuple(int(i) for i in self.residual_layers))
+        object.__setattr__(self, "qk_layers", tuple(int(i) for i in self.qk_layers))
+
+
 def subject_request(request: EngineRequest, specs: dict[str, HookSpec]) -> EngineRequest:
     """The registry's request (harness.engines.subjects): ``request`` with its ``residual_layers`` and
     ``qk_layers``."""
-    return replace(request, residual_layers=layers_of(specs), qk_layers=qk_layers_of(specs))
+    return replace(request, subject_args=LensLayers(layers_of(specs), qk_layers_of(specs)))
 
 
 def capture_vllm_lens(request: EngineRequest, work_dir: Path, *, env: dict[str, str] | None = None,
@@ -281,8 +293,8 @@ def capture_vllm_lens(request: EngineRequest, work_dir: Path, *, env: dict[str, 
     ``work_dir/subject_vllm_lens`` as its ``out_dir``."""
     from harness.engines.subject import launch_subject, read_single_file_outputs
 
-    if not request.residual_layers:
-        raise ValueError("an engine request for vllm-lens needs its residual_layers (layers_of)")
+    if not isinstance(request.subject_args, LensLayers) or not request.subject_args.residual_layers:
+        raise ValueError("an engine request for vllm-lens needs its subject_args, LensLayers (layers_of)")
     check_installed()
     work_dir.mkdir(parents=True, exist_ok=True)
     out_dir = work_dir / "subject_vllm_lens"
@@ -346,9 +358,10 @@ def main(request_path: str) -> int:
     from harness.engines.vllm_compat import sampling_kwargs
     from harness.logprob_request import LOGPROB_TOP_K
 
-    asked = [int(i) for i in req.residual_layers]
+    layers = req.subject_args if isinstance(req.subject_args, LensLayers) else LensLayers(())
+    asked = [int(i) for i in layers.residual_layers]
     if not asked:
-        raise RuntimeError(f"engine request {request_path}: no residual_layers (the layers to capture)")
+        raise RuntimeError(f"engine request {request_path}: no residual_layers in its subject_args (the layers to capture)")
     prompts: list[list[int]] = [list(t) for t in req.prompts]
     meta: dict = {"vllm_version": vllm.__version__, "torch_version": torch.__version__, "subject": SUBJECT,
                   "vllm_lens_version": md.version("vllm-lens"), "layers": asked}
@@ -362,7 +375,7 @@ def main(request_path: str) -> int:
     k = -1 if req.full_logprobs else LOGPROB_TOP_K
     runner = "v2" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1" else "v1"
 
-    qk_asked = [int(i) for i in req.qk_layers]
+    qk_asked = [int(i) for i in layers.qk_layers]
     meta["qk_layers"] = qk_asked
 
     def params():  # vllm-lens pops and rewrites extra_args per call: a fresh one each time

@@ -14,9 +14,12 @@ Adding a subject is one row here plus its module, which provides:
 - ``plan(hf_config, overlay) -> (specs, derived, nonfiring)``: what it offers for a model (``overlay``:
   the family's overlay, the references' hook names; None for a family declared refused); None in the
   row: the overlay's own plan (harness.values.plan.offered);
-- ``request(request, specs) -> EngineRequest``: the request with the subject's group of fields filled
-  from the plan's specs; None in the row: the overlay's reads, parameters and token dims
-  (harness.values.engine_request.run_request).
+- ``request(request, specs) -> EngineRequest``: the request with its ``subject_args`` filled from the plan's
+  specs; None in the row: the overlay's reads, parameters and token dims
+  (harness.values.engine_request.run_request);
+- ``args``: the frozen dataclass of its own part of the request (``EngineRequest.subject_args``; JSON-plain
+  fields, tuples and mappings restored in its ``__post_init__``), named by the row so the engine process
+  can rebuild it (harness.engines.engine_request.subject_args_of).
 
 Traps:
 - The functions are named by dotted path and imported only when called: the subjects' modules import
@@ -67,6 +70,8 @@ class Subject:
     peer: bool = False  # another project's tool, installed into a line with scripts/line_env.sh --peers
     kill_switch: str | None = None  # a peer's environment variable that disables its plugin in other subjects
     overlay_name: str | None = None  # the report's overlay_name ({overlay}: the family overlay's class); None: its own
+    # dotted path: the frozen dataclass of its own part of the request (EngineRequest.subject_args); None: none
+    args: str | None = None
     # dotted path: refusal_probe(python) -> the reason this subject cannot run in that engine interpreter, in the
     # peer's own words, or None where it could (a stale declaration); re-checked on every run, before anything is
     # built (harness.pipeline.refusals.recheck_subject): the run is skipped with it, never passed
@@ -120,6 +125,7 @@ _ROWS = (
             capture="harness.engines.subject_tl_vllm.capture_tl_vllm",
             plan="harness.engines.subject_tl_vllm.subject_plan",
             request="harness.engines.subject_tl_vllm.subject_request",
+            args="harness.engines.subject_tl_vllm.TlHooks",
             no_serving=_TL_ONE_PROMPT,
             no_tp="TransformerLens's vLLM backend is booted on one device by this harness; drop --tp or use "
                   "--subject vllm",
@@ -130,6 +136,7 @@ _ROWS = (
             capture="harness.engines.subject_hidden_states.capture_hidden_states",
             plan="harness.engines.subject_hidden_states.subject_plan",
             request="harness.engines.subject_hidden_states.subject_request",
+            args="harness.engines.subject_hidden_states.HiddenStatesExport",
             no_serving=_HS_ONE_PROMPT,
             no_tp=_HS_ONE_PROMPT,
             overlay_name="vLLM's extract_hidden_states export (harness.engines.subject_hidden_states)"),
@@ -138,6 +145,7 @@ _ROWS = (
             capture="harness.engines.subject_vllm_lens.capture_vllm_lens",
             plan="harness.engines.subject_vllm_lens.subject_plan",
             request="harness.engines.subject_vllm_lens.subject_request",
+            args="harness.engines.subject_vllm_lens.LensLayers",
             no_serving=_LENS_ONE_PROMPT, no_tp=_LENS_ONE_PROMPT, no_compiled=_LENS_ONE_PROMPT,
             no_v2=_LENS_ONE_PROMPT,
             peer=True, kill_switch="VLLM_LENS_DISABLE",
@@ -150,6 +158,13 @@ _ROWS = (
 )
 SUBJECTS: dict[str, Subject] = {s.name: s for s in _ROWS}
 PEERS: tuple[str, ...] = tuple(s.name for s in _ROWS if s.peer)
+
+
+def args_class(kind: str | None) -> type | None:
+    """The class of a request's ``subject_args`` that ``kind`` names, where a row names it (``Subject.args``); else None."""
+    if kind is None or kind not in {s.args for s in _ROWS if s.args}:
+        return None
+    return _resolve(kind)
 
 
 def kill_switches(subject: str) -> dict[str, str]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.engines import mla_backends
-from harness.engines.engine_request import EngineRequest, HiddenStatesExport, Pooling
+from harness.engines.engine_request import EngineRequest, Pooling
 from harness.engines.subjects import SUBJECTS
 from harness.logprob_request import logprob_k
 from harness.models.targets import Target
@@ -73,4 +73,4 @@ def pooling(plan: Plan, prompts: list[list[int]], target: Target | None = None) 
     return Pooling(task=plan.encoder.pooling_task, token_types=plan.token_types(prompts), width=width)
 
 
-__all__ = ["EngineRequest", "HiddenStatesExport", "Pooling", "boot_request", "pooling", "run_request"]
+__all__ = ["EngineRequest", "Pooling", "boot_request", "pooling", "run_request"]

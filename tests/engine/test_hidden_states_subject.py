@@ -85,7 +85,7 @@ def test_vllms_stock_connector_still_cannot_write_on_the_cpu(tmp_path):
     specs, _, _ = hidden_states_plan(target.hf_config, {})
     request = EngineRequest(checkpoint=str(target.checkpoint), dtype="float32", prompts=[[1, 5, 17, 42, 99, 7]],
                             vocab_size=target.vocab_size, max_model_len=target.max_model_len, ragged=False,
-                            hidden_states=export_of(specs, connector=STOCK_CONNECTOR))
+                            subject_args=export_of(specs, connector=STOCK_CONNECTOR))
     with pytest.raises(SubjectError) as exc:
         capture_hidden_states(request, tmp_path, timeout_s=300)
     assert "pin_memory=True requires a CUDA or other accelerator backend" in str(exc.value), str(exc.value)[-2000:]

@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from harness.engines.engine_request import EngineRequest, EngineRequestError, HiddenStatesExport, Pooling
+from harness.engines.engine_request import EngineRequest, EngineRequestError, Pooling
+from harness.engines.subject_hidden_states import HiddenStatesExport
 from harness.paths import REPO_ROOT
 
 
@@ -23,9 +24,7 @@ def _every_field_set() -> EngineRequest:
         reads=[("model.layers.0", "out"), ("model.embed_tokens", "out"), ("model.layers.0", "out")],
         params=["model.norm.weight", "lm_head.weight"], row_dims={"model.layers.0|out": 1},
         pooling=Pooling(task="token_classify", token_types=[[0, 0, 1], [0, 1]], width=128), discover=True, timing_repeats=2,
-        tl_hooks={"blocks.0.hook_out": "model.layers.0|out"},
-        hidden_states=HiddenStatesExport(layer_ids=[0, 1, 2], hidden_size=64, connector="CpuHiddenStatesConnector"),
-        residual_layers=[0, 2], qk_layers=[0, 1])
+        subject_args=HiddenStatesExport(layer_ids=[0, 1, 2], hidden_size=64, connector="CpuHiddenStatesConnector"))
 
 
 def _defaults(cls) -> dict:
@@ -36,7 +35,7 @@ def _defaults(cls) -> dict:
 
 def test_every_field_round_trips_through_json_nested_values_included():
     request = _every_field_set()
-    for cls, value in ((EngineRequest, request), (Pooling, request.pooling), (HiddenStatesExport, request.hidden_states)):
+    for cls, value in ((EngineRequest, request), (Pooling, request.pooling), (HiddenStatesExport, request.subject_args)):
         unset = [name for name, default in _defaults(cls).items() if getattr(value, name) == default]
         assert not unset, f"{cls.__name__} fields left at their default (this test must set every field): {unset}"
     text = request.to_json()
@@ -44,7 +43,7 @@ def test_every_field_round_trips_through_json_nested_values_included():
     assert back == request
     for f in dataclasses.fields(EngineRequest):
         assert getattr(back, f.name) == getattr(request, f.name), f.name
-    assert isinstance(back.pooling, Pooling) and isinstance(back.hidden_states, HiddenStatesExport)
+    assert isinstance(back.pooling, Pooling) and isinstance(back.subject_args, HiddenStatesExport)
     assert back.prompts == ((1, 2, 3), (4, 5)) and back.pooling.token_types == ((0, 0, 1), (0, 1))
     assert json.loads(text) == request.to_dict() and EngineRequest.from_json(back.to_json()) == request
 
@@ -59,7 +58,7 @@ def test_reads_and_params_are_stored_sorted_and_unique_prompts_in_order():
 def test_a_minimal_request_round_trips_with_its_defaults():
     request = EngineRequest(checkpoint="/c", dtype="float32", prompts=[[1, 2]], vocab_size=8, max_model_len=64)
     assert EngineRequest.from_json(request.to_json()) == request
-    assert request.pooling is None and request.hidden_states is None and dict(request.llm_overrides) == {}
+    assert request.pooling is None and request.subject_args is None and dict(request.llm_overrides) == {}
 
 
 def test_an_unknown_or_missing_field_is_an_error_naming_it():
@@ -70,8 +69,9 @@ def test_an_unknown_or_missing_field_is_an_error_naming_it():
         EngineRequest.from_dict({k: v for k, v in data.items() if k not in ("vocab_size", "max_model_len")})
     with pytest.raises(EngineRequestError, match=r"pooling: unknown field\(s\) \['pooling_task'\]"):
         EngineRequest.from_dict({**data, "pooling": {"task": "embed", "pooling_task": "embed"}})
-    with pytest.raises(EngineRequestError, match=r"hidden_states: missing field\(s\) \['layer_ids'\]"):
-        EngineRequest.from_dict({**data, "hidden_states": {"hidden_size": 64}})
+    kind = "harness.engines.subject_hidden_states.HiddenStatesExport"
+    with pytest.raises(EngineRequestError, match=r"subject_args \(.*HiddenStatesExport\): missing field\(s\) \['layer_ids'\]"):
+        EngineRequest.from_dict({**data, "subject_args": {"kind": kind, "hidden_size": 64}})
 
 
 def test_the_engine_refuses_a_request_without_its_out_dir(tmp_path):
@@ -111,3 +111,25 @@ def test_the_engine_process_reads_attributes_never_request_keys(module):
                  and node.attr == "get")]
     assert not keyed, f"harness/engines/{module}.py reads the request by key at lines {keyed}"
     assert "EngineRequest.read(request_path)" in ast.unparse(tree)
+
+
+def test_every_subjects_own_part_round_trips_and_an_unnamed_kind_is_an_error():
+    """``subject_args``: each registry row's class (Subject.args) crosses as JSON with its ``kind`` and comes back
+    equal; a kind no row names is an error naming it, before anything is built."""
+    from harness.engines.subject_tl_vllm import TlHooks
+    from harness.engines.subject_vllm_lens import LensLayers
+    from harness.engines.subjects import SUBJECTS
+
+    values = [TlHooks({"blocks.0.hook_out": "model.layers.0|out"}), LensLayers([0, 2], [0, 1]),
+              HiddenStatesExport(layer_ids=[0, 1], hidden_size=64)]
+    assert {f"{type(v).__module__}.{type(v).__qualname__}" for v in values} == {
+        s.args for s in SUBJECTS.values() if s.args}
+    for value in values:
+        request = EngineRequest(checkpoint="/c", dtype="float32", prompts=[[1]], vocab_size=8, max_model_len=64,
+                                subject_args=value)
+        back = EngineRequest.from_json(request.to_json())
+        assert back == request and type(back.subject_args) is type(value)
+    data = json.loads(request.to_json())
+    data["subject_args"]["kind"] = "os.system"
+    with pytest.raises(EngineRequestError, match="kind 'os.system' is no subject's"):
+        EngineRequest.from_dict(data)

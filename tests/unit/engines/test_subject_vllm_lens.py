@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from harness.engines.subject_vllm_lens import (NOT_EXPORTED, NOT_LAYER_OUTPUT, QK_MLA, QK_REPLAYED, VllmLensMissing,
+from harness.engines.subject_vllm_lens import (LensLayers, NOT_EXPORTED, NOT_LAYER_OUTPUT, QK_MLA, QK_REPLAYED, VllmLensMissing,
                                                check_installed, extra_args, hooks_for_layer, layer_of_module, layers,
                                                layers_of, lens_plan, qk_hooks, qk_layer_of_module, qk_layers_of,
                                                qk_module, raw_module)
@@ -92,9 +92,9 @@ def test_the_request_carries_its_layers_across_the_process_boundary():
     from harness.engines.engine_request import EngineRequest
 
     r = EngineRequest(checkpoint="/x", dtype="float32", prompts=[[1, 2]], vocab_size=8, max_model_len=16,
-                      residual_layers=[0, 2])
+                      subject_args=LensLayers([0, 2]))
     back = EngineRequest.from_json(r.to_json())
-    assert back == r and back.residual_layers == (0, 2)
+    assert back == r and back.subject_args.residual_layers == (0, 2)
 
 
 def test_the_build_plan_of_llama_gives_rows_on_every_reference():
@@ -118,7 +118,7 @@ def test_the_build_plan_of_llama_gives_rows_on_every_reference():
     assert nonfiring["blocks.0.attn.hook_pattern"] == QK_REPLAYED and nonfiring["blocks.0.attn.hook_q"] == NOT_EXPORTED
     assert not (hooks | qk) & set(nonfiring) and "vllm-lens" in plan.overlay_name
     request = run_request(target, Variant(subject="vllm-lens"), plan, [[1, 2, 3]])
-    assert request.residual_layers == request.qk_layers == tuple(range(n))
+    assert request.subject_args.residual_layers == request.subject_args.qk_layers == tuple(range(n))
 
 
 def test_an_mla_family_asks_no_q_k_and_says_vllm_lens_refuses_it():

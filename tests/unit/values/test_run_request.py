@@ -34,7 +34,7 @@ def test_the_default_subject_gets_the_plans_reads_params_and_token_dims():
     assert (request.serving, request.device, request.enforce_eager, request.tp, request.executor) == (
         "chunked", "cpu", True, 1, "mp")
     assert request.full_logprobs == (logprob_k(target.vocab_size) is None) and request.ragged
-    assert request.pooling is None and request.hidden_states is None and not request.tl_hooks
+    assert request.pooling is None and request.subject_args is None
     assert request.out_dir == ""  # each launch sets its own
     assert EngineRequest.from_json(request.to_json()) == request
 
@@ -43,8 +43,9 @@ def test_tl_vllm_gets_its_hooks_and_raw_keys_only():
     target, variant = _target("llama"), Variant.make("float32", "cpu", subject="tl-vllm")
     plan = build_plan(target, variant)
     request = run_request(target, variant, plan, PROMPTS)
-    assert dict(request.tl_hooks) == {hook: spec.raw_key for hook, spec in plan.specs.items()} and request.tl_hooks
-    assert not request.reads and not request.params and request.hidden_states is None
+    hooks = request.subject_args.hooks
+    assert dict(hooks) == {hook: spec.raw_key for hook, spec in plan.specs.items()} and hooks
+    assert not request.reads and not request.params
 
 
 def test_the_hidden_state_export_gets_every_layer_id_and_the_width():
@@ -52,11 +53,12 @@ def test_the_hidden_state_export_gets_every_layer_id_and_the_width():
     plan = build_plan(target, variant)
     request = run_request(target, variant, plan, PROMPTS)
     n_layers = target.hf_config.num_hidden_layers
-    assert request.hidden_states.layer_ids == tuple(range(n_layers + 1))
-    assert request.hidden_states.hidden_size == target.hf_config.hidden_size
-    assert request.hidden_states.connector is None  # the device's, chosen in the engine
+    export = request.subject_args
+    assert export.layer_ids == tuple(range(n_layers + 1))
+    assert export.hidden_size == target.hf_config.hidden_size
+    assert export.connector is None  # the device's, chosen in the engine
     assert {s.module for s in plan.specs.values()} == {raw_module(k) for k in range(n_layers + 1)}
-    assert not request.reads and not request.tl_hooks
+    assert not request.reads
 
 
 def test_an_encoder_gets_its_pooling_task_and_token_types():
