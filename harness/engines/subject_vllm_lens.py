@@ -358,7 +358,8 @@ def main(request_path: str) -> int:
     from harness.engines.vllm_compat import sampling_kwargs
     from harness.logprob_request import LOGPROB_TOP_K
 
-    layers = req.subject_args if isinstance(req.subject_args, LensLayers) else LensLayers(())
+    # by attribute: this module runs as __main__ here, so the request's LensLayers is the imported module's class
+    layers = req.subject_args if hasattr(req.subject_args, "residual_layers") else LensLayers(())
     asked = [int(i) for i in layers.residual_layers]
     if not asked:
         raise RuntimeError(f"engine request {request_path}: no residual_layers in its subject_args (the layers to capture)")
