@@ -52,7 +52,7 @@ ODD: dict[str, dict[str, Any]] = {
                     num_key_value_heads=2, hidden_size=256),
     "flex_olmo": dict(num_experts=6, num_experts_per_tok=1, num_hidden_layers=4),
     "hunyuan_v1_dense": dict(num_attention_heads=8, num_key_value_heads=2, hidden_size=256),
-    # -- issue #42: hybrids, SSMs, linear / short-conv attention, encoders --
+    # -- hybrids, SSMs, linear / short-conv attention, encoders --
     # 4 groups of 2 heads (the gated norm per group: HF's whole-width bug, its references corrected), d_model 64 with
     # expand 4 (inner 256 = 8 heads of 32), state 32, chunk 4, conv kernel 3, no projection biases, 4 layers
     "mamba2": dict(hidden_size=64, expand=4, num_heads=8, head_dim=32, n_groups=4, state_size=32, chunk_size=4,
