@@ -177,7 +177,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print("   " + result["error"].strip().splitlines()[0], flush=True)
         bug = result.get("known_vllm_bug")
         if s.get("known_vllm_bug"):
-            print(f"   known vLLM bug '{bug['name']}' (harness/models/families.py), its signature held: {bug['why']}"
+            row = f"family row {bug['inferred_from']}, " if bug.get("inferred_from") else ""
+            print(f"   known vLLM bug '{bug['name']}' ({row}harness/models/families.py), its signature held: {bug['why']}"
                   + (f" -- but {s['errors']} rows error, which it does not explain" if fails_run(s)
                      else " -- expected, not a failure of this command"), flush=True)
         if s.get("stale_vllm_bug"):

@@ -21,7 +21,8 @@ all exist; a wiring bug that only shows between layers cannot hide.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 # Shared tiny shape: d_model 128, 4 query heads of 32, 2 KV heads (GQA).
@@ -257,6 +258,8 @@ class KnownVllmBug:
     first_failing: tuple[str, ...]
     rel_err: tuple[float, float] | None = None  # (low, high): the first failing hook's failing rows' rel err
     devices: tuple[str, ...] = ("cpu",)
+    # set on a candidate (:meth:`for_any_config`): the family row that declares the bug
+    inferred_from: str = ""
 
     def __post_init__(self) -> None:
         if not (self.dtypes and self.first_failing and self.devices):
@@ -266,6 +269,18 @@ class KnownVllmBug:
 
     def applies(self, dtype: str, device: str) -> bool:
         return dtype in self.dtypes and device in self.devices
+
+    def for_any_config(self, family: str) -> "KnownVllmBug":
+        """This bug as a *candidate* for another checkpoint of the family's architecture (``--model-path``):
+        the signature's hooks at any layer (``blocks.{i}``: where the bug first shows depends on the config's
+        layer pattern) and no rel-err range (a scale bug's error depends on the config's factor); the rest of the
+        signature -- first failing hook in forward order, every row upstream passing, no error, the references
+        agreeing -- is checked as for the row that declares it (``family``)."""
+        templates = tuple(dict.fromkeys(_LAYER.sub("blocks.{i}.", t) for t in self.first_failing))
+        return replace(self, first_failing=templates, rel_err=None, inferred_from=family)
+
+
+_LAYER = re.compile(r"^blocks\.\d+\.")
 
 
 @dataclass(frozen=True)
@@ -1487,3 +1502,17 @@ def resolve_families(option: str | None) -> list[ModelSpec]:
             f"known families: {', '.join(sorted(FAMILIES))}"
         )
     return [FAMILIES[n] for n in dict.fromkeys(names)]
+
+
+def known_bugs_of_architecture(architecture: str) -> tuple[KnownVllmBug, ...]:
+    """Every known vLLM bug a family row of ``architecture`` declares, as a candidate for a checkpoint of that
+    architecture with another config (:meth:`KnownVllmBug.for_any_config`), one per bug name, in row order:
+    a ``--model-path`` run checks each and is explained only by one whose signature holds in its own rows."""
+    found: dict[str, KnownVllmBug] = {}
+    for spec in FAMILIES.values():
+        bug = spec.known_vllm_bug
+        if bug is None or bug.name in found or not spec.builds_checkpoint:
+            continue
+        if spec.architecture == architecture:
+            found[bug.name] = bug.for_any_config(spec.name)
+    return tuple(found.values())

@@ -7,7 +7,10 @@ checkpoint, its ``provenance.json`` -- or raises :class:`TargetError` with a
 message naming the bad input and the fix (unknown family, missing directory,
 no ``config.json``, a packaged checkpoint's package not installed).  A ``--model-path``
 checkpoint whose architecture has no declared overlay runs on the seed's generic overlay, discovered from
-vLLM's loaded model (harness.engines.discovery), or gets an error naming what its tree lacks.
+vLLM's loaded model (harness.engines.discovery), or gets an error naming what its tree lacks.  A ``--model-path``
+checkpoint carries the known vLLM bugs its architecture's family rows declare as *candidates*
+(``Target.candidate_vllm_bugs``): its run checks each one's signature at any layer, and only one that holds
+names the failure (harness.pipeline.runner).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from typing import Any
 from overlays import NoImplementationOverlayError, NoOverlayError, Overlay, get_overlay, implementations
 from overlays.base import config_get
 
-from harness.models.families import ModelSpec, UnknownFamilyError, resolve_families
+from harness.models.families import ModelSpec, UnknownFamilyError, known_bugs_of_architecture, resolve_families
 
 
 class TargetError(ValueError):
@@ -44,6 +47,9 @@ class Target:
     refused: Any = None
     # a bug of vLLM's that fails some dtypes' runs (harness.models.families.KnownVllmBug), its signature re-checked
     known_vllm_bug: Any = None
+    # a --model-path checkpoint: the known vLLM bugs its architecture's family rows declare, as candidates
+    # (harness.models.families.known_bugs_of_architecture): one explains the run only where its signature holds
+    candidate_vllm_bugs: tuple = ()
     # why a family row has no overlay on the installed vLLM line (overlays.NoImplementationOverlayError): its run is
     # an error carrying this, and the other families run (overlay is None then)
     overlay_error: str = ""
@@ -145,7 +151,7 @@ def target_for_path(path: str) -> Target:
             overlay = generic_overlay(ckpt, arch)
         except DiscoveryError as exc:
             raise TargetError(f"--model-path {path}: {exc}") from None
-    return Target(ckpt.name, ckpt, arch, overlay, "path")
+    return Target(ckpt.name, ckpt, arch, overlay, "path", candidate_vllm_bugs=known_bugs_of_architecture(arch))
 
 
 def targets_from_options(model: str | None, model_path: str | None) -> list[Target]:

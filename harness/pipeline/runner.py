@@ -311,8 +311,31 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
             # a declared vLLM bug: does its signature hold in this run's rows? (known_vllm_bugs)
             order = run.plan.forward_order if run.plan is not None else None
             result.known_vllm_bug = d["known_vllm_bug"] = known_vllm_bugs.check(bug, d["rows"], order).to_dict()
+        elif bug is None and not result.skipped:
+            held, tried = _check_candidates(getattr(target, "candidate_vllm_bugs", ()), variant, run.plan, d["rows"])
+            if held is not None:
+                result.known_vllm_bug = d["known_vllm_bug"] = held
+            result.candidate_vllm_bugs = d["candidate_vllm_bugs"] = tried
         result.summary = summarize(d)  # the model's verdict, decided once, here
     return run
+
+
+def _check_candidates(candidates, variant: Variant, plan, rows: list[dict]) -> tuple[dict | None, list[dict]]:
+    """A --model-path run's candidate known vLLM bugs (Target.candidate_vllm_bugs), checked only where some
+    vLLM-facing row fails or errors (a passing run needs no explanation): the first whose signature holds (its
+    check, with the family row that declares it), and the checks of those tried before it that did not."""
+    if known_vllm_bugs.first_failing(rows) is None:
+        return None, []
+    order = plan.forward_order if plan is not None else None
+    tried: list[dict] = []
+    for bug in candidates:
+        if not bug.applies(variant.dtype, variant.device) or not known_vllm_bugs.observable(bug, plan):
+            continue
+        check = {**known_vllm_bugs.check(bug, rows, order).to_dict(), "inferred_from": bug.inferred_from}
+        if check["holds"]:
+            return check, tried
+        tried.append(check)
+    return None, tried
 
 
 def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks, engine_env, phases: Phases,

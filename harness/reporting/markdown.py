@@ -97,10 +97,17 @@ def to_markdown(result: dict) -> str:
 def _vllm_bug(result: dict, s: dict) -> list[str]:
     """A declared known vLLM bug that applies to this run (harness.comparison.known_vllm_bugs): held, or stale."""
     bug = result.get("known_vllm_bug")
+    tried = [f"'{c['name']}' (family row `{c['inferred_from']}`: {c['why']})"
+             for c in result.get("candidate_vllm_bugs") or []]
     if not bug:
-        return []
+        return ["**Known vLLM bugs of this architecture, checked as candidates** (declared on family rows in "
+                "harness/models/families.py; signature hooks at any layer, no rel-err range): none holds in this "
+                "run, so none explains its failures: " + "; ".join(tried) + ".", ""] if tried else []
     if s.get("known_vllm_bug"):
-        return [f"**Known vLLM bug** (declared in harness/models/families.py; its signature holds in this run: "
+        where = (f"declared on the family row `{bug['inferred_from']}` in harness/models/families.py and checked here "
+                 "as a candidate for this architecture, its signature hooks at any layer and no rel-err range"
+                 if bug.get("inferred_from") else "declared in harness/models/families.py")
+        return [f"**Known vLLM bug** ({where}; its signature holds in this run: "
                 f"{bug['why']}): {bug['reason']}. The failing vLLM rows below are this bug's"
                 + (f"; the {s['errors']} rows that error are not, and fail the run." if s["errors"] else "; "
                    "the run is ❌ and does not fail `python -m harness run`."), ""]

@@ -94,6 +94,9 @@ class ModelResult:
     # a declared known vLLM bug that applies to this run, and whether its signature held in the rows
     # (harness.comparison.known_vllm_bugs.VllmBugCheck.to_dict); None where none applies
     known_vllm_bug: dict | None = None
+    # a --model-path run that fails: its architecture's known vLLM bugs checked as candidates whose signature did not
+    # hold (VllmBugCheck.to_dict each, with ``inferred_from``); one that held is ``known_vllm_bug`` instead
+    candidate_vllm_bugs: list[dict] = field(default_factory=list)
     error: str | None = None
     wall_s: float = 0.0
     fingerprint: str | None = None  # code, checkpoint, variant, versions (harness.values.fingerprint)

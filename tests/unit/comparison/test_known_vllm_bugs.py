@@ -186,3 +186,14 @@ def test_a_selection_without_the_signature_hooks_is_not_checked():
     assert observable(bug, None)  # no plan (an engine error): checked, and reported stale
     assert observable(bug, SimpleNamespace(forward_order=["embed.hook_out", "blocks.1.mlp.hook_out"]))
     assert not observable(bug, SimpleNamespace(forward_order=["embed.hook_out", "blocks.0.hook_out"]))
+
+
+def test_a_checkpoint_of_a_declared_architecture_gets_its_bugs_as_candidates_at_any_layer():
+    from harness.models.families import known_bugs_of_architecture
+
+    (lfm2,) = known_bugs_of_architecture(FAMILIES["lfm2"].architecture)
+    assert lfm2.inferred_from == "lfm2" and lfm2.rel_err is None
+    assert lfm2.first_failing == ("blocks.{i}.attn.hook_rot_q", "blocks.{i}.attn.hook_rot_k")
+    names = [b.name for b in known_bugs_of_architecture(FAMILIES["deepseek_v3"].architecture)]
+    assert len(names) == len(set(names)) >= 2  # the fp16 rescale once (four rows declare it), the rotary bug
+    assert known_bugs_of_architecture("NoSuchForCausalLM") == ()

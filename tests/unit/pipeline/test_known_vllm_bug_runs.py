@@ -119,3 +119,49 @@ def test_a_run_the_bug_no_longer_shows_in_is_an_error_and_exits_1(engine_free, t
     assert status == 1 and not report["known_vllm_bug"]["holds"], out
     assert report["summary"]["verdict"] == "error" and "vLLM may have fixed it" in report["summary"]["stale_vllm_bug"]
     assert "💥 error — stale: declared known vLLM bug" in (tmp_path / "support_matrix.md").read_text()
+
+
+def _path_target():
+    """glm4_moe's checkpoint as a --model-path target: no declaration, its architecture's bugs as candidates."""
+    from dataclasses import replace
+
+    from harness.models.families import known_bugs_of_architecture
+
+    target = _target()
+    return replace(target, source="path", known_vllm_bug=None,
+                   candidate_vllm_bugs=known_bugs_of_architecture(target.architecture))
+
+
+def test_a_model_path_run_is_named_by_its_architectures_bug_where_it_shows_at_another_layer(engine_free, tmp_path):
+    from harness.comparison.verdict import fails_run
+    from harness.pipeline.runner import run_model
+
+    target = _path_target()
+    assert [b.first_failing for b in target.candidate_vllm_bugs] == [("blocks.{i}.mlp.hook_out",)]
+    engine_free("blocks.2.mlp.hook_out", rel_err=0.3)  # another layer, another factor: no rel-err range
+    result = run_model(target, Variant.make("float16", "cpu"), work_root=tmp_path).result
+    assert result.known_vllm_bug["holds"] and result.known_vllm_bug["inferred_from"] == "glm4_moe"
+    assert result.summary["verdict"] == "fail" and not fails_run(result.summary)
+    from harness.reporting.markdown import to_markdown
+
+    assert "declared on the family row `glm4_moe`" in to_markdown(result.to_dict())
+
+
+def test_a_model_path_run_failing_elsewhere_is_a_plain_failure_naming_the_candidate_tried(engine_free, tmp_path):
+    from harness.comparison.verdict import fails_run
+    from harness.pipeline.runner import run_model
+
+    engine_free("blocks.1.attn.hook_out")
+    result = run_model(_path_target(), Variant.make("float16", "cpu"), work_root=tmp_path).result
+    assert result.known_vllm_bug is None and fails_run(result.summary)
+    assert [c["inferred_from"] for c in result.candidate_vllm_bugs] == ["glm4_moe"]
+    assert "not blocks.{i}.mlp.hook_out" in result.candidate_vllm_bugs[0]["why"]
+    assert result.summary["stale_vllm_bug"] is None  # a candidate that does not show is no stale declaration
+
+
+def test_a_passing_model_path_run_checks_no_candidate(engine_free, tmp_path):
+    from harness.pipeline.runner import run_model
+
+    engine_free(None)
+    result = run_model(_path_target(), Variant.make("float16", "cpu"), work_root=tmp_path).result
+    assert result.summary["verdict"] == "pass" and result.candidate_vllm_bugs == []
