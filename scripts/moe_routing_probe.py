@@ -39,6 +39,12 @@ def main() -> int:
                     help="install the harness's hooks for every hook the overlay offers before vLLM compiles (the "
                          "suite's way: harness.engines.vllm_plugin), recording nothing: does their presence change "
                          "what the compiled graph computes?")
+    ap.add_argument("--reads-match", default="", help="with --with-reads: only reads whose module path matches "
+                    "this regular expression (re.search)")
+    ap.add_argument("--reads-skip", default="", help="with --with-reads: leave out reads whose module path matches")
+    ap.add_argument("--inductor", default="", help="JSON object passed as compilation_config's "
+                    "inductor_compile_config (e.g. '{\"shape_padding\": false}')")
+    ap.add_argument("--gpu-memory", type=float, default=0.3)
     args = ap.parse_args()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     import torch
@@ -105,7 +111,12 @@ def main() -> int:
         from harness.engines.vllm_plugin import ENV
 
         specs = target.overlay.hook_specs(target.hf_config)
-        reads = sorted({(s.module, s.read) for s in specs.values()})
+        import re
+
+        reads = sorted({(s.module, s.read) for s in specs.values()
+                        if (not args.reads_match or re.search(args.reads_match, s.module))
+                        and not (args.reads_skip and re.search(args.reads_skip, s.module))})
+        print(json.dumps({"mode": args.mode, "reads": len(reads), "modules": sorted({m for m, _ in reads})[:12]}))
         path = os.path.join(tempfile.mkdtemp(prefix="probe_reads_"), "reads.json")
         with open(path, "w") as f:
             json.dump([list(r) for r in reads], f)
@@ -113,8 +124,11 @@ def main() -> int:
         kw["worker_extension_cls"] = CAPTURE_EXTENSION
     if args.mode == "compiled-nographs":
         kw["compilation_config"] = {"cudagraph_mode": "NONE"}
+    if args.inductor:
+        kw["compilation_config"] = {**kw.get("compilation_config", {}),
+                                    "inductor_compile_config": json.loads(args.inductor)}
     llm = LLM(model=str(target.checkpoint), dtype=args.dtype, max_model_len=256, seed=0,
-              gpu_memory_utilization=0.3, **kw)
+              gpu_memory_utilization=args.gpu_memory, **kw)
     prompts = [{"prompt_token_ids": [1] + list(range(4, 4 + n))} for n in (6, 15, 247)]
     out = llm.generate(prompts, SamplingParams(max_tokens=4, temperature=0.0, logprobs=1))
     for key, row in seen.items():

