@@ -228,8 +228,16 @@ class HookSpec:
     # per step, and the ragged batch, cannot tell the steps of such a module apart (harness.values.plan).
     call: int = 0
     per_forward: int = 1
+    # A read some vLLM line passes with its heads folded into the token rows, ``[T x flat_rows, d]`` where the
+    # canonical layout is ``[T, flat_rows, d]`` (vLLM 0.20.2's CUDA Gated DeltaNet calls its gated norm on
+    # ``[T x v_heads, d_v]``, the CPU line on ``[T, v_heads, d_v]``): a 2-D raw read is viewed ``[T, flat_rows, d]``
+    # before its token rows are cut (harness.comparison.shapes.unflatten_rows); a raw read of the canonical rank
+    # is left as it is.
+    flat_rows: int | None = None
 
     def __post_init__(self) -> None:
+        if self.flat_rows is not None and self.flat_rows < 1:
+            raise ValueError(f"HookSpec.flat_rows {self.flat_rows} is not a positive head count")
         if not 0 <= self.call < self.per_forward:
             raise ValueError(f"HookSpec.call {self.call} is not a call of the {self.per_forward} per forward")
         if self.calls == "all" and self.per_forward != 1:

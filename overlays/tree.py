@@ -730,7 +730,7 @@ class TreeOverlay(Overlay):
     # -- the builder ------------------------------------------------------------------------------------
     def _add(self, specs: dict[str, HookSpec], hook: str, module: str, read: str, convert: tuple, width: int,
              references: References = (), routing: Routing | None = None, token_dim: int | None = None,
-             flat: bool = False) -> None:
+             flat: bool = False, flat_rows: int | None = None) -> None:
         layer = layer_of(hook)  # a row's override names a per-layer hook as a template ("blocks.{i}....")
         references = tuple((ref, name.replace("{i}", str(layer)) if name and layer is not None else name)
                            for ref, name in dict(self.tree.references).get(hook_kind(hook), references))
@@ -738,7 +738,7 @@ class TreeOverlay(Overlay):
         if hook_kind(hook) in dict(self.tree.hook_names):  # Tree.hook_names: TransformerLens's name of the hook
             hook = f"blocks.{layer}.{dict(self.tree.hook_names)[hook_kind(hook)]}"
         specs[hook] = HookSpec(module, read, (*(() if flat else self.tree.batch), *convert), width,
-                               references=references, routing=routing, token_dim=token_dim)
+                               references=references, routing=routing, token_dim=token_dim, flat_rows=flat_rows)
 
     @staticmethod
     def _routing(mlp: Mlp, cfg: Any, router: str) -> Routing | None:
@@ -794,8 +794,9 @@ class TreeOverlay(Overlay):
 
         def add(kind: str, module: str, read: str, convert: tuple = (), width: int = D,
                 references: References = (), routing: Routing | None = None, token_dim: int | None = None,
-                flat: bool = False) -> None:
-            self._add(specs, f"{b}.{kind}", module, read, convert, width, references, routing, token_dim, flat)
+                flat: bool = False, flat_rows: int | None = None) -> None:
+            self._add(specs, f"{b}.{kind}", module, read, convert, width, references, routing, token_dim, flat,
+                      flat_rows)
 
         def norm(kind: str, attr: str, read: str) -> None:
             if t.norm_hook == "hook_out":  # Tree.norm_hook: the norm's output as is, under its own hook_out
@@ -1027,8 +1028,10 @@ class TreeOverlay(Overlay):
         for x, convert, width in zip("qkv", qkv, (K, K, V)):
             add(f"{h}.hook_{x}_pre_conv", qkvz, "out[0]", convert, width, references=hf(f"hook_{x}_pre_conv"))
         add(f"{h}.hook_beta_logit", ba, "out[0]", beta, nv, references=hf("hook_beta_logit"))
-        add(f"{h}.hook_recurrence_out", f"{G}.{gm.norm}", "in[0]", (), V, references=hf("hook_recurrence_out"))
-        add(f"{h}.hook_gate_input", f"{G}.{gm.norm}", "in[1]", (), V, references=hf("hook_gate_input"))
+        # vLLM 0.20.2's CUDA path calls the norm on [T x v_heads, d_v] (HookSpec.flat_rows), the CPU line on [T, v_heads, d_v]
+        add(f"{h}.hook_recurrence_out", f"{G}.{gm.norm}", "in[0]", (), V, references=hf("hook_recurrence_out"),
+            flat_rows=nv)
+        add(f"{h}.hook_gate_input", f"{G}.{gm.norm}", "in[1]", (), V, references=hf("hook_gate_input"), flat_rows=nv)
         add(f"{h}.hook_out", f"{G}.{gm.out_at}" if gm.out_at else G, gm.out_read,
             references=(("hf", f"{b}.{h}.hook_out"),))
 

@@ -38,7 +38,7 @@ from harness.comparison.logits import greedy_agreement, logit_rows
 from harness.comparison.rows import REFERENCE_ENGINE, Pairs, axes_of, compared_row, pairs_of
 from harness.comparison.routing import Flip, find_flips
 from harness.comparison.set_aside import set_aside
-from harness.comparison.shapes import subject_to_canonical
+from harness.comparison.shapes import subject_to_canonical, unflatten_rows
 from harness.values.plan import Case, Plan
 from harness.values.results import HookResult
 from harness.comparison.processing import to_hooked_coordinates
@@ -147,10 +147,11 @@ class _Evaluation:
     def _canonical(self, p: int, spec: HookSpec, first: torch.Tensor, n_tokens: int) -> torch.Tensor:
         """The raw read of one prompt in ``[T, ...]`` rows: the first call's, or every call stitched."""
         if spec.calls != "all":
-            return subject_to_canonical(first, n_tokens)  # the spec's call (HookSpec.call; value())
-        calls = [first]
+            # the spec's call (HookSpec.call; value()), heads unfolded from the rows where a line folds them
+            return subject_to_canonical(unflatten_rows(spec.flat_rows, first), n_tokens)
+        calls = [unflatten_rows(spec.flat_rows, first)]
         while (nxt := self.subject.read(p, spec.raw_key, len(calls))) is not None:
-            calls.append(nxt)
+            calls.append(unflatten_rows(spec.flat_rows, nxt))
         return stitch_calls(calls, n_tokens)
 
     def derived_value(self, hook: str) -> list[torch.Tensor] | None:
@@ -178,7 +179,9 @@ class _Evaluation:
         def compute() -> list[torch.Tensor]:
             spec = self.plan.specs[hook]
             row_dim = spec.raw_token_dim  # 1: [1, T, ...] reads; 2: heads-first [1, heads, T, d] (HookSpec.token_dim)
-            raws = [self.subject.ragged_read(p, spec.raw_key, self.lengths, row_dim) for p in range(self.n)]
+            raws = [self.subject.ragged_read(p, spec.raw_key, self.lengths, row_dim,
+                                             prepare=lambda v: unflatten_rows(spec.flat_rows, v))
+                    for p in range(self.n)]
             if any(r is None for r in raws):
                 raise NoValue(f"{hook}: no ragged-batch capture (vLLM did not report its batch layout)")
             return [convert(spec, r, self.subject.params) for r in raws]

@@ -25,3 +25,14 @@ def reference_to_canonical(name: str, tensor: torch.Tensor) -> torch.Tensor:
 def subject_to_canonical(tensor: torch.Tensor, n_tokens: int) -> torch.Tensor:
     """Keep the request's rows (an engine may pad the token dim)."""
     return tensor[:n_tokens]
+
+
+def unflatten_rows(flat_rows: int | None, raw: torch.Tensor) -> torch.Tensor:
+    """A raw read a line passed with its heads folded into the token rows (``HookSpec.flat_rows``): a 2-D
+    ``[T x flat_rows, d]`` read viewed ``[T, flat_rows, d]``, so the token rows can be cut; any other read as it is.
+    Raises where the rows are no multiple of ``flat_rows`` (the read is not what the overlay says)."""
+    if not flat_rows or raw.dim() != 2:
+        return raw
+    if raw.shape[0] % flat_rows:
+        raise ValueError(f"a [T x {flat_rows}, d] read has {raw.shape[0]} rows, no multiple of {flat_rows}")
+    return raw.unflatten(0, (-1, flat_rows))

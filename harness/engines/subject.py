@@ -52,7 +52,7 @@ class SubjectCapture:
         return self.raw.get(capture_key(prompt, raw_key, call))
 
     def ragged_read(self, prompt: int, raw_key: str, prompt_lengths: list[int],
-                    row_dim: int = 0) -> torch.Tensor | None:
+                    row_dim: int = 0, prepare=None) -> torch.Tensor | None:
         """Rows of ``prompt`` in the ragged-batch run: vLLM flattened all prompts
         into its forward(s); each forward's layout (request ids, query start
         offsets) says whose rows are whose.  Requests are matched to prompts by
@@ -62,7 +62,8 @@ class SubjectCapture:
         up to its prompt's length gives None (the row then says it is missing).
         ``row_dim``: the token dim of the raw read -- 1 where vLLM's Transformers
         backend runs HF modules on ``[1, T, ...]`` (a read whose conversions
-        start with ``DropBatch``)."""
+        start with ``DropBatch``).  ``prepare``: applied to each forward's raw read
+        before it is cut (heads folded into the rows: HookSpec.flat_rows)."""
         batches = self.meta.get("ragged_batches")
         ids = self.meta.get("ragged_request_ids")
         if not batches or not ids or prompt >= len(ids) or any(b.get("query_start_loc") is None for b in batches):
@@ -72,6 +73,8 @@ class SubjectCapture:
             value = self.raw.get(capture_key(RAGGED, raw_key, call))
             if value is None:
                 return None
+            if prepare is not None:
+                value = prepare(value)
             qsl = layout["query_start_loc"]
             for r, req in enumerate(layout["req_ids"]):
                 if same_request(req, ids[prompt]):

@@ -6,6 +6,7 @@ detaches and moves to the CPU; subject_to_canonical keeps the request's first n_
 """
 from __future__ import annotations
 
+import pytest
 import torch
 
 from harness.comparison.shapes import reference_to_canonical, subject_to_canonical
@@ -43,3 +44,16 @@ def test_a_reference_set_of_expert_ids_is_sorted_like_vllms():
     assert reference_to_canonical("blocks.1.mlp.gate.hook_expert_indices", ids).tolist() == [[1, 3], [0, 2]]
     w = torch.tensor([[[0.2, 0.8]]])
     assert torch.equal(reference_to_canonical("blocks.1.mlp.gate.hook_expert_weights", w), w[0])  # not a set
+
+
+def test_a_read_with_its_heads_folded_into_the_rows_is_unfolded_before_its_token_rows_are_cut():
+    from harness.comparison.shapes import unflatten_rows
+
+    canonical = torch.arange(7 * 4 * 3, dtype=torch.float32).view(7, 4, 3)  # [T, heads, d]
+    padded = torch.cat([canonical, torch.full((1, 4, 3), -1.0)])  # a graph's padded forward of 8 tokens
+    folded = padded.reshape(-1, 3)  # vLLM 0.20.2's CUDA GDN norm input: [T x heads, d]
+    assert torch.equal(subject_to_canonical(unflatten_rows(4, folded), 7), canonical)
+    assert unflatten_rows(4, canonical) is canonical  # the CPU line's [T, heads, d]: as it is
+    assert unflatten_rows(None, folded) is folded
+    with pytest.raises(ValueError, match="no multiple of 4"):
+        unflatten_rows(4, folded[:-1])
