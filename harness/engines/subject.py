@@ -20,7 +20,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -52,7 +52,8 @@ class SubjectCapture:
         return self.raw.get(capture_key(prompt, raw_key, call))
 
     def ragged_read(self, prompt: int, raw_key: str, prompt_lengths: list[int],
-                    row_dim: int = 0, prepare=None) -> torch.Tensor | None:
+                    row_dim: int = 0,
+                    prepare: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor | None:
         """Rows of ``prompt`` in the ragged-batch run: vLLM flattened all prompts
         into its forward(s); each forward's layout (request ids, query start
         offsets) says whose rows are whose.  Requests are matched to prompts by

@@ -114,10 +114,9 @@ def subject_env_defaults(device: str, tp: int = 1) -> dict[str, str]:
 
 # Inductor's pad_mm (``shape_padding``) may widen a matmul whose output width is unaligned (a router's [T, 4] logits
 # in bf16) and hand the consumer a strided view of the padded [T, 8] result; vLLM 0.20.2's fused top-k router reads
-# such logits as contiguous rows and routes most tokens to the wrong experts.  Whether pad_mm pads is a benchmark
-# decision that the capture's taps tip (docs/gpu/evidence/mixtral-router-padding-2026-12-04: mixtral bf16, every hook
-# read: logits strided [8, 1], 70748 tokens routed otherwise; shape_padding off: contiguous, 0).  Off, the captured
-# engine computes what vLLM computes without the taps.
+# such logits as contiguous rows and routes tokens to the wrong experts.  Whether pad_mm pads is a benchmark
+# decision that the capture's taps can tip (measured: docs/gpu/evidence/mixtral-router-padding-2026-12-04).  Off, the
+# captured engine computes what vLLM computes without the taps.
 INDUCTOR_FOR_CAPTURE: dict[str, Any] = {"shape_padding": False}
 
 
