@@ -30,6 +30,9 @@ Blocks (per round, rotated order; each: ``--warmup`` untimed calls, ``--iters`` 
 * **step** -- B prompts x ``--tokens`` tokens, ``max_tokens = 1 + --decode``: one prefill step (piecewise
   graphs) and ``--decode`` decode steps (full-graph replays), each the V1 runner's ``_model_forward``,
   synchronized on both sides (bench_capture_graphs.GraphEngine.block), for B in ``--batch-sizes``.
+  An engine kind ending in ``-torch`` (``all-torch``) has the same hooks without the graph path's copy
+  kernel (harness.engines.tap_kernel, ``VLLM_PARITY_TAP_KERNEL=0``): torch copies every read into the static
+  buffers and the drain copies them again, as before 2026-12-04.
   ``residual-wait`` is the ``residual`` engine with the graph path's drain as it was before 2026-12-03
   (``vp_set_drain(False)``: synchronized forward timers, counts read before the copy), for a side-by-side
   comparison with the default (events, the copy enqueued before the one host wait).
@@ -60,10 +63,12 @@ from pathlib import Path
 from benchmarks import bench_capture_graphs as bcg
 from benchmarks.bench_capture_batches import _gpu_driver, _memory, _shaped, render_or_run
 from benchmarks.bench_capture_overhead import _cpu_model, _stats, _versions
+from harness.engines import tap_kernel
 
 TARGETS = {"residual": {0: 3.0}, "tl-set": {0: 10.0}, "all": {1: 25.0, 0: 15.0}}  # B -> % (0: any other B)
 E2E_TARGET = 5.0  # residual generate tokens/s within 5 % of bare
 VARIANTS = {"residual": ("residual", "residual-wait")}  # engine -> the step modes it runs
+TORCH_SUFFIX = "-torch"  # an engine kind + this: the same hooks, every read copied by torch (no copy kernel)
 E2E_MODES = ("none", "residual", "residual-wait")
 
 
@@ -133,6 +138,9 @@ def _serve(kind: str, args, conn) -> None:
         from vllm import SamplingParams
 
         target = target_for_path(args.checkpoint)
+        if kind.endswith(TORCH_SUFFIX):  # the graph path without its copy kernel, for comparison
+            os.environ[tap_kernel.ENV] = "0"  # before vLLM boots: its engine process inherits it
+            kind = kind.removesuffix(TORCH_SUFFIX)
         t0 = time.perf_counter()
         gen = torch.Generator().manual_seed(0)  # bench_capture_batches's / bench_capture_graphs's prompts
         sizes = bcg._sizes(args)

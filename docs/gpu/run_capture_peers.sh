@@ -3,10 +3,12 @@
 # kept on the device and checked when the records are read), then the capture cost on the peers' terms
 # (benchmarks/bench_capture_peers.py). Results: docs/gpu/evidence/capture-cost-* (one folder per run).
 #   A. beside each other: the graph-capture unit tests on CUDA (tests/unit/engines/test_graph_capture.py: the
-#      stale-capture test, graph path = sink path, the batched-drain and count-check tests; test_graph_anatomy.py),
-#      $PARITY_MODELS bf16 compiled under vLLM's default FULL_AND_PIECEWISE graphs, --serving single,decode
-#      (decode drains full-graph replays), and the 8B-shaped checkpoint build;
-#   B. alone on the GPU: python -m benchmarks.bench_capture_peers (phases none+residual+tl-set+tl, none+all).
+#      stale-capture test, graph path = sink path, the batched-drain and count-check tests; test_graph_anatomy.py;
+#      test_tap_kernel.py: the copy kernel bitwise against torch, and a replay following its destination table),
+#      $PARITY_MODELS in $PARITY_DTYPES compiled under vLLM's default FULL_AND_PIECEWISE graphs, --serving
+#      single,decode (decode drains full-graph replays), and the 8B-shaped checkpoint build;
+#   B. alone on the GPU: python -m benchmarks.bench_capture_peers (phases none+residual+tl-set+tl, none+all,
+#      none+all-torch: every hook without the copy kernel, as before 2026-12-04).
 #
 # Device calls (the machine is lost 30 s after a call ends; the wheelhouse in 45 MiB pieces, because the
 # checkout itself is ~15 MB of the 64 MiB a call carries):
@@ -19,7 +21,7 @@
 #   5. bash docs/gpu/run_capture_peers.sh collect 560                         (as often as needed, back to back)
 # .gpuwhl/pyt.tgz (the host has no pytest): tar --exclude=__pycache__ -czf .gpuwhl/pyt.tgz -C
 #   .venv/lib/python3*/site-packages pytest _pytest pluggy iniconfig packaging py.py and their *.dist-info.
-# Knobs: CKPT, PARITY_MODELS, BENCH_ARGS (more bench options), PARITY_S, PHASE_BUDGETS.
+# Knobs: CKPT, PARITY_MODELS, PARITY_DTYPES, BENCH_ARGS (more bench options), PARITY_S, PHASES, PHASE_BUDGETS.
 # How long each part took is in the evidence folder's job.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -52,14 +54,16 @@ case "$phase" in
         --shape llama3-8b --dtype bfloat16 --out "$CKPT" ) &
     P1=$!
     ( export PYTHONPATH=$PYT:$SITE:$WORK; step graph_capture_tests 300 python3 -m pytest \
-        tests/unit/engines/test_graph_capture.py tests/unit/engines/test_graph_anatomy.py -v -rs -p no:cacheprovider ) &
+        tests/unit/engines/test_graph_capture.py tests/unit/engines/test_graph_anatomy.py tests/unit/engines/test_tap_kernel.py \
+        -v -rs -p no:cacheprovider ) &
     P2=$!
-    step parity "${PARITY_S:-300}" python3 -m harness run --device cuda --model "${PARITY_MODELS:-qwen3,llama,gemma,mixtral,falcon_h1}" --dtype bfloat16 \
+    step parity "${PARITY_S:-300}" python3 -m harness run --device cuda --model "${PARITY_MODELS:-qwen3,llama,gemma,mixtral,falcon_h1}" --dtype "${PARITY_DTYPES:-float32,bfloat16}" \
         --modes compiled --serving single,decode --jobs 8 --report-dir "$RES/reports"
     wait $P1 $P2  # not a bare `wait`: the memory sampler runs until the end (a bare wait hung the 2026-12-03 run)
     python3 -m harness matrix --report-dir "$RES/reports" --grid >"$RES/grid.md" 2>&1
     step bench 900 python3 -m benchmarks.bench_capture_peers --checkpoint "$CKPT" --dtype bfloat16 \
-        --rounds 6 --phase-budget-s "${PHASE_BUDGETS:-330,230}" --out "$RES/bench/capture_peers" ${BENCH_ARGS:-}
+        --rounds 6 --phases "${PHASES:-none,residual,tl-set,tl;none,all;none,all-torch}" \
+        --phase-budget-s "${PHASE_BUDGETS:-330,230,150}" --out "$RES/bench/capture_peers" ${BENCH_ARGS:-}
     kill $SAMPLER 2>/dev/null
     touch "$RES/DONE" ;;
   collect)

@@ -6,10 +6,18 @@ op of harness.engines.vllm_worker, a piecewise splitting op) records nothing the
 (:func:`graph_mode`) every traced hook calls :data:`GRAPH_OP` instead, ``vllm_parity::tap_into(counts,
 xs, slot)``, a custom op with ``mutates_args=("counts",)`` and a fake implementation, which is no
 splitting op: it is captured inside full and piecewise graphs alike.  Its body runs Python only when
-the graph is *captured* or the compiled code runs without a graph; there it copies each read (the
-sink's ``copy_`` / ``torch.add(out=)``, :func:`harness.engines.reads.sum_terms`, so the bits are
-the eager sink's) into a static buffer owned by (hook slot, read, call of this forward) and adds 1
-to ``counts[slot]``.  Every replay repeats those kernels on the replay's inputs.
+the graph is *captured* or the compiled code runs without a graph; there it enqueues, per read, one
+launch of the copy kernel (harness.engines.tap_kernel: the read's terms summed, written where the
+kernel's destination table :attr:`GraphBuffers.dests` points *when it runs*; the hook's first kernel
+also adds 1 to ``counts[slot]``), or, for a read the kernel does not take (more terms, broadcasting,
+no CUDA), the sink's ``copy_`` / ``torch.add(out=)`` (:func:`harness.engines.reads.sum_terms`, so the
+bits are the eager sink's) into a static buffer owned by (hook slot, read, call of this forward).
+Every replay repeats those kernels on the replay's inputs.
+
+*Direct steps*: a table entry points at the read's static buffer, except during a recorded forward of
+a token count whose drain plan is known (:meth:`GraphBuffers.prepare` .. :meth:`~GraphBuffers.drain`):
+then it points at the read's place in that step's record tensors, so the replay writes the records
+itself and the drain copies nothing the kernel wrote (one copy of the reads per step, not two).
 
 The host side, per forward (:class:`GraphBuffers`): :meth:`~GraphBuffers.begin` before it (the
 model's pre-hook, or the replay wrapper) resets the Python call index; :meth:`~GraphBuffers.drain`
@@ -61,6 +69,13 @@ Traps:
 - Record storage: the records of one drained step are views into one flat tensor per dtype (non-
   overlapping, contiguous: safetensors saves them), valid until the worker's next reset, when the pool
   tensor of step ``n`` is written again by the next call's step ``n``.
+- Destinations: the kernel trusts its table.  An entry's static address is set outside any capture
+  (the warm-up forwards before vLLM's captures write every read first; an entry new inside a capture
+  raises); a direct step's table is set before the forward and the static one put back after its drain
+  and on a reset, so a replay nobody prepared (vLLM's dummy runs) writes static buffers, never records.
+  In a direct step a Python body whose read does not match the plan (a new call, another shape) sends
+  that read to its static buffer, and the drain sends the kernel's reads back there and drains the step
+  as without the kernel.
 - CPU has no CUDA graphs: graph mode is off there (the eager / compiled sink keeps its bits), and
   ``VLLM_PARITY_CAPTURE=graph`` forces it on only for the unit tests of the op under
   ``torch.compile`` (tests/unit/engines/test_graph_capture.py).
@@ -74,17 +89,19 @@ from typing import Optional
 
 import torch
 
+from harness.engines.tap_kernel import kernel_terms
+
 GRAPH_OP = "vllm_parity::tap_into"
 ENV = "VLLM_PARITY_CAPTURE"  # "graph" / "sink": force a capture path (default: graph on CUDA with CUDA graphs)
 ROWS_ENV = "VLLM_PARITY_GRAPH_ROWS"  # override the buffers' row count
 DEFAULT_ROWS = 4096
+MIN_ENTRIES, ENTRIES_PER_SLOT = 4096, 16  # the copy kernel's destination table: entries (8 bytes each)
 
-_GRAPH_SINKS: list[Callable[[list], None]] = []  # slot -> graph sink of one hooked (module, side)
+_GRAPH_SINKS: list[Callable[[list, torch.Tensor], None]] = []  # slot -> graph sink of one hooked (module, side)
 
 
 def _tap_into_impl(counts: torch.Tensor, xs: list, slot: int) -> None:
-    _GRAPH_SINKS[slot](xs)
-    counts.narrow(0, slot, 1).add_(1)
+    _GRAPH_SINKS[slot](xs, counts=counts)  # GraphBuffers.write: copies the reads, counts the call in ``counts``
 
 
 @torch.library.custom_op(GRAPH_OP, mutates_args=("counts",))
@@ -148,17 +165,23 @@ class DrainPlan:
     ``records``: per read, in the old drain order (sorted (slot, call), then read), ``(key, group,
     shape)``; ``groups``: per dtype, ``(dtype, sources, sizes, total)``, the flat source views (prefixes
     of the static buffers) in record order; ``expected``: the calls per slot the capture recorded;
-    ``over``: a requested read of a forward larger than the buffers."""
+    ``over``: a requested read of a forward larger than the buffers; ``kernel``: per read the copy
+    kernel writes, ``(slot, read, call) -> (entry, group, offset, numel, shape)``, where it lies in
+    the step's records; ``copied``: ``(group, offset, numel, source)`` of every read torch copies into
+    its static buffer (a direct step's drain copies those alone)."""
 
-    __slots__ = ("tokens", "records", "groups", "expected", "over", "keys")
+    __slots__ = ("tokens", "records", "groups", "expected", "over", "keys", "kernel", "copied")
 
-    def __init__(self, tokens: int, records: list, groups: list, expected: list, over: bool) -> None:
+    def __init__(self, tokens: int, records: list, groups: list, expected: list, over: bool,
+                 kernel: dict | None = None, copied: list | None = None) -> None:
         self.tokens = tokens
         self.records = records
         self.groups = groups
         self.expected = expected
         self.over = over
         self.keys = frozenset(key for key, _, _ in records)
+        self.kernel = kernel or {}
+        self.copied = copied or []
 
     def resolve(self, flats: list[torch.Tensor], store: dict[str, list[torch.Tensor]]) -> None:
         """Append this plan's records, read from ``flats`` (one per group, as :meth:`GraphBuffers.drain`
@@ -171,18 +194,47 @@ class DrainPlan:
             records.append(next(pieces[group]).view(shape))
 
 
-class GraphBuffers:
-    """Static buffers of one worker, the per-forward call index, the shape table, its drain plans and
-    the record pool."""
+class DirectStep:
+    """A recorded forward whose kernel reads go straight to its records (:meth:`GraphBuffers.prepare`):
+    the plan it was aimed by, its step index, the flat record tensors, and the reads sent back to their
+    static buffers because they did not match the plan (``redirected``)."""
 
-    def __init__(self, n_slots: int, rows: int, device: torch.device) -> None:
+    __slots__ = ("plan", "n", "flats", "redirected")
+
+    def __init__(self, plan: DrainPlan, n: int, flats: list[torch.Tensor]) -> None:
+        self.plan = plan
+        self.n = n
+        self.flats = flats
+        self.redirected: set = set()
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+class GraphBuffers:
+    """Static buffers of one worker, the per-forward call index, the shape table, its drain plans, the
+    record pool, and the copy kernel's destination table."""
+
+    def __init__(self, n_slots: int, rows: int, device: torch.device, launch: Callable | None = None) -> None:
         self.rows = rows
+        # harness.engines.tap_kernel.launch, or None: every read is copied by torch into its static buffer
+        self.launch = launch
         with torch.inference_mode(False):
             self.counts = torch.zeros(n_slots, dtype=torch.int64, device=device)
+            # the kernel's destination address per entry, read when the kernel runs: a static buffer,
+            # or during a direct step (prepare .. drain) the read's place in the step's records
+            self.dests = torch.zeros(max(MIN_ENTRIES, ENTRIES_PER_SLOT * n_slots), dtype=torch.int64, device=device)
+            self.static_dests = torch.zeros_like(self.dests)  # every entry's static buffer
+        self.static_host = [0] * self.dests.numel()
+        self.static_version = 0  # bumped whenever an entry's static address is set
+        self.entries: dict[tuple[int, int, int], int] = {}  # (slot, read, call) -> entry of the kernel's table
+        self.direct: DirectStep | None = None
+        self.direct_tables: dict[tuple[int, int], tuple] = {}  # (T, step) -> (plan, ptrs, static version, table)
         self.calls = [0] * n_slots
         self.tokens: int | None = None  # T of the forward now running (begin)
         self.flat: dict[tuple[int, int, int], torch.Tensor] = {}
-        # T -> {(slot, call): [shape or None (not requested) or "over" (T > rows), per read]}
+        # T -> {(slot, call): [None (not requested), "over" (T > rows) or (shape, copied by the kernel), per read]}
         self.table: dict[int, dict[tuple[int, int], list]] = {}
         self.plans: dict[int, DrainPlan] = {}  # T -> drain plan of table[T] (dropped when it changes)
         self.pool: dict[tuple[int, torch.dtype], torch.Tensor] = {}  # (step since reset, dtype) -> records
@@ -218,14 +270,53 @@ class GraphBuffers:
             self.plans.clear()  # every plan holding the old buffer (any T) is stale
         return flat[:numel].view(shape)
 
-    def write(self, slot: int, plan: tuple, values: list, add: Callable) -> None:
-        """The body of :data:`GRAPH_OP` for hook ``slot`` (executed, or recorded into a graph)."""
-        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+    def _entry(self, key: tuple[int, int, int], view: torch.Tensor) -> int | None:
+        """The kernel's table entry of read ``key``, aimed at its static buffer ``view``; None when the
+        table is full (torch copies the read).  Raises inside a stream capture when the entry or its
+        buffer is new: its address could not reach the device before a replay (the warm-up forwards
+        that precede vLLM's captures make them)."""
+        e = self.entries.get(key)
+        if e is None:
+            if len(self.entries) >= len(self.static_host):
+                return None
+            e = len(self.entries)
+        addr = view.data_ptr()
+        if self.static_host[e] != addr:
+            if _capturing():
+                raise RuntimeError(f"graph-safe capture: read {key} is first written inside a CUDA-graph "
+                                   "capture; its copy kernel's destination cannot be set before a replay "
+                                   "(run the forward once before capturing it)")
+            self.entries[key] = e
+            self.static_host[e] = addr
+            self.static_version += 1
+            self.static_dests[e] = addr
+            self.dests[e] = addr
+        return e
+
+    def _aim(self, key: tuple[int, int, int], e: int, shape: tuple) -> None:
+        """In a direct step, a read the plan does not hold as written (a new call, another shape) goes
+        to its static buffer instead: the drain then copies the whole step as before."""
+        d = self.direct
+        if d is None or key in d.redirected:
+            return
+        want = d.plan.kernel.get(key)
+        if want is None or want[0] != e or want[4] != shape:
+            self.dests[e] = self.static_host[e]
+            d.redirected.add(key)
+
+    def write(self, slot: int, plan: tuple, values: list, add: Callable, counts: torch.Tensor | None = None) -> None:
+        """The body of :data:`GRAPH_OP` for hook ``slot`` (executed, or recorded into a graph): each
+        requested read copied by the kernel (:mod:`harness.engines.tap_kernel`) where it can, else by
+        ``add`` into its static buffer, and the call counted in ``counts`` (by the first kernel): the
+        op's own argument, which functionalization may hand over as a copy; :attr:`counts` by default."""
+        counts = self.counts if counts is None else counts
+        if _capturing():
             self.captured = True
         tokens = self.tokens if self.tokens is not None else -1
         i = self.calls[slot]
         self.calls[slot] = i + 1
         shapes: list = []
+        counted = False
         for r, (keys, lo, hi, read) in enumerate(plan):
             if keys[i % len(keys)] is None:
                 shapes.append(None)
@@ -233,9 +324,25 @@ class GraphBuffers:
             if tokens > self.rows:
                 shapes.append("over")
                 continue
-            out = add(values[lo:hi], read,
-                      lambda shape, dtype, device, _k=(slot, r, i): self._view(_k, shape, dtype, device, tokens))
-            shapes.append(tuple(out.shape))
+            key = (slot, r, i)
+            terms = values[lo:hi]
+            found = kernel_terms(terms) if self.launch is not None else None
+            if found is not None:
+                tensors, rows, cols, strides = found
+                first = tensors[0]
+                view = self._view(key, first.shape, first.dtype, first.device, tokens)
+                e = self._entry(key, view)
+                if e is not None:
+                    shape = tuple(view.shape)
+                    self._aim(key, e, shape)
+                    self.launch(self.dests, e, counts, -1 if counted else slot, tensors, rows, cols, strides)
+                    counted = True
+                    shapes.append((shape, True))
+                    continue
+            out = add(terms, read, lambda shape, dtype, device, _k=key: self._view(_k, shape, dtype, device, tokens))
+            shapes.append((tuple(out.shape), False))
+        if not counted:
+            counts.narrow(0, slot, 1).add_(1)
         entries = self.table.setdefault(tokens, {})
         if entries.get((slot, i)) != shapes:
             entries[(slot, i)] = shapes
@@ -251,27 +358,36 @@ class GraphBuffers:
         records: list = []
         groups: list = []  # [dtype, sources, sizes, total]
         index: dict[torch.dtype, int] = {}
+        kernel: dict = {}
+        copied: list = []
         over = False
         for (slot, i), shapes in sorted(entries.items()):
             expected[slot] += 1
             for r, (keys, _lo, _hi, _read) in enumerate(plans[slot]):
-                shape = shapes[r]
-                if shape is None:
+                entry = shapes[r]
+                if entry is None:
                     continue
-                if shape == "over":
+                if entry == "over":
                     over = True
                     continue
+                shape, by_kernel = entry
                 numel = math.prod(shape)
                 src = self.flat[(slot, r, i)][:numel]
                 g = index.get(src.dtype)
                 if g is None:
                     g = index[src.dtype] = len(groups)
                     groups.append([src.dtype, [], [], 0])
+                offset = groups[g][3]
                 groups[g][1].append(src)
                 groups[g][2].append(numel)
                 groups[g][3] += numel
                 records.append((keys[i % len(keys)], g, shape))
-        got = self.plans[tokens] = DrainPlan(tokens, records, [tuple(g) for g in groups], expected, over)
+                if by_kernel:
+                    kernel[(slot, r, i)] = (self.entries[(slot, r, i)], g, offset, numel, shape)
+                else:
+                    copied.append((g, offset, numel, src))
+        got = self.plans[tokens] = DrainPlan(tokens, records, [tuple(g) for g in groups], expected, over,
+                                             kernel, copied)
         self.drained_keys.update(got.keys)
         return got
 
@@ -293,22 +409,69 @@ class GraphBuffers:
                 snap = self.count_pool[n] = torch.empty_like(self.counts)
         return snap
 
+    def prepare(self, tokens: int | None, plans: list[tuple], n: int) -> None:
+        """Before a recorded forward (step ``n`` since the reset) of ``tokens`` tokens: when the plan of
+        ``tokens`` is known and the kernel copies some of its reads, aim the kernel at step ``n``'s
+        record tensors (one copy of the destination table), so its drain copies nothing the kernel
+        wrote.  Not inside a stream capture (a capture is no forward)."""
+        if self.launch is None or tokens is None or _capturing():
+            return
+        d = self.direct
+        if d is not None and d.plan.tokens == tokens and d.n == n:
+            return
+        self.release()
+        if tokens not in self.table:
+            return
+        plan = self.plan(tokens, plans)
+        if plan.over or not plan.kernel:
+            return
+        flats = [self.record_flat(n, dtype, total) for dtype, _sources, _sizes, total in plan.groups]
+        self.dests.copy_(self._direct_table(plan, n, flats))
+        self.direct = DirectStep(plan, n, flats)
+
+    def _direct_table(self, plan: DrainPlan, n: int, flats: list[torch.Tensor]) -> torch.Tensor:
+        """The destination table of step ``n`` under ``plan``: the static buffers, the kernel's reads at
+        their place in ``flats``; kept per (T, step) while the plan, the record tensors and the static
+        buffers stay."""
+        ptrs = tuple(f.data_ptr() for f in flats)
+        got = self.direct_tables.get((plan.tokens, n))
+        if got is not None and got[0] is plan and got[1] == ptrs and got[2] == self.static_version:
+            return got[3]
+        addrs = list(self.static_host)
+        for e, g, offset, _numel, _shape in plan.kernel.values():
+            addrs[e] = ptrs[g] + offset * flats[g].element_size()
+        with torch.inference_mode(False):
+            table = torch.tensor(addrs, dtype=torch.int64).to(self.dests.device)
+        self.direct_tables[(plan.tokens, n)] = (plan, ptrs, self.static_version, table)
+        return table
+
+    def release(self) -> None:
+        """End a direct step: the kernel's destinations back to the static buffers (a replay nobody
+        prepared, e.g. one of vLLM's dummy runs, must not write a step's records)."""
+        if self.direct is not None:
+            self.dests.copy_(self.static_dests)
+            self.direct = None
+
     def drain(self, tokens: int | None, plans: list[tuple], n: int | None,
               copy: bool = True, wait_first: bool = False) -> Optional["DrainedStep"]:
-        """After a forward of ``tokens`` tokens: copy every read's rows into the flat record tensors of
-        step ``n`` (:meth:`record_flat`, one batched copy per dtype) and the counts into step ``n``'s
-        snapshot, and return the :class:`DrainedStep` (``n`` None: capture off, only reset; None).
-        Raises at once when the forward exceeded the buffers (the host knows that); a hook that ran a
-        different number of times than the graph recorded raises when the step is checked
-        (:func:`check_steps`, before any of its records is read).  ``copy=False`` (graph_anatomy's
-        bookkeeping) does everything but the copy.
+        """After a forward of ``tokens`` tokens: the step's records and the counts' snapshot, as a
+        :class:`DrainedStep` (``n`` None: capture off, only reset; None).  A direct step
+        (:meth:`prepare`) already holds the kernel's reads in its record tensors: only torch's reads are
+        copied there.  Otherwise every read's rows are copied into the flat record tensors of step ``n``
+        (:meth:`record_flat`, one batched copy per dtype); a direct step whose plan changed while it ran
+        first sends the kernel's reads back to their static buffers.  Raises at once when the forward
+        exceeded the buffers (the host knows that); a hook that ran a different number of times than
+        the graph recorded raises when the step is checked (:func:`check_steps`, before any of its
+        records is read).  ``copy=False`` (graph_anatomy's bookkeeping) does everything but the copy.
 
         No host wait (off the step's critical path): the plan, the "over" check and the record tensors
-        are host work, the copy and the counts' snapshot are *enqueued*, so the Python runs while the
+        are host work, the copies and the counts' snapshot are *enqueued*, so the Python runs while the
         device still computes and vLLM launches its next kernels without a gap.  ``wait_first`` (the
         benchmark's comparison with the drain before 2026-12-03): read the counts and check them first,
         then copy."""
         self.open = False
+        d = self.direct
+        self.release()
         if n is None:
             self.counts.zero_()
             return None
@@ -323,12 +486,20 @@ class GraphBuffers:
             self.counts.zero_()
             raise RuntimeError(f"graph-safe capture: a forward of {tokens} tokens is larger than the "
                                f"buffers' {self.rows} rows (set {ROWS_ENV})")
-        flats = []
-        for dtype, sources, _sizes, total in plan.groups:
-            flat = self.record_flat(n, dtype, total)
-            if copy:
-                torch.cat(sources, out=flat)  # one batched copy of every source, in record order
-            flats.append(flat)
+        if d is not None and d.plan is plan and d.n == n and not d.redirected:
+            flats = d.flats
+            if plan.copied:
+                torch._foreach_copy_([flats[g][o:o + k] for g, o, k, _src in plan.copied],
+                                     [src for _g, _o, _k, src in plan.copied])
+        else:
+            if d is not None:
+                self._send_back(d)
+            flats = []
+            for dtype, sources, _sizes, total in plan.groups:
+                flat = self.record_flat(n, dtype, total)
+                if copy:
+                    torch.cat(sources, out=flat)  # one batched copy of every source, in record order
+                flats.append(flat)
         if wait_first:
             snap = None  # checked above
         else:
@@ -336,6 +507,13 @@ class GraphBuffers:
             snap.copy_(self.counts)
         self.counts.zero_()
         return DrainedStep(plan, flats, snap)
+
+    def _send_back(self, d: DirectStep) -> None:
+        """The kernel's reads a direct step wrote into its records, back into their static buffers (the
+        plan changed while it ran: the step is drained from the buffers, as without the kernel)."""
+        for key, (_e, g, offset, numel, _shape) in d.plan.kernel.items():
+            if key not in d.redirected:
+                self.flat[key][:numel].copy_(d.flats[g][offset:offset + numel])
 
 
 class DrainedStep:

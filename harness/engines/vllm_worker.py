@@ -97,7 +97,7 @@ import torch
 
 from harness.vocab.capture_keys import call_key, read_key
 from harness.engines.tensor_parallel import in_parallel_region, tp_layout
-from harness.engines import graph_capture, route_tap
+from harness.engines import graph_capture, route_tap, tap_kernel
 from harness.engines.reads import (group_reads, input_terms, natural_key, parse_read, pick_inputs, pick_outputs,
                                    resolve_module, sibling_paths, sum_terms)
 from harness.engines.graph_capture import (GraphBuffers, _tap_into_impl, buffer_rows, check_steps, graph_mode,
@@ -249,7 +249,7 @@ class CaptureExtension:
         self._vp_graph: GraphBuffers | None = None
         if graph_mode(self):
             device = next((p.device for p in model.parameters()), torch.device("cuda" if _CUDA else "cpu"))
-            self._vp_graph = GraphBuffers(len(groups), buffer_rows(self), device)
+            self._vp_graph = GraphBuffers(len(groups), buffer_rows(self), device, launch=tap_kernel.launcher())
         for module, side, paths_by_read in groups.values():
             self._vp_hook(model, module, side, paths_by_read, tp)
         self._vp_timers(model)
@@ -353,6 +353,9 @@ class CaptureExtension:
             return original(*args, **kwargs)
         self._vp_ran = False
         self._vp_graph.counts.zero_()
+        tokens, positions, input_ids, layout = replay_inputs(self.model_runner, kind, args, kwargs)
+        if self._vp_enabled and not self._vp_wait:  # a replay writes the kernel's reads into this step's records
+            self._vp_graph.prepare(tokens, self._vp_plans, self._vp_steps)
         events = _CUDA and not self._vp_wait  # no host wait before the drain's own (graph_capture.drain)
         if events:
             t = _mark()
@@ -370,7 +373,6 @@ class CaptureExtension:
                 torch.cuda.synchronize()
             self._vp_forward_s.append(time.perf_counter() - t)
         self._vp_replays += 1
-        tokens, positions, input_ids, layout = replay_inputs(self.model_runner, kind, args, kwargs)
         if self._vp_enabled:
             if not self._vp_positions:
                 positions = input_ids = None
@@ -389,6 +391,8 @@ class CaptureExtension:
             if graph is not None:
                 self._vp_ran = True
                 graph.begin(tokens_of(args, kwargs))
+                if self._vp_enabled and not self._vp_wait:  # no-op inside a capture
+                    graph.prepare(graph.tokens, self._vp_plans, self._vp_steps)
             if _capturing():
                 return
             events = graph is not None and _CUDA and not self._vp_wait
@@ -467,6 +471,8 @@ class CaptureExtension:
 
     def vp_reset(self) -> None:
         self._vp_records = {}  # the setter drops pending drained steps too
+        if getattr(self, "_vp_graph", None) is not None:
+            self._vp_graph.release()
         self._vp_forward_s = []
         self._vp_batches = []
         self._vp_replays = 0
