@@ -89,7 +89,7 @@ from typing import Optional
 
 import torch
 
-from harness.engines.tap_kernel import kernel_terms
+from harness.engines.tap_kernel import ALIGN, kernel_terms
 
 GRAPH_OP = "vllm_parity::tap_into"
 ENV = "VLLM_PARITY_CAPTURE"  # "graph" / "sink": force a capture path (default: graph on CUDA with CUDA graphs)
@@ -166,9 +166,10 @@ class DrainPlan:
     shape)``; ``groups``: per dtype, ``(dtype, sources, sizes, total)``, the flat source views (prefixes
     of the static buffers) in record order; ``expected``: the calls per slot the capture recorded;
     ``over``: a requested read of a forward larger than the buffers; ``kernel``: per read the copy
-    kernel writes, ``(slot, read, call) -> (entry, group, offset, numel, shape)``, where it lies in
-    the step's records; ``copied``: ``(group, offset, numel, source)`` of every read torch copies into
-    its static buffer (a direct step's drain copies those alone)."""
+    kernel writes, ``(slot, read, call) -> (entry, group, offset, numel, shape, direct)``, where it
+    lies in the step's records and whether a direct step aims the kernel there (its place is
+    ``tap_kernel.ALIGN``-aligned); ``copied``: ``(group, offset, numel, source)`` of every other read,
+    which sits in its static buffer after the forward (a direct step's drain copies those alone)."""
 
     __slots__ = ("tokens", "records", "groups", "expected", "over", "keys", "kernel", "copied")
 
@@ -382,9 +383,10 @@ class GraphBuffers:
                 groups[g][2].append(numel)
                 groups[g][3] += numel
                 records.append((keys[i % len(keys)], g, shape))
+                direct = by_kernel and offset * src.element_size() % ALIGN == 0
                 if by_kernel:
-                    kernel[(slot, r, i)] = (self.entries[(slot, r, i)], g, offset, numel, shape)
-                else:
+                    kernel[(slot, r, i)] = (self.entries[(slot, r, i)], g, offset, numel, shape, direct)
+                if not direct:
                     copied.append((g, offset, numel, src))
         got = self.plans[tokens] = DrainPlan(tokens, records, [tuple(g) for g in groups], expected, over,
                                              kernel, copied)
@@ -423,7 +425,7 @@ class GraphBuffers:
         if tokens not in self.table:
             return
         plan = self.plan(tokens, plans)
-        if plan.over or not plan.kernel:
+        if plan.over or not any(k[5] for k in plan.kernel.values()):
             return
         flats = [self.record_flat(n, dtype, total) for dtype, _sources, _sizes, total in plan.groups]
         self.dests.copy_(self._direct_table(plan, n, flats))
@@ -438,8 +440,9 @@ class GraphBuffers:
         if got is not None and got[0] is plan and got[1] == ptrs and got[2] == self.static_version:
             return got[3]
         addrs = list(self.static_host)
-        for e, g, offset, _numel, _shape in plan.kernel.values():
-            addrs[e] = ptrs[g] + offset * flats[g].element_size()
+        for e, g, offset, _numel, _shape, direct in plan.kernel.values():
+            if direct:
+                addrs[e] = ptrs[g] + offset * flats[g].element_size()
         with torch.inference_mode(False):
             table = torch.tensor(addrs, dtype=torch.int64).to(self.dests.device)
         self.direct_tables[(plan.tokens, n)] = (plan, ptrs, self.static_version, table)
@@ -511,8 +514,8 @@ class GraphBuffers:
     def _send_back(self, d: DirectStep) -> None:
         """The kernel's reads a direct step wrote into its records, back into their static buffers (the
         plan changed while it ran: the step is drained from the buffers, as without the kernel)."""
-        for key, (_e, g, offset, numel, _shape) in d.plan.kernel.items():
-            if key not in d.redirected:
+        for key, (_e, g, offset, numel, _shape, direct) in d.plan.kernel.items():
+            if direct and key not in d.redirected:
                 self.flat[key][:numel].copy_(d.flats[g][offset:offset + numel])
 
 

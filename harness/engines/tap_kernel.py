@@ -17,7 +17,8 @@ Traps:
   even), the bits of ``torch.add`` on CUDA for float16 / bfloat16 (opmath fp32) and float32.  More
   terms, broadcasting or type promotion, float64 sums: None (the torch copy keeps torch's rules).
 - Addresses: the kernel trusts ``dests[entry]``; the caller must hold there an address with room
-  for the read (harness.engines.graph_capture sets and checks it) -- a wrong one writes anywhere.
+  for the read, aligned to :data:`ALIGN` bytes (the stores are vectorized on that promise;
+  harness.engines.graph_capture sets and checks both) -- a wrong one writes anywhere.
 - Under stream capture the launch is recorded like any kernel; the first launch of each
   specialization compiles, so the graph path's warm-up forwards (before vLLM captures) compile it.
 """
@@ -32,7 +33,9 @@ import torch
 COPY_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64,
                          torch.int32, torch.int64})  # stored as loaded
 SUM_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32})  # summed in fp32, rounded once
-BLOCK = 1024
+BLOCK = 2048
+ALIGN = 16  # bytes: every destination address the kernel is given is a multiple of it
+MAX_NUMEL = 2**31 - BLOCK  # the kernel's offsets are int32
 ENV = "VLLM_PARITY_TAP_KERNEL"  # "0": no kernel, torch copies every read (the benchmark's comparison)
 
 
@@ -56,7 +59,7 @@ def kernel_terms(values: list) -> Optional[tuple]:  # noqa: UP045
     if not tensors or len(tensors) > 2:
         return None
     first = tensors[0]
-    if first.dtype not in COPY_DTYPES or first.numel() == 0:
+    if first.dtype not in COPY_DTYPES or first.numel() == 0 or first.numel() > MAX_NUMEL:
         return None
     if len(tensors) == 2:
         other = tensors[1]
@@ -74,22 +77,29 @@ def _kernel():
     import triton
     import triton.language as tl
 
-    @triton.jit(do_not_specialize=["entry", "slot", "stride0", "stride1", "cols", "n"])
+    @triton.jit(do_not_specialize=["entry", "slot"])
     def tap_copy(dests_ptr, entry, counts_ptr, slot, src0_ptr, stride0, src1_ptr, stride1, cols, n,
-                 HAS1: tl.constexpr, COUNT: tl.constexpr, BLOCK: tl.constexpr):
+                 HAS1: tl.constexpr, COUNT: tl.constexpr, CONTIG: tl.constexpr, BLOCK: tl.constexpr):
         pid = tl.program_id(0)
         if COUNT:
             if pid == 0:
                 tl.store(counts_ptr + slot, tl.load(counts_ptr + slot) + 1)
         dtype = src0_ptr.dtype.element_ty
-        dst_ptr = tl.load(dests_ptr + entry).to(tl.pointer_type(dtype))
-        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        # every destination is ALIGN (16) bytes aligned, the caller's contract: stores can be vectorized
+        dst_ptr = tl.multiple_of(tl.load(dests_ptr + entry), 16).to(tl.pointer_type(dtype))
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
-        row = offs // cols
-        col = offs - row * cols
-        v = tl.load(src0_ptr + row * stride0 + col, mask=mask)
+        if CONTIG:
+            src0 = src0_ptr + offs
+            src1 = src1_ptr + offs
+        else:
+            row = offs // cols
+            col = offs - row * cols
+            src0 = src0_ptr + row.to(tl.int64) * stride0 + col
+            src1 = src1_ptr + row.to(tl.int64) * stride1 + col
+        v = tl.load(src0, mask=mask)
         if HAS1:
-            w = tl.load(src1_ptr + row * stride1 + col, mask=mask)
+            w = tl.load(src1, mask=mask)
             v = (v.to(tl.float32) + w.to(tl.float32)).to(dtype)
         tl.store(dst_ptr + offs, v, mask=mask)
 
@@ -107,15 +117,16 @@ def launch(dests: torch.Tensor, entry: int, counts: torch.Tensor, slot: int, ten
     n = rows * cols
     src0 = tensors[0]
     src1 = tensors[1] if len(tensors) > 1 else src0
+    contig = all(s == cols for s in strides) or rows == 1
     _KERNEL[0][((n + BLOCK - 1) // BLOCK,)](
         dests, entry, counts, max(slot, 0), src0, strides[0], src1, strides[-1], cols, n,
-        HAS1=len(tensors) > 1, COUNT=slot >= 0, BLOCK=BLOCK)
+        HAS1=len(tensors) > 1, COUNT=slot >= 0, CONTIG=contig, BLOCK=BLOCK)
 
 
-def launcher() -> Optional[Callable]:  # noqa: UP045
-    """:func:`launch` where a CUDA device and Triton are there and ``VLLM_PARITY_TAP_KERNEL`` is not
-    ``0`` (the benchmark's torch copies, for comparison), else None."""
-    if os.environ.get(ENV, "").strip() == "0" or not torch.cuda.is_available():
+def launcher(device: torch.device) -> Optional[Callable]:  # noqa: UP045
+    """:func:`launch` for a model on ``device`` where it is a CUDA device, Triton is there and
+    ``VLLM_PARITY_TAP_KERNEL`` is not ``0`` (the benchmark's torch copies, for comparison), else None."""
+    if os.environ.get(ENV, "").strip() == "0" or device.type != "cuda" or not torch.cuda.is_available():
         return None
     try:
         import triton  # noqa: F401

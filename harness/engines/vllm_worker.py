@@ -249,8 +249,7 @@ class CaptureExtension:
         self._vp_graph: GraphBuffers | None = None
         if graph_mode(self):
             device = next((p.device for p in model.parameters()), torch.device("cuda" if _CUDA else "cpu"))
-            launch = tap_kernel.launcher() if device.type == "cuda" else None  # the kernel reads CUDA tensors only
-            self._vp_graph = GraphBuffers(len(groups), buffer_rows(self), device, launch=launch)
+            self._vp_graph = GraphBuffers(len(groups), buffer_rows(self), device, launch=tap_kernel.launcher(device))
         for module, side, paths_by_read in groups.values():
             self._vp_hook(model, module, side, paths_by_read, tp)
         self._vp_timers(model)

@@ -68,14 +68,16 @@ def test_kernel_terms_take_row_strided_reads_of_one_shape_and_dtype():
 
 
 def test_the_kernel_is_off_without_cuda_or_when_asked(monkeypatch):
+    cuda = torch.device("cuda")
+    assert tap_kernel.launcher(torch.device("cpu")) is None
     monkeypatch.setenv(tap_kernel.ENV, "0")
-    assert tap_kernel.launcher() is None
+    assert tap_kernel.launcher(cuda) is None
     monkeypatch.delenv(tap_kernel.ENV)
-    assert (tap_kernel.launcher() is not None) == CUDA
+    assert (tap_kernel.launcher(cuda) is not None) == CUDA
 
 
 def _with_kernel(monkeypatch, model, reads, kernel: FakeKernel | None):
-    monkeypatch.setattr(tap_kernel, "launcher", lambda: kernel)
+    monkeypatch.setattr(tap_kernel, "launcher", lambda device: kernel)
     ext = _ext(model, reads, "graph", monkeypatch)
     if kernel is not None:
         kernel.graph = ext._vp_graph
