@@ -231,8 +231,9 @@ class HookSpec:
     # A read some vLLM line passes with its heads folded into the token rows, ``[T x flat_rows, d]`` where the
     # canonical layout is ``[T, flat_rows, d]`` (vLLM 0.20.2's CUDA Gated DeltaNet calls its gated norm on
     # ``[T x v_heads, d_v]``, the CPU line on ``[T, v_heads, d_v]``): a 2-D raw read is viewed ``[T, flat_rows, d]``
-    # before its token rows are cut (harness.comparison.shapes.unflatten_rows); a raw read of the canonical rank
-    # is left as it is.
+    # before its token rows are cut (harness.comparison.shapes.unflatten_rows), and a serving run's stitcher cuts
+    # its rows in units of flat_rows (harness.engines.stitch, fed by EngineRequest.flat_rows); a raw read of the
+    # canonical rank is left as it is.
     flat_rows: int | None = None
 
     def __post_init__(self) -> None:

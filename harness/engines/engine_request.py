@@ -11,14 +11,15 @@ which rebuilds the same value; a field the class does not know, or a required on
 instead of reading a default.  The engine reads attributes, never keys.
 
 Fields fall into groups: every subject's (the checkpoint and how vLLM runs it), the default subject's
-(``reads``, ``params``, ``row_dims``: what its hooks record and export), an encoder's (:class:`Pooling`), and
+(``reads``, ``params``, ``row_dims``, ``flat_rows``: what its hooks record and export, and how a serving run's
+stitcher cuts their token rows), an encoder's (:class:`Pooling`), and
 ``subject_args``: another subject's own part, a frozen dataclass its module declares and its registry row names
 (harness.engines.subjects, ``Subject.args``: TransformerLens's backend's hooks, vLLM's hidden-state export, vllm-lens's
 layers), so adding a subject adds no field here.  A subject ignores the groups of the others.
 
 Traps:
 
-- Frozen means no field can be rebound; the mappings (``row_dims``, ``llm_overrides``)
+- Frozen means no field can be rebound; the mappings (``row_dims``, ``flat_rows``, ``llm_overrides``)
   are read-only views of the request's own deep copies, so a caller's later change to its dict does not
   reach a request already built (a value nested in ``llm_overrides`` stays a plain dict: vLLM type-checks
   what ``LLM(**...)`` hands it).  A request holding them is not hashable.
@@ -99,6 +100,9 @@ class EngineRequest:
     reads: tuple[tuple[str, str], ...] = ()  # (module, read) pairs to record (overlays.base.READ_GRAMMAR)
     params: tuple[str, ...] = ()  # parameter names to export (the host-side conversions read them)
     row_dims: Mapping[str, int] = field(default_factory=dict)  # read key -> its token dim where not 0
+    # read key -> the heads a line may fold into its token rows (HookSpec.flat_rows: a 2-D [T x heads, d] read); the
+    # serving stitcher cuts such a read's rows in units of it (harness.engines.stitch)
+    flat_rows: Mapping[str, int] = field(default_factory=dict)
     pooling: Pooling | None = None  # an encoder: vLLM's pooling runner and LLM.encode instead of generate
     discover: bool = False  # also hand back the loaded model's module tree (harness.engines.discovery)
     timing_repeats: int = 5  # capture-off forwards timed after the captures
@@ -112,7 +116,7 @@ class EngineRequest:
         set_("prompts", _tokens(self.prompts))
         set_("reads", tuple(sorted({(str(m), str(r)) for m, r in self.reads})))
         set_("params", tuple(sorted(set(self.params))))
-        for name in ("llm_overrides", "row_dims"):
+        for name in ("llm_overrides", "row_dims", "flat_rows"):
             set_(name, _frozen_map(getattr(self, name)))
         if isinstance(self.pooling, Mapping):
             set_("pooling", _build(Pooling, self.pooling, "pooling"))

@@ -1,6 +1,6 @@
 """Stitch a serving run's captures back into one tensor per prompt, by position.
 
-Contract: :func:`stitch(raw, batches, requests, targets, row_dims)` takes what the capture
+Contract: :func:`stitch(raw, batches, requests, targets, row_dims, flat_rows)` takes what the capture
 worker recorded over every forward of a serving run (harness.engines.serving) -- ``raw``:
 ``"{read key}#{n}"`` with ``n`` counting calls across forwards; ``batches``: one layout per
 forward, ``{"req_ids", "query_start_loc", "starts", "tokens"}`` (vLLM's request ids, the
@@ -23,6 +23,12 @@ Rules:
 Traps: vLLM names requests internally ``"{id}-{8 random chars}"`` in recent lines (the
 external id alone in older ones); both match the external id.  A module called ``k`` times
 per forward has ``k`` calls per forward in ``raw``; calls per forward must divide evenly.
+A read some line passes with its heads folded into the token rows (``flat_rows``, from
+``HookSpec.flat_rows``: vLLM 0.20.2's CUDA Gated DeltaNet norm inputs, ``[T x heads, d]``) has
+``heads`` rows per token: a 2-D such read is cut in units of ``heads`` rows, and the stitched read
+keeps the fold (the layout a single run's read has, which the comparison unfolds:
+harness.comparison.shapes.unflatten_rows); cut per row, a prompt would get the heads of the
+wrong tokens.  A read of another rank (the CPU line's ``[T, heads, d]``) is cut as any other.
 """
 from __future__ import annotations
 
@@ -153,12 +159,13 @@ def _runs(src: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
 
 
 def stitch(raw: dict[str, torch.Tensor], batches: list[dict], requests: dict[str, list[int]],
-           targets: list[dict], row_dims: dict[str, int] | None = None
+           targets: list[dict], row_dims: dict[str, int] | None = None, flat_rows: dict[str, int] | None = None
            ) -> tuple[dict[str, torch.Tensor], list[Coverage]]:
     """``requests``: external id -> every token of that request (prompt and generated);
     ``targets``: ``{"prompt": p, "main": external id, "tokens": the sequence compared}`` per prompt;
-    ``row_dims``: read key -> its token dim (1 for ``[1, T, ...]`` reads of vLLM's Transformers backend)."""
-    row_dims = row_dims or {}
+    ``row_dims``: read key -> its token dim (1 for ``[1, T, ...]`` reads of vLLM's Transformers backend);
+    ``flat_rows``: read key -> the heads a line may fold into its token rows (module doc)."""
+    row_dims, flat_rows = row_dims or {}, flat_rows or {}
     segments = _segments(batches, list(requests))
     n_forwards = len(batches)
     totals: dict[str, int] = {}
@@ -178,6 +185,22 @@ def stitch(raw: dict[str, torch.Tensor], batches: list[dict], requests: dict[str
         k, dim = total // n_forwards, row_dims.get(read, 0)
         for prompt, runs in plans:
             for c in range(k):
-                parts = [raw[call_key(read, f * k + c)].narrow(dim, row, count) for f, row, count in runs]
+                parts = [_token_rows(raw[call_key(read, f * k + c)], dim, row, count, flat_rows.get(read), read, f)
+                         for f, row, count in runs]
                 out[capture_key(prompt, read, c)] = parts[0].clone() if len(parts) == 1 else torch.cat(parts, dim=dim)
     return out, coverage
+
+
+def _token_rows(value: torch.Tensor, dim: int, row: int, count: int, heads: int | None, read: str,
+                forward: int) -> torch.Tensor:
+    """Token rows ``row`` .. ``row + count`` of one forward's ``value`` along ``dim``; a 2-D read with ``heads``
+    folded into its rows (module doc) has ``heads`` rows per token."""
+    if not heads or value.dim() != 2:
+        return value.narrow(dim, row, count)
+    if dim != 0:
+        raise StitchError(f"{read}: heads folded into the token rows (flat_rows {heads}) of a read whose token dim "
+                          f"is {dim}, not 0: the overlay's HookSpec is inconsistent")
+    if value.shape[0] % heads:
+        raise StitchError(f"{read}, forward {forward}: a [T x {heads}, d] read has {value.shape[0]} rows, no multiple "
+                          f"of {heads} (the read is not what the overlay's HookSpec.flat_rows says)")
+    return value.narrow(0, row * heads, count * heads)

@@ -189,7 +189,8 @@ def _serve(llm, req: EngineRequest, scheme, k: int, vocab: int, out_dir: Path, t
                     zip(rows, _logprob_rows(outputs[prefix_of[p]]) + [None] * len(rows))]
         logprobs[str(p)] = _logprob_matrix(rows, vocab, len(seq))
         missing_rows[p] = [t for t in range(len(seq)) if t >= len(rows) or rows[t] is None]
-    raw, coverage = stitch(records, dumps[0]["batches"], requests, targets, dict(req.row_dims))
+    raw, coverage = stitch(records, dumps[0]["batches"], requests, targets, dict(req.row_dims),
+                             dict(req.flat_rows))
     cached = {p: int(getattr(outputs[rid], "num_cached_tokens", 0) or 0) for p, rid in enumerate(mains)}
     meta["serving"] = {
         "scheme": scheme.name, "doc": scheme.doc, "forwards": len(dumps[0]["batches"]),

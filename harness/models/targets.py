@@ -23,7 +23,8 @@ from typing import Any
 from overlays import NoImplementationOverlayError, NoOverlayError, Overlay, get_overlay, implementations
 from overlays.base import config_get
 
-from harness.models.families import ModelSpec, UnknownFamilyError, known_bugs_of_architecture, resolve_families
+from harness.models.families import (ModelSpec, Refusal, UnknownFamilyError, known_bugs_of_architecture, refusal_on,
+                                     refusals_of, resolve_families)
 
 
 class TargetError(ValueError):
@@ -43,7 +44,8 @@ class Target:
     provenance: dict[str, Any] = field(default_factory=dict)
     # a --prompts file (harness.models.text_prompts.PromptsFile) its engines run instead of the defaults
     prompts: Any = None
-    # vLLM cannot run the architecture on some devices (harness.models.families.Refusal); overlay may be None
+    # vLLM cannot run the architecture on some devices: the family row's declaration as it stands (ModelSpec.refused: a
+    # Refusal or one per device); overlay may be None.  Ask refusal_on(variant.device), never this field
     refused: Any = None
     # a bug of vLLM's that fails some dtypes' runs (harness.models.families.KnownVllmBug), its signature re-checked
     known_vllm_bug: Any = None
@@ -53,6 +55,15 @@ class Target:
     # why a family row has no overlay on the installed vLLM line (overlays.NoImplementationOverlayError): its run is
     # an error carrying this, and the other families run (overlay is None then)
     overlay_error: str = ""
+
+    @property
+    def refusals(self) -> tuple[Refusal, ...]:
+        """Every Refusal the family row declares (empty for a checkpoint by path, or a family that runs)."""
+        return refusals_of(self.refused)
+
+    def refusal_on(self, device: str) -> Refusal | None:
+        """The Refusal of a run on ``device`` (``Variant.device``), None where vLLM is declared to run it there."""
+        return refusal_on(self.refused, device)
 
     @property
     def overlay_name(self) -> str:
@@ -66,7 +77,7 @@ class Target:
         from transformers import AutoConfig
 
         if self.checkpoint is None:  # a family with no checkpoint (Refusal probe "hf:"): never a hub name
-            raise TargetError(f"{self.name}: no checkpoint, so no HF config (declared: {self.refused.reason})")
+            raise TargetError(f"{self.name}: no checkpoint, so no HF config (declared: {self.refusals[0].reason})")
         return AutoConfig.from_pretrained(str(self.checkpoint))
 
     @property
@@ -127,7 +138,7 @@ def _family_target(spec: ModelSpec) -> Target:
     try:
         overlay = _overlay(arch)
     except NoOverlayError:
-        if spec.refused is None:
+        if not spec.refusals:
             raise
         overlay = None  # refused (on some devices): where vLLM could run it, the plan says there is no overlay
     except NoImplementationOverlayError as exc:  # this vLLM line runs it otherwise: the family's run is the error

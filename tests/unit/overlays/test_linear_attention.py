@@ -100,9 +100,13 @@ def test_rows_and_refusals():
     rows = {s.name: s for s in resolve_families("qwen3_next,qwen3_5,qwen3_5_moe")}
     assert set(rows["qwen3_next"].unsupported_dtypes) == {"float32", "float16"}
     assert "CPU GDN attention requires BF16." in rows["qwen3_next"].unsupported_dtypes["float32"]
-    for name in ("qwen3_5", "qwen3_5_moe"):
-        assert rows[name].refused.probe == "import:vllm.model_executor.models.qwen3_5" and rows[name].refused.devices == ("cpu",)
-        assert "failed to be inspected" in rows[name].refused.reason
+    for name, config in (("qwen3_5", "qwen3_5.Qwen3_5Config"), ("qwen3_5_moe", "qwen3_5_moe.Qwen3_5MoeConfig")):
+        cpu, cuda = rows[name].refusal_on("cpu"), rows[name].refusal_on("cuda")
+        assert cpu.probe == "import:vllm.model_executor.models.qwen3_5" and cpu.devices == ("cpu",)
+        assert "failed to be inspected" in cpu.reason and not cpu.says
+        # vLLM 0.20.2 (CUDA) boots and refuses the text-only config: its own words, re-checked by the boot
+        assert cuda.probe == "boot" and cuda.devices == ("cuda",) and cuda.says in cuda.reason
+        assert cuda.says.startswith("Invalid type of HuggingFace config.") and config in cuda.says
     assert QWEN3_NEXT.gdn_mixer.layout == "interleaved"
 
 

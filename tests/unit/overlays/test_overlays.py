@@ -13,7 +13,7 @@ def test_unknown_architecture_names_known_ones():
 
 
 # every family that runs on the CPU (a family refused on CUDA only, hrm_text, has an overlay here too)
-RUN_ON_CPU = sorted(f for f, s in FAMILIES.items() if s.refused is None or "cpu" not in s.refused.devices)
+RUN_ON_CPU = sorted(f for f, s in FAMILIES.items() if s.refusal_on("cpu") is None)
 
 @pytest.mark.parametrize("family", RUN_ON_CPU)
 def test_every_family_has_a_registered_overlay_with_valid_specs(family):

@@ -23,7 +23,7 @@ def test_a_refusal_names_its_probe():
 def test_the_refused_rows_say_why_and_are_checked_before_a_crash():
     refused = {n: s.refused for n, s in FAMILIES.items() if s.refused is not None}
     assert {"t5", "mamba", "jamba"} <= set(refused)
-    assert all(r.reason for r in refused.values())
+    assert all(r.reason for s in FAMILIES.values() for r in s.refusals)
     # Mamba-1 mixers load and then crash on CPU: an op probe, never a boot; on CUDA they run
     assert refused["mamba"].probe == refused["jamba"].probe == "op:selective_scan_fwd"
     assert refused["mamba"].devices == refused["jamba"].devices == ("cpu",)
@@ -57,5 +57,109 @@ def test_an_import_probe_names_a_module():
     with pytest.raises(ValueError, match="import:<vLLM model module"):
         Refusal("x", probe="import:")
     # Qwen3.5's vLLM module imports torchvision, which the CPU venv lacks: checked by importing, not by a boot
-    assert FAMILIES["qwen3_5"].refused.probe == FAMILIES["qwen3_5_moe"].refused.probe == \
+    assert FAMILIES["qwen3_5"].refusal_on("cpu").probe == FAMILIES["qwen3_5_moe"].refusal_on("cpu").probe == \
         "import:vllm.model_executor.models.qwen3_5"
+
+
+def test_a_row_declares_one_refusal_per_device_and_a_run_asks_for_its_devices():
+    from harness.models.families import ModelSpec
+
+    cpu, cuda = Refusal("cpu's words", probe="import:vllm.x", devices=("cpu",)), Refusal("cuda's", devices=("cuda",))
+    spec = ModelSpec("x", "llama", refused=(cpu, cuda))
+    assert spec.refusal_on("cpu") is cpu and spec.refusal_on("cuda") is cuda and spec.refusals == (cpu, cuda)
+    assert spec.refused_devices == ("cpu", "cuda")
+    # one Refusal, as every row declared before, covers the devices it names and no other
+    both, cpu_only = ModelSpec("x", "llama", refused=Refusal("why")), ModelSpec("x", "llama", refused=cpu)
+    assert both.refusal_on("cpu") is both.refusal_on("cuda") is both.refused
+    assert cpu_only.refusal_on("cpu") is cpu and cpu_only.refusal_on("cuda") is None and cpu_only.refusals == (cpu,)
+    assert ModelSpec("x", "llama").refusal_on("cuda") is None and ModelSpec("x", "llama").refusals == ()
+    with pytest.raises(ValueError, match="resolve 'auto' first"):
+        spec.refusal_on("auto")
+    with pytest.raises(ValueError, match="named by two Refusals"):
+        ModelSpec("x", "llama", refused=(cpu, Refusal("again")))
+    with pytest.raises(ValueError, match="a Refusal or a tuple of them"):
+        ModelSpec("x", "llama", refused=(cpu, "cuda's words"))
+    hf = Refusal("remote code", probe="hf:x", devices=("cpu",), vllm_registry=("native", "x.X"))
+    for refused in ((hf, cuda), hf):  # an 'hf:' probe: no checkpoint can be built for any device
+        with pytest.raises(ValueError, match="only Refusal and covers every device"):
+            ModelSpec("x", "x", refused=refused, released_architecture="XForCausalLM")
+
+
+def test_a_refusal_names_real_devices_and_pins_words_only_for_a_boot():
+    with pytest.raises(ValueError, match="Refusal.devices"):
+        Refusal("why", devices=("tpu",))
+    with pytest.raises(ValueError, match="Refusal.devices"):
+        Refusal("why", devices=())
+    with pytest.raises(ValueError, match="no boot"):
+        Refusal("why", probe="op:selective_scan_fwd", says="selective_scan_fwd")
+    assert Refusal("why", devices=["cuda"]).devices == ("cuda",)  # a list (JSON) comes back a tuple
+
+
+def test_the_cuda_line_refusals_leave_the_cpu_rows_as_they_were():
+    """vLLM 0.20.2 (CUDA) refuses granitemoehybrid, qwen3_5 and qwen3_5_moe at boot, in its own words (the H200 run
+    of docs/gpu/evidence/hybrids-2026-12-04); granitemoehybrid runs on the CPU line, the Qwen3.5 rows keep their CPU
+    import probe."""
+    granite = FAMILIES["granitemoehybrid"]
+    assert granite.refusal_on("cpu") is None and granite.builds_checkpoint and granite.norm_weight_offset == 0.0
+    refusal = granite.refusal_on("cuda")
+    assert (refusal.probe, refusal.devices, refusal.says) == ("boot", ("cuda",), "KeyError: 'linear_attention'")
+    assert refusal.says in refusal.reason and "0.20.2" in refusal.reason
+    for name in ("qwen3_5", "qwen3_5_moe"):
+        spec = FAMILIES[name]
+        assert spec.refusal_on("cpu").probe == "import:vllm.model_executor.models.qwen3_5"
+        assert spec.refusal_on("cuda").probe == "boot" and "0.20.2" in spec.refusal_on("cuda").reason
+        # refused on every device: never compared, so its checkpoint is built as before (no norm offset)
+        assert spec.norm_weight_offset == 0.0 and spec.builds_checkpoint
+    # hrm_text: refused on CUDA only, as before
+    assert FAMILIES["hrm_text"].refusal_on("cpu") is None and FAMILIES["hrm_text"].refusal_on("cuda").probe == "boot"
+
+
+def test_the_runner_asks_for_the_refusal_of_the_runs_device():
+    from harness.models.targets import target_for_family
+    from harness.pipeline.refusals import applies, declared_dtype_refusal
+
+    granite = target_for_family(FAMILIES["granitemoehybrid"])
+    assert granite.overlay is not None and granite.refusal_on("cpu") is None
+    assert not applies(granite, Variant()) and applies(granite, Variant(device="cuda"))
+    assert declared_dtype_refusal(granite, Variant()) is None
+    qwen35 = target_for_family(FAMILIES["qwen3_5"])
+    assert applies(qwen35, Variant()) and applies(qwen35, Variant(device="cuda"))
+    assert qwen35.refusal_on("cpu") is not qwen35.refusal_on("cuda")
+    # GLM-5, refused on the CPU only: on CUDA its MLA backend's fp32 refusal is the run's declaration
+    dsa = target_for_family(FAMILIES["glm_moe_dsa"])
+    assert declared_dtype_refusal(dsa, Variant()) is None
+    assert "no fp32 MLA attention backend" in declared_dtype_refusal(dsa, Variant(device="cuda"))
+
+
+def _boot_failing_with(monkeypatch, said: str | None):
+    """refusals.capture_vllm raising what a failed boot raises (its first line, the launcher's tail), or booting."""
+    import harness.pipeline.refusals as refusals
+    from harness.engines.subject import SubjectError
+
+    def capture(*a, **k):
+        if said is not None:
+            raise SubjectError(f"{said} -- harness.engines.subject_vllm exited with 1 (log: /x/subject.log):\nTraceback")
+    monkeypatch.setattr(refusals, "capture_vllm", capture)
+
+
+@pytest.mark.parametrize("said, verdict", [
+    ("KeyError: 'linear_attention'", "skipped"),  # vLLM 0.20.2's words: still refused
+    ("RuntimeError: CUDA out of memory", "error"),  # another failure: not the declared refusal
+    (None, "error"),  # it booted: the declaration is stale
+])
+def test_a_boot_refusal_with_words_is_rechecked_by_them(monkeypatch, tmp_path, said, verdict):
+    from harness.models.targets import target_for_family
+    from harness.pipeline.refusals import recheck_architecture
+    from harness.values.results import ModelResult
+
+    _boot_failing_with(monkeypatch, said)
+    target, variant = target_for_family(FAMILIES["granitemoehybrid"]), Variant(dtype="bfloat16", device="cuda")
+    result = ModelResult(target.name, target.architecture, target.overlay_name, "synthetic", str(target.checkpoint),
+                         variant.dtype, target.seed, device=variant.device)
+    recheck_architecture(target, variant, result, tmp_path)
+    if verdict == "skipped":
+        assert not result.error and "on cuda" in result.skipped and "KeyError: 'linear_attention'" in result.skipped
+        assert " -- harness" not in result.skipped
+    else:
+        assert not result.skipped and "no longer hold" in result.error
+        assert ("without \"KeyError: 'linear_attention'\"" in result.error) == (said is not None)

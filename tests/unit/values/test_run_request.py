@@ -39,6 +39,21 @@ def test_the_default_subject_gets_the_plans_reads_params_and_token_dims():
     assert EngineRequest.from_json(request.to_json()) == request
 
 
+def test_a_serving_run_is_told_which_reads_fold_heads_into_their_rows():
+    # qwen3_next's two gated-delta-net norm inputs: vLLM 0.20.2 CUDA passes them [T x v_heads, d_v]
+    # (HookSpec.flat_rows); the serving stitcher must cut their rows in units of the heads (harness.engines.stitch)
+    target, variant = _target("qwen3_next"), Variant.make("bfloat16", "cpu", serving="decode")
+    plan = build_plan(target, variant)
+    request = run_request(target, variant, plan, PROMPTS)
+    folded = {s.raw_key: s.flat_rows for s in plan.specs.values() if s.flat_rows}
+    v_heads = target.hf_config.linear_num_value_heads
+    assert dict(request.flat_rows) == folded and set(folded.values()) == {v_heads}
+    assert {h.split(".", 2)[-1] for h, s in plan.specs.items() if s.flat_rows} == {
+        "linear_attn.hook_recurrence_out", "linear_attn.hook_gate_input"}
+    assert EngineRequest.from_json(request.to_json()) == request
+    assert not run_request(_target("qwen3"), variant, build_plan(_target("qwen3"), variant), PROMPTS).flat_rows
+
+
 def test_tl_vllm_gets_its_hooks_and_raw_keys_only():
     target, variant = _target("llama"), Variant.make("float32", "cpu", subject="tl-vllm")
     plan = build_plan(target, variant)
