@@ -1601,6 +1601,20 @@ def resolve_families(option: str | None) -> list[ModelSpec]:
     return [FAMILIES[n] for n in dict.fromkeys(names)]
 
 
+def dtype_refusals_of_architecture(architecture: str) -> dict[str, tuple[str, str]]:
+    """Every dtype a family row of ``architecture`` declares vLLM refuses (``ModelSpec.unsupported_dtypes``), as
+    ``{dtype: (family, reason)}``, the first row in order for each dtype: candidates for a checkpoint of that
+    architecture with another config, which its ``--model-path`` run re-checks by booting (a refusal the boot does
+    not repeat is no refusal of that checkpoint: it runs)."""
+    found: dict[str, tuple[str, str]] = {}
+    for spec in FAMILIES.values():
+        if spec.architecture != architecture:
+            continue
+        for dtype, why in spec.unsupported_dtypes.items():
+            found.setdefault(dtype, (spec.name, why))
+    return found
+
+
 def known_bugs_of_architecture(architecture: str) -> tuple[KnownVllmBug, ...]:
     """Every known vLLM bug a family row of ``architecture`` declares, as a candidate for a checkpoint of that
     architecture with another config (:meth:`KnownVllmBug.for_any_config`), one per bug name, in row order:

@@ -10,7 +10,9 @@ checkpoint whose architecture has no declared overlay runs on the seed's generic
 vLLM's loaded model (harness.engines.discovery), or gets an error naming what its tree lacks.  A ``--model-path``
 checkpoint carries the known vLLM bugs its architecture's family rows declare as *candidates*
 (``Target.candidate_vllm_bugs``): its run checks each one's signature at any layer, and only one that holds
-names the failure (harness.pipeline.runner).
+names the failure (harness.pipeline.runner); and the dtypes those rows declare vLLM refuses
+(``Target.candidate_dtype_refusals``): its run in such a dtype boots vLLM first, and is skipped with vLLM's words
+where vLLM still refuses it, or runs where it does not (harness.pipeline.refusals).
 """
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ from typing import Any
 from overlays import NoImplementationOverlayError, NoOverlayError, Overlay, get_overlay, implementations
 from overlays.base import config_get
 
-from harness.models.families import (ModelSpec, Refusal, UnknownFamilyError, known_bugs_of_architecture, refusal_on,
-                                     refusals_of, resolve_families)
+from harness.models.families import (ModelSpec, Refusal, UnknownFamilyError, dtype_refusals_of_architecture,
+                                     known_bugs_of_architecture, refusal_on, refusals_of, resolve_families)
 
 
 class TargetError(ValueError):
@@ -52,6 +54,9 @@ class Target:
     # a --model-path checkpoint: the known vLLM bugs its architecture's family rows declare, as candidates
     # (harness.models.families.known_bugs_of_architecture): one explains the run only where its signature holds
     candidate_vllm_bugs: tuple = ()
+    # a --model-path checkpoint: dtype -> (family, reason) its architecture's family rows declare vLLM refuses, each
+    # re-checked by a boot before the run (harness.pipeline.refusals.recheck_candidate_dtype)
+    candidate_dtype_refusals: dict[str, tuple[str, str]] = field(default_factory=dict)
     # why a family row has no overlay on the installed vLLM line (overlays.NoImplementationOverlayError): its run is
     # an error carrying this, and the other families run (overlay is None then)
     overlay_error: str = ""
@@ -162,7 +167,8 @@ def target_for_path(path: str) -> Target:
             overlay = generic_overlay(ckpt, arch)
         except DiscoveryError as exc:
             raise TargetError(f"--model-path {path}: {exc}") from None
-    return Target(ckpt.name, ckpt, arch, overlay, "path", candidate_vllm_bugs=known_bugs_of_architecture(arch))
+    return Target(ckpt.name, ckpt, arch, overlay, "path", candidate_vllm_bugs=known_bugs_of_architecture(arch),
+                  candidate_dtype_refusals=dtype_refusals_of_architecture(arch))
 
 
 def targets_from_options(model: str | None, model_path: str | None) -> list[Target]:

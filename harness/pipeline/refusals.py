@@ -3,7 +3,10 @@
 Contract: two kinds of declaration, both data in harness.models.families:
 
 * a **dtype** a family's row says vLLM refuses (``ModelSpec.unsupported_dtypes``):
-  :func:`recheck_dtype` asks vLLM to boot (no hooks, a two-token prompt), which must still refuse;
+  :func:`recheck_dtype` asks vLLM to boot (no hooks, a two-token prompt), which must still refuse.  A
+  ``--model-path`` checkpoint of that architecture carries them as candidates
+  (:func:`recheck_candidate_dtype`): refused by the boot, skipped with vLLM's words and the row it was
+  inferred from; booted, run as any other;
 * an **architecture** vLLM cannot run on some devices (``ModelSpec.refused``, a
   :class:`~harness.models.families.Refusal`, or one per device where the CPU and the CUDA line refuse for
   different reasons): :func:`recheck_architecture` runs the probe of the refusal of the run's device
@@ -78,6 +81,30 @@ def recheck_dtype(target: Target, variant: Variant, result: ModelResult, work_ro
                         "or the MLA backend's row in harness/engines/mla_backends.py")
         return
     result.skipped = f"{variant.dtype} not run: {declared} (re-checked: vLLM still refuses: {said[:300]})"
+
+
+def candidate_dtype_refusal(target: Target, variant: Variant) -> tuple[str, str] | None:
+    """A ``--model-path`` checkpoint's ``(family, reason)`` where a family row of its architecture declares vLLM
+    refuses the run's dtype (``Target.candidate_dtype_refusals``), else None."""
+    return getattr(target, "candidate_dtype_refusals", {}).get(variant.dtype)
+
+
+def recheck_candidate_dtype(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
+                            engine_timeout_s: float = 900) -> bool:
+    """Boot ``target`` in the run's dtype, which a family row of its architecture declares vLLM refuses: refused
+    -> ``result.skipped`` with vLLM's words and the row it was inferred from; the probe killed -> ``result.error``;
+    True for either.  False where vLLM booted it: this checkpoint is not refused, and its run goes on."""
+    family, declared = candidate_dtype_refusal(target, variant)
+    said = _boot_refusal(target, variant, result, work_root, engine_timeout_s,
+                         pick=lambda text: next((line.strip() for line in text.splitlines()
+                                                 if "support" in line and variant.dtype in line), None))
+    if result.error:
+        return True
+    if said is None:
+        return False
+    result.skipped = (f"{variant.dtype} not run: vLLM refuses it (re-checked by booting this checkpoint: {said[:300]}); "
+                      f"inferred from the family row {family!r} of {target.architecture}, which declares: {declared}")
+    return True
 
 
 def recheck_architecture(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
@@ -228,7 +255,7 @@ def probe_ops(device: str, ops: tuple[str, ...], work_root: str = "", modules: t
     return answer
 
 
-__all__ = ["applies", "declared_dtype_refusal", "hf_config_class", "probe_ops", "recheck_architecture", "recheck_dtype",
+__all__ = ["applies", "candidate_dtype_refusal", "declared_dtype_refusal", "hf_config_class", "probe_ops", "recheck_architecture", "recheck_dtype",
            "recheck_hf_missing"]
 
 

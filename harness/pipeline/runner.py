@@ -296,6 +296,9 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
             elif refusals.declared_dtype_refusal(target, variant) is not None:
                 with phases("refusal_recheck"):
                     refusals.recheck_dtype(target, variant, result, work_root, engine_timeout_s)
+            elif refusals.candidate_dtype_refusal(target, variant) is not None and _refused_as_candidate(
+                    target, variant, result, work_root, engine_timeout_s, phases):
+                pass  # skipped with vLLM's words (or the probe's error); a checkpoint vLLM booted runs below
             elif (why := not_applicable(target, variant)) is not None:
                 result.skipped = why  # declared, with its reason: listed as skipped, never run nor passed
             else:
@@ -318,6 +321,12 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
             result.candidate_vllm_bugs = d["candidate_vllm_bugs"] = tried
         result.summary = summarize(d)  # the model's verdict, decided once, here
     return run
+
+
+def _refused_as_candidate(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
+                          engine_timeout_s: float, phases: Phases) -> bool:
+    with phases("refusal_recheck"):
+        return refusals.recheck_candidate_dtype(target, variant, result, work_root, engine_timeout_s)
 
 
 def _check_candidates(candidates, variant: Variant, plan, rows: list[dict]) -> tuple[dict | None, list[dict]]:

@@ -163,3 +163,42 @@ def test_a_boot_refusal_with_words_is_rechecked_by_them(monkeypatch, tmp_path, s
     else:
         assert not result.skipped and "no longer hold" in result.error
         assert ("without \"KeyError: 'linear_attention'\"" in result.error) == (said is not None)
+
+
+def test_a_checkpoint_by_path_carries_its_architectures_dtype_refusals():
+    from harness.models.families import dtype_refusals_of_architecture
+
+    gdn = dtype_refusals_of_architecture(FAMILIES["qwen3_next"].architecture)
+    assert set(gdn) == {"float32", "float16"} and gdn["float32"][0] == "qwen3_next"
+    assert "CPU GDN attention requires BF16" in gdn["float32"][1]
+    assert dtype_refusals_of_architecture("LlamaForCausalLM") == {}
+
+
+@pytest.mark.parametrize("said, verdict", [
+    ("AssertionError: CPU GDN attention requires BF16.", "skipped"),
+    (None, "runs"),  # this checkpoint boots in that dtype: no refusal, its run goes on
+])
+def test_a_checkpoint_by_paths_inherited_dtype_refusal_is_rechecked_by_booting_it(monkeypatch, tmp_path, said,
+                                                                                  verdict):
+    from dataclasses import replace
+
+    from harness.models.families import dtype_refusals_of_architecture
+    from harness.models.targets import target_for_family
+    from harness.pipeline.refusals import candidate_dtype_refusal, recheck_candidate_dtype
+    from harness.values.results import ModelResult
+
+    _boot_failing_with(monkeypatch, said)
+    family = target_for_family(FAMILIES["qwen3_next"])
+    target = replace(family, name="mine", source="path", unsupported_dtypes={},
+                     candidate_dtype_refusals=dtype_refusals_of_architecture(family.architecture))
+    variant = Variant(dtype="float32")
+    assert candidate_dtype_refusal(target, variant)[0] == "qwen3_next"
+    assert candidate_dtype_refusal(target, Variant(dtype="bfloat16")) is None
+    result = ModelResult(target.name, target.architecture, target.overlay_name, "path", str(target.checkpoint),
+                         variant.dtype, target.seed, device=variant.device)
+    done = recheck_candidate_dtype(target, variant, result, tmp_path)
+    assert not result.error
+    if verdict == "skipped":
+        assert done and "CPU GDN attention requires BF16" in result.skipped and "'qwen3_next'" in result.skipped
+    else:
+        assert not done and not result.skipped
