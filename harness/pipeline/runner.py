@@ -309,11 +309,11 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
         result.wall_s = time.perf_counter() - t0
         d = result.to_dict()
         bug = getattr(target, "known_vllm_bug", None)
-        if bug is not None and bug.applies(variant.dtype, variant.device) and not result.skipped \
-                and known_vllm_bugs.observable(bug, run.plan):
+        if bug is not None and not result.skipped:
             # a declared vLLM bug: does its signature hold in this run's rows? (known_vllm_bugs)
-            order = run.plan.forward_order if run.plan is not None else None
-            result.known_vllm_bug = d["known_vllm_bug"] = known_vllm_bugs.check(bug, d["rows"], order).to_dict()
+            check = _bug_check(bug, variant, run.plan, d["rows"])
+            if check is not None:
+                result.known_vllm_bug = d["known_vllm_bug"] = check
         elif bug is None and not result.skipped:
             held, tried = _check_candidates(getattr(target, "candidate_vllm_bugs", ()), variant, run.plan, d["rows"])
             if held is not None:
@@ -335,16 +335,25 @@ def _check_candidates(candidates, variant: Variant, plan, rows: list[dict]) -> t
     check, with the family row that declares it), and the checks of those tried before it that did not."""
     if known_vllm_bugs.first_failing(rows) is None:
         return None, []
-    order = plan.forward_order if plan is not None else None
     tried: list[dict] = []
     for bug in candidates:
-        if not bug.applies(variant.dtype, variant.device) or not known_vllm_bugs.observable(bug, plan):
+        check = _bug_check(bug, variant, plan, rows)
+        if check is None:
             continue
-        check = {**known_vllm_bugs.check(bug, rows, order).to_dict(), "inferred_from": bug.inferred_from}
+        check["inferred_from"] = bug.inferred_from
         if check["holds"]:
             return check, tried
         tried.append(check)
     return None, tried
+
+
+def _bug_check(bug, variant: Variant, plan, rows: list[dict]) -> dict | None:
+    """A known vLLM bug's signature checked in ``rows`` (known_vllm_bugs.check), as the report holds it; None where
+    the bug does not apply to the run's dtype and device, or its signature hooks are not in the plan."""
+    if not bug.applies(variant.dtype, variant.device) or not known_vllm_bugs.observable(bug, plan):
+        return None
+    order = plan.forward_order if plan is not None else None
+    return known_vllm_bugs.check(bug, rows, order).to_dict()
 
 
 def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks, engine_env, phases: Phases,
