@@ -57,7 +57,7 @@ case "$phase" in
         tests/unit/engines/test_graph_capture.py tests/unit/engines/test_graph_anatomy.py tests/unit/engines/test_tap_kernel.py \
         -v -rs -p no:cacheprovider ) &
     P2=$!
-    step parity "${PARITY_S:-300}" python3 -m harness run --device cuda --model "${PARITY_MODELS:-qwen3,llama,gemma,mixtral,falcon_h1}" --dtype "${PARITY_DTYPES:-float32,bfloat16}" \
+    step parity "${PARITY_S:-540}" python3 -m harness run --device cuda --model "${PARITY_MODELS:-qwen3,llama,gemma,mixtral,falcon_h1}" --dtype "${PARITY_DTYPES:-float32,bfloat16}" \
         --modes compiled --serving single,decode --jobs 8 --report-dir "$RES/reports"
     wait $P1 $P2  # not a bare `wait`: the memory sampler runs until the end (a bare wait hung the 2026-12-03 run)
     python3 -m harness matrix --report-dir "$RES/reports" --grid >"$RES/grid.md" 2>&1
