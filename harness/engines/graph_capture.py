@@ -292,6 +292,8 @@ class GraphBuffers:
             self.static_version += 1
             self.static_dests[e] = addr
             self.dests[e] = addr
+            if self.direct is not None:  # a new buffer in a direct step: this read goes to it, not the records
+                self.direct.redirected.add(key)
         return e
 
     def _aim(self, key: tuple[int, int, int], e: int, shape: tuple) -> None:

@@ -143,8 +143,8 @@ def test_the_toys_records_are_the_sinks_with_the_kernel(monkeypatch):
 def test_a_direct_step_whose_reads_change_is_drained_from_the_buffers():
     """GraphBuffers alone: a direct step in which a hook is called once more than its plan holds (a new
     entry) sends the reads the kernel already wrote back to their buffers and drains the step as before;
-    one whose reads change shape writes them to the buffers at once; the destinations go back to the
-    static buffers after every step."""
+    one whose reads change shape or dtype writes them to the buffers at once; the destinations go back to
+    the static buffers after every step."""
     plans = [((("a|out",), 0, 1, "out"),), ((("b|out", "c|out"), 0, 1, "out"),)]
     kernel = FakeKernel()
     graph = GraphBuffers(2, rows=8, device=torch.device("cpu"), launch=kernel)
@@ -188,6 +188,14 @@ def test_a_direct_step_whose_reads_change_is_drained_from_the_buffers():
     assert got["a|out"][0].shape == (4, 2)
     assert [torch.equal(got[k][0], v) for k, v in (("a|out", a), ("b|out", b), ("c|out", c))] == [True] * 3
     graph.prepare(4, plans, 4)
+    graph.begin(4)  # the same shapes in another dtype: new buffers, written there, not into the records
+    a, b, c = (torch.randn(4, 2).to(torch.bfloat16) for _ in range(3))
+    for slot, x in ((0, a), (1, b), (1, c)):
+        graph.write(slot, plans[slot], [x], sum_terms)
+    assert graph.direct.redirected == {(0, 0, 0), (1, 0, 0), (1, 0, 1)}
+    step, got = drained(4, 4)
+    assert [torch.equal(got[k][0], v) for k, v in (("a|out", a), ("b|out", b), ("c|out", c))] == [True] * 3
+    graph.prepare(4, plans, 5)
     graph.release()  # a reset between prepare and the forward: no direct step, the static buffers again
     assert graph.direct is None and torch.equal(graph.dests, graph.static_dests)
 
