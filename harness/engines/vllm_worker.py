@@ -56,8 +56,11 @@ Traps:
 - CUDA graphs, *graph* path (the default on CUDA with torch.compile and CUDA
   graphs, vLLM's ``FULL_AND_PIECEWISE`` included): traced hooks call
   ``vllm_parity::tap_into`` instead (harness.engines.graph_capture), which is no
-  splitting op; the graph itself copies every read into static device buffers,
-  and the worker drains them after each forward -- after the model's own
+  splitting op; the graph itself copies every read (harness.engines.tap_kernel:
+  one kernel per read, where a device table points) into static device buffers,
+  or, in a recorded forward whose token count the capture knows, straight into
+  that step's records (GraphBuffers.prepare, before the model's forward or the
+  runner's replay), and the worker drains them after each forward -- after the model's own
   forward hook, or after the runner's full-graph replay
   (harness.engines.vllm_compat.wrap_forward_calls), where no hook runs.  The
   drain is O(1) Python per forward (one batched copy per dtype into one flat
