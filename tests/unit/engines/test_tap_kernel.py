@@ -200,6 +200,43 @@ def test_a_direct_step_whose_reads_change_is_drained_from_the_buffers():
     assert graph.direct is None and torch.equal(graph.dests, graph.static_dests)
 
 
+def _triton() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _triton(), reason="needs Triton (its interpreter runs the kernel on CPU tensors)")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64])
+def test_the_kernel_itself_in_tritons_interpreter_copies_sums_and_counts_as_torch(dtype, monkeypatch):
+    """The kernel's own code (the table's address, contiguous and row-strided reads, a None term, the count) on the
+    CPU, in Triton's interpreter.  The interpreter rounds fp32 to bfloat16 toward zero where CUDA rounds to nearest
+    even, so a bfloat16 *sum* is left to the CUDA test below; every other case is bitwise torch's."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(tap_kernel, "_KERNEL", [])  # defined afresh, interpreted, and dropped after
+    src = (torch.randn(7, 12) * 100).to(dtype)
+    other = (torch.randn(7, 12) * 100).to(dtype)
+    cases = [[src], [src[:, 2:9]], [None, src], [torch.tensor(5).to(dtype)]]
+    if dtype not in (torch.int64, torch.bfloat16):
+        cases.append([src, other])
+    counts = torch.zeros(3, dtype=torch.int64)
+    dests = torch.zeros(4, dtype=torch.int64)
+    for terms in cases:
+        tensors, rows, cols, strides = tap_kernel.kernel_terms(terms)
+        out = torch.full((rows * cols + 3,), -1).to(dtype)  # 3 elements past the read: never written
+        dests[1] = out.data_ptr()
+        tap_kernel.launch(dests, 1, counts, 2, tensors, rows, cols, strides)
+        want = sum_terms(terms, "want").reshape(-1)
+        assert torch.equal(_bits(out[:rows * cols]), _bits(want)), (dtype, len(terms))
+        assert torch.equal(out[rows * cols:], torch.full((3,), -1).to(dtype))
+    out = torch.empty(src.numel(), dtype=dtype)
+    dests[1] = out.data_ptr()
+    tap_kernel.launch(dests, 1, counts, -1, *tap_kernel.kernel_terms([src]))
+    assert counts.tolist() == [0, 0, len(cases)] and torch.equal(out, src.reshape(-1))  # slot -1 counts nothing
+
+
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device: the Triton copy kernel and CUDA graphs")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64])
 def test_the_kernel_copies_and_sums_bitwise_as_torch_and_follows_its_table_in_a_graph(dtype):
