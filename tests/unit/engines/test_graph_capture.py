@@ -453,44 +453,57 @@ def test_records_taken_after_n_steps_are_in_step_order_and_dump_as_the_sink_path
             assert len(recs) == 2 and torch.equal(recs[n], want[key.removeprefix("inner.")][0]), (key, n)
 
 
-def test_drain_plans_follow_the_table_and_the_buffers():
-    """GraphBuffers alone: a plan is rebuilt when the table of its token count changes (a new call) or a
-    buffer is reallocated (a larger shape before capture); after capture a buffer cannot grow; a forward
-    larger than the buffers raises only while recording; capture off drains nothing."""
-    from harness.engines.graph_capture import GraphBuffers, check_steps
-    from harness.engines.reads import sum_terms
+TWO_SLOTS = [((("a|out",), 0, 1, "out"),), ((("b|out", "c|out"), 0, 1, "out"),)]  # slot 1: a module shared twice
 
-    plans = [((("a|out",), 0, 1, "out"),), ((("b|out", "c|out"), 0, 1, "out"),)]
-    graph = GraphBuffers(2, rows=8, device=torch.device("cpu"))
+
+def buffer_steps(graph):
+    """``(plans, forward, drained)`` for tests of GraphBuffers alone, with :data:`TWO_SLOTS`: ``forward(tokens,
+    calls, width)`` writes a random read per call (``write`` counts it) and returns them; ``drained(tokens, n)``
+    drains step ``n``, checks its counts and returns ``(step, records by key)``."""
+    from harness.engines.graph_capture import check_steps
+    from harness.engines.reads import sum_terms
 
     def forward(tokens, calls, width=3):
         graph.begin(tokens)
         vals = []
         for slot in calls:
             x = torch.randn(tokens, width)
-            graph.write(slot, plans[slot], [x], sum_terms)  # counts the call too
+            graph.write(slot, TWO_SLOTS[slot], [x], sum_terms)
             vals.append(x)
         return vals
 
     def drained(tokens, n):
-        step = graph.drain(tokens, plans, n)
+        step = graph.drain(tokens, TWO_SLOTS, n)
         check_steps([step])
         store = {}
         step.plan.resolve(step.flats, store)
-        return step.plan, store
+        return step, store
+    return TWO_SLOTS, forward, drained
+
+
+def test_drain_plans_follow_the_table_and_the_buffers():
+    """GraphBuffers alone: a plan is rebuilt when the table of its token count changes (a new call) or a
+    buffer is reallocated (a larger shape before capture); after capture a buffer cannot grow; a forward
+    larger than the buffers raises only while recording; capture off drains nothing."""
+    from harness.engines.graph_capture import GraphBuffers
+
+    graph = GraphBuffers(2, rows=8, device=torch.device("cpu"))
+    plans, forward, drained = buffer_steps(graph)
 
     a, b = forward(4, [0, 1])
     plan, got = drained(4, 0)
+    plan = plan.plan
     assert plan.expected == [1, 1] and torch.equal(got["a|out"][0], a) and torch.equal(got["b|out"][0], b)
     forward(4, [0, 1])
-    assert drained(4, 1)[0] is plan  # unchanged table: the same plan
+    assert drained(4, 1)[0].plan is plan  # unchanged table: the same plan
     a, b, c = forward(4, [0, 1, 1])  # a second call of slot 1 (the shared module's next path): a new entry
     plan2, got = drained(4, 2)
+    plan2 = plan2.plan
     assert plan2 is not plan and plan2.expected == [1, 2]
     assert [torch.equal(got[k][0], v) for k, v in (("a|out", a), ("b|out", b), ("c|out", c))] == [True] * 3
     a, b, c = forward(4, [0, 1, 1], width=10)  # more than the 3 x 8 elements allocated: the buffers grow
     plan3, got = drained(4, 0)
-    assert plan3 is not plan2 and got["a|out"][0].shape == (4, 10) and torch.equal(got["c|out"][0], c)
+    assert plan3.plan is not plan2 and got["a|out"][0].shape == (4, 10) and torch.equal(got["c|out"][0], c)
     graph.captured = True
     with pytest.raises(RuntimeError, match="cannot grow"):
         forward(4, [0], width=30)  # 120 elements, the buffer holds 10 x 8

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from harness.engines import tap_kernel
-from harness.engines.graph_capture import GraphBuffers, check_steps
+from harness.engines.graph_capture import GraphBuffers
 from harness.engines.reads import sum_terms
-from test_graph_capture import READS_IN, READS_MIXED, Mixed, Outer, _bits, _ext, _records, _run  # noqa: E402
+from test_graph_capture import (READS_IN, READS_MIXED, Mixed, Outer, _bits, _ext, _records, _run,  # noqa: E402
+                                buffer_steps)
 from test_vllm_worker import Toy
 
 CUDA = torch.cuda.is_available()
@@ -145,26 +146,14 @@ def test_a_direct_step_whose_reads_change_is_drained_from_the_buffers():
     entry) sends the reads the kernel already wrote back to their buffers and drains the step as before;
     one whose reads change shape or dtype writes them to the buffers at once; the destinations go back to
     the static buffers after every step."""
-    plans = [((("a|out",), 0, 1, "out"),), ((("b|out", "c|out"), 0, 1, "out"),)]
     kernel = FakeKernel()
     graph = GraphBuffers(2, rows=8, device=torch.device("cpu"), launch=kernel)
     kernel.graph = graph
-
-    def forward(tokens, calls, width=3):
-        graph.begin(tokens)
-        vals = []
-        for slot in calls:
-            x = torch.randn(tokens, width)
-            graph.write(slot, plans[slot], [x], sum_terms)
-            vals.append(x)
-        return vals
+    plans, forward, steps_drained = buffer_steps(graph)
 
     def drained(tokens, n):
-        step = graph.drain(tokens, plans, n)
-        check_steps([step])
-        store = {}
-        step.plan.resolve(step.flats, store)
-        assert torch.equal(graph.dests, graph.static_dests)
+        step, store = steps_drained(tokens, n)
+        assert torch.equal(graph.dests, graph.static_dests)  # the static destinations after every step
         return step, store
 
     forward(4, [0, 1])
