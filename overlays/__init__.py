@@ -106,6 +106,7 @@ from .llama4 import Llama4Overlay
 from .laguna import LagunaOverlay
 from .ernie4_5_moe import Ernie4_5MoeOverlay
 # -- imports: linear-attention --
+from .olmo_hybrid import OlmoHybridOverlay
 from .qwen3_next import Qwen3NextOverlay
 from .qwen3_5 import Qwen3_5MoeOverlay, Qwen3_5Overlay
 # -- imports: gemma4 --
@@ -200,6 +201,8 @@ OVERLAYS: dict[str, TreeOverlay] = {
     "Ernie4_5ForCausalLM": _DECODER,  # vLLM: a LlamaForCausalLM subclass (GPT-J-style rope, no o_proj bias)
     # -- overlays: linear-attention --
     "Qwen3NextForCausalLM": Qwen3NextOverlay(),  # Gated DeltaNet / gated attention by layer_types, MoE
+    # pre-norm Gated DeltaNet / OLMo-2 post-norm attention by layer_types (GdnMixer.norms); vLLM 0.20.2 on CUDA
+    "OlmoHybridForCausalLM": OlmoHybridOverlay(),
     "Qwen3_5ForCausalLM": Qwen3_5Overlay(),  # Qwen3-Next's hybrid, flat GDN projections, dense MLP
     "Qwen3_5MoeForCausalLM": Qwen3_5MoeOverlay(),  # Qwen3-Next's hybrid, flat GDN projections, MoE
     # -- overlays: gemma4 --

@@ -409,6 +409,10 @@ class GdnMixer:
     layer_types_key: str = "layer_types"
     layer_type: str = "linear_attention"
     nonfiring: tuple[NonFiring, ...] = ()
+    # the norms and residual of the mixer's layers where they differ from the tree's, which then hold for the attention
+    # layers (OLMo-Hybrid: pre-norm Gated DeltaNet layers, OLMo-2 post-norm attention layers); None: the tree's
+    norms: Norms | None = None
+    residual: Residual | None = None
 
     def __post_init__(self) -> None:
         _check("GdnMixer.layout", self.layout, ("interleaved", "flat"))
@@ -784,6 +788,9 @@ class TreeOverlay(Overlay):
     def _layer(self, specs: dict[str, HookSpec], i: int, d: dict[str, int], residual_scale: tuple | None,
                mlp: Mlp, cfg: Any) -> None:
         t, norms = self.tree, self.tree.norms
+        gdn = t.gdn_mixer if t.gdn_mixer and t.gdn_mixer.runs(cfg, i) else None
+        norms = gdn.norms if gdn and gdn.norms else norms  # GdnMixer.norms: this layer's, where they differ
+        residual = gdn.residual if gdn and gdn.residual else t.residual  # GdnMixer.residual
         d = self.layer_dims(cfg, i, d)  # Tree.per_layer_dims
         L, b, D = f"{t.root}.{t.layers}.{i}", f"blocks.{i}", d["d_model"]
         A = f"{L}.{t.attention.module}"
@@ -819,7 +826,7 @@ class TreeOverlay(Overlay):
         attn_alias = (("compat", None),) if norms.ln1_post or residual_scale else ()
         mlp_alias = (("compat", None),) if norms.ln2_post or residual_scale else ()
 
-        add("hook_in", L, t.residual.block_in)
+        add("hook_in", L, residual.block_in)
         if norms.ln1:
             norm("ln1.hook_normalized", norms.ln1, norms.read)
         conv = t.short_conv if t.short_conv and t.short_conv.runs(cfg, i) else None
@@ -839,8 +846,8 @@ class TreeOverlay(Overlay):
                 self._ssm(specs, b, f"{L}.{t.ssm_mixer.module}", cfg, D)
         if not (t.ssm_mixer and t.ssm_mixer.runs(cfg, i)):  # TL scales no Mamba-2 contribution (SsmMixer)
             contribution("ln1_post", "hook_attn_out", self._attn_out(A))
-        if t.residual.mid:
-            add("hook_resid_mid", f"{L}.{norms.ln2}" if t.residual.mid_at == "ln2" else M, t.residual.mid)
+        if residual.mid:
+            add("hook_resid_mid", f"{L}.{norms.ln2}" if residual.mid_at == "ln2" else M, residual.mid)
         if norms.ln2:
             norm("ln2.hook_normalized", norms.ln2, norms.read)
         dm = d["d_mlp"]
@@ -882,7 +889,7 @@ class TreeOverlay(Overlay):
         mlp_out = (M, "out") if M else (down, "out[0]")
         add("mlp.hook_out", *mlp_out, references=mlp_alias)
         contribution("ln2_post", "hook_mlp_out", mlp_out)
-        add("hook_out", L, t.residual.block_out)
+        add("hook_out", L, residual.block_out)
 
     def _attention(self, add, A: str, cfg: Any, d: dict[str, int], q: int, kv: int, qh: Heads, kh: Heads,
                    attn_alias: References) -> None:

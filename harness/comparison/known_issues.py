@@ -142,6 +142,15 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         "are -inf. vLLM's hook_pattern derived from the same q and k (no rotary) passes against both references.",
         signature="scores_equal_pattern",
     ),
+    KnownIssue(
+        "OlmoHybridForCausalLM", ("bridge", "compat"), "blocks.{i}.attn.hook_attn_scores",
+        "TransformerLens 4.3.0 bug, as for OPT: its OLMo-Hybrid adapter (OlmoHybridArchitectureAdapter) keeps HF's "
+        "OlmoHybridAttention in the generic AttentionBridge (maintain_native_attention), which fires hook_attn_scores "
+        "with HF's post-softmax attention weights, so the bridge's hook_attn_scores equals its hook_pattern and holds "
+        "0 where vLLM's scores are -inf. vLLM's hook_pattern derived from the same rotated q and k passes against both "
+        "references.",
+        signature="scores_equal_pattern",
+    ),
 )
 
 

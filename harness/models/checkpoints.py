@@ -44,7 +44,8 @@ def spec_key(spec: ModelSpec) -> str:
     blob = json.dumps(
         {"v": BUILD_VERSION, "type": spec.model_type, "config": dict(spec.config),
          "offset": spec.norm_weight_offset, "seed": spec.seed,
-         **({"architecture": spec.released_architecture} if spec.released_architecture else {})},
+         **({"architecture": spec.released_architecture} if spec.released_architecture else {}),
+         **({"weight_names": [list(p) for p in spec.released_weight_names]} if spec.released_weight_names else {})},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
@@ -118,6 +119,8 @@ def build_checkpoint(spec: ModelSpec, out: Path) -> Path:
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # per process: parallel jobs may build the same one
     tmp.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(tmp, safe_serialization=True)
+    if spec.released_weight_names:
+        rename_weights(tmp, spec.released_weight_names)
     if spec.released_architecture:  # as the released checkpoints spell it (ModelSpec.released_architecture)
         cfg = json.loads((tmp / "config.json").read_text())
         cfg["architectures"] = [spec.released_architecture]
@@ -135,6 +138,42 @@ def build_checkpoint(spec: ModelSpec, out: Path) -> Path:
 
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def rename_weights(checkpoint: Path, renames: tuple[tuple[str, str], ...]) -> None:
+    """Rename the weights of ``checkpoint``'s safetensors files whose key holds ``.saved.`` to ``.released.``
+    (:attr:`ModelSpec.released_weight_names`), metadata kept; raises when a rename matches no key (the row's
+    declaration is stale)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    used = set()
+    for path in sorted(checkpoint.glob("*.safetensors")):
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata()
+            state = {k: f.get_tensor(k) for k in f.keys()}
+        renamed = {}
+        for key, value in state.items():
+            for saved, released in renames:
+                if f".{saved}." in key:
+                    key = key.replace(f".{saved}.", f".{released}.")
+                    used.add(saved)
+            renamed[key] = value
+        save_file(renamed, str(path), metadata=meta)
+    unused = [saved for saved, _ in renames if saved not in used]
+    if unused:
+        raise ValueError(f"released_weight_names: no weight of {checkpoint} is named {unused} (transformers now saves "
+                         "another layout: update the family row)")
+    index = checkpoint / "model.safetensors.index.json"
+    if index.exists():
+        data = json.loads(index.read_text())
+        wm = {}
+        for key, file in data.get("weight_map", {}).items():
+            for saved, released in renames:
+                key = key.replace(f".{saved}.", f".{released}.")
+            wm[key] = file
+        data["weight_map"] = wm
+        index.write_text(json.dumps(data, indent=2))
 
 
 def checkpoint_dir(spec: ModelSpec) -> Path:

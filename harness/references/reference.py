@@ -359,10 +359,12 @@ def _gdn_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tenso
     TransformerBridge's ``GatedDeltaNetBridge`` names, which fire on the bridge's own prefill path only (with a cache,
     as the references run, only its hook_in / hook_out do): the pre-conv q / k / v per head and the write-gate logit,
     as HF's forward splits its projections (Qwen3-Next: HF's own ``fix_query_key_value_ordering``; Qwen3.5: the
-    ``[q | k | v]`` columns of ``in_proj_qkv``, ``in_proj_b``), and the gated norm's two inputs, the recurrence output
-    and z, back in ``[B, T, v_heads, d_v]`` (overlays.tree.GdnMixer)."""
+    ``[q | k | v]`` columns of ``in_proj_qkv``, ``in_proj_b``; OLMo-Hybrid: ``q_proj`` / ``k_proj`` / ``v_proj`` and
+    ``b_proj``, called in that order), and the gated norm's two inputs (``norm``; OLMo-Hybrid's ``o_norm``), the
+    recurrence output and z, back in ``[B, T, v_heads, d_v]`` (overlays.tree.GdnMixer)."""
     mixer = getattr(layer, "linear_attn", None)
-    if mixer is None or not hasattr(mixer, "norm") or not hasattr(mixer, "head_v_dim"):
+    gated_norm = getattr(mixer, "norm", None) or getattr(mixer, "o_norm", None)
+    if mixer is None or gated_norm is None or not hasattr(mixer, "head_v_dim"):
         return []
     b, hold = f"blocks.{i}.linear_attn", {}
 
@@ -385,7 +387,7 @@ def _gdn_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tenso
         keep(f"{b}.hook_in", h)
     handles = [mixer.register_forward_pre_hook(mixer_in, with_kwargs=True),
                mixer.register_forward_hook(lambda mod, args, out: keep(f"{b}.hook_out", _first(out))),
-               mixer.norm.register_forward_hook(norm)]
+               gated_norm.register_forward_hook(norm)]
     if hasattr(mixer, "in_proj_qkvz"):  # Qwen3-Next: interleaved per key-head group, split by HF's own method
         handles.append(mixer.in_proj_qkvz.register_forward_hook(lambda mod, args, out: hold.__setitem__("qkvz", out)))
 
@@ -401,6 +403,14 @@ def _gdn_mixer_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.Tenso
                            v.reshape(*v.shape[:2], -1, mixer.head_v_dim))
         handles.append(mixer.in_proj_qkv.register_forward_hook(qkv))
         handles.append(mixer.in_proj_b.register_forward_hook(lambda mod, args, out: pre_conv(*hold["qkv"], out)))
+    elif all(hasattr(mixer, f"{p}_proj") for p in "qkvb"):  # OLMo-Hybrid: one projection each, q / k / v before b
+        dims = {"q": mixer.head_k_dim, "k": mixer.head_k_dim, "v": mixer.head_v_dim}
+
+        def proj(name):
+            return lambda mod, args, out: hold.__setitem__(name, out.reshape(*out.shape[:2], -1, dims[name]))
+        handles += [getattr(mixer, f"{p}_proj").register_forward_hook(proj(p)) for p in "qkv"]
+        handles.append(mixer.b_proj.register_forward_hook(
+            lambda mod, args, out: pre_conv(hold["q"], hold["k"], hold["v"], out)))
     return handles
 
 

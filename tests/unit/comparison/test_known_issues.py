@@ -22,7 +22,7 @@ def test_the_opt_bert_and_gptj_entries():
     assert [i.architecture for i in KNOWN_ISSUES] == ["OPTForCausalLM", "BertForMaskedLM", "GPTJForCausalLM",
                                                       "PhiMoEForCausalLM", "AfmoeForCausalLM", "Gemma4ForCausalLM",
                                                       "Llama4ForCausalLM", "LagunaForCausalLM", "RobertaForMaskedLM",
-                                                      "JambaForCausalLM"]
+                                                      "JambaForCausalLM", "OlmoHybridForCausalLM"]
     for issue in KNOWN_ISSUES:  # TL's generic AttentionBridge fires the post-softmax weights as scores
         assert (issue.references, issue.template, issue.signature) == (
             ("bridge", "compat"), "blocks.{i}.attn.hook_attn_scores", "scores_equal_pattern")
