@@ -24,17 +24,15 @@
 # .gpuwhl/s; sha256sum smol.tar | cut -d' ' -f1 > .gpuwhl/smol.sha256): one `bash docs/gpu/run_capture_peers.sh
 # smol` call per piece before step 4 (the last one with smol.sha256), and `smol` again in step 4 before `launch`
 # (it installs the wheels once every piece is there).
-# Families written after the launch: `bash docs/gpu/run_capture_peers.sh late` copies the checkout of that call and
-# runs $LATE_MODELS (bf16, eager and compiled, single and decode) once the plan is DONE; `collect` returns them too.
 # .gpuwhl/pyt.tgz (the host has no pytest): tar --exclude=__pycache__ -czf .gpuwhl/pyt.tgz -C
 #   .venv/lib/python3*/site-packages pytest _pytest pluggy iniconfig packaging py.py and their *.dist-info.
 # Knobs: CKPT, PARITY_MODELS, PARITY_DTYPES, BENCH_ARGS (more bench options), PARITY_S, PHASES, PHASE_BUDGETS.
 # How long each part took is in the evidence folder's job.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-phase=${1:?acc|smol|launch|plan|late|lateplan|collect}; shift || true
+phase=${1:?acc|smol|launch|plan|collect}; shift || true
 SITE=${SITE:-/tmp/site}; WORK=${WORK:-/tmp/cpw}; RES=${RES:-/tmp/cpres}; OUT=${OUT:-/tmp/out}; PYT=/root/pyt
-SACC=/root/sacc; LATE=${LATE:-/tmp/cplate}
+SACC=/root/sacc
 CKPT=${CKPT:-/tmp/llama3-8b-shaped}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -86,38 +84,15 @@ case "$phase" in
         --phase-budget-s "${PHASE_BUDGETS:-330,230,150}" --out "$RES/bench/capture_peers" ${BENCH_ARGS:-}
     kill $SAMPLER 2>/dev/null
     touch "$RES/DONE" ;;
-  late)
-    rm -rf "$LATE"; mkdir -p "$LATE/work" "$LATE/res"
-    tar --exclude=./.gpuwhl --exclude=./.cache --exclude=./.venv -cf - . | tar -xf - -C "$LATE/work"
-    cd "$LATE/work" && rm -rf reports/*/
-    LATE_MODELS=${LATE_MODELS:?the families to run} setsid nohup bash docs/gpu/run_capture_peers.sh lateplan \
-      >"$LATE/res/plan.out" 2>&1 </dev/null &
-    sleep 2; echo "late plan started in $LATE/work" ;;
-  lateplan)
-    export PYTHONPATH=$SITE:$LATE/work
-    while [ ! -e "$RES/DONE" ]; do sleep 5; done
-    log=$LATE/res/job.log
-    echo "+ [$(date +%T)] late: $LATE_MODELS" >>"$log"
-    timeout -k 10 "${LATE_S:-400}" python3 -m harness run --device cuda --model "$LATE_MODELS" --dtype bfloat16 \
-      --modes eager,compiled --serving single,decode --jobs 4 --report-dir "$LATE/res/reports" >"$LATE/res/late.log" 2>&1
-    echo "late rc=$? at $(date +%T)" >>"$log"
-    python3 -m harness matrix --report-dir "$LATE/res/reports" --grid >"$LATE/res/grid.md" 2>&1
-    touch "$LATE/res/DONE" ;;
   collect)
     end=$(( $(date +%s) + ${1:-540} ))
-    done_file=$RES/DONE; [ -d "$LATE/res" ] && done_file=$LATE/res/DONE  # a late plan ends after the plan
-    while [ ! -e "$done_file" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+    while [ ! -e "$RES/DONE" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
     mkdir -p "$OUT"; cd "$RES" || exit 1
     tar -czf "$OUT/capture-peers.tgz" --exclude="*.safetensors" . 2>/dev/null
     [ -e DONE ] && echo DONE || echo "still running"
     cat job.log; tail -4 graph_capture_tests.log 2>/dev/null; grep -E "passed|failed|PASS|FAIL" parity.log 2>/dev/null | tail -8
     cat grid.md 2>/dev/null | head -20
     grep -E " up in |round|stopping|failed|Error" bench.log 2>/dev/null | grep -v Processed | tail -20
-    [ -e bench/capture_peers.md ] && cat bench/capture_peers.md
-    if [ -d "$LATE/res" ]; then
-      tar -czf "$OUT/late.tgz" -C "$LATE/res" . 2>/dev/null
-      [ -e "$LATE/res/DONE" ] && echo LATE DONE || echo "late still running"
-      cat "$LATE/res/job.log" 2>/dev/null; tail -5 "$LATE/res/late.log" 2>/dev/null; head -20 "$LATE/res/grid.md" 2>/dev/null
-    fi ;;
+    [ -e bench/capture_peers.md ] && cat bench/capture_peers.md ;;
   *) echo "unknown phase $phase"; exit 2 ;;
 esac
