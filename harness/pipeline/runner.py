@@ -52,6 +52,7 @@ from harness.engines.subjects import SUBJECTS
 from harness.logprob_request import logprob_k
 from harness.models.text_prompts import prompt_set
 from harness.engines.vllm_compat import require_known_line
+from harness.models.families import known_bug_on
 from harness.models.targets import NoImplementationOverlayError, Target
 from harness.kernel_path import cpu_kernel_path, label as kernel_label
 from harness.paths import RUNS_ROOT
@@ -308,13 +309,14 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
                           "memory": memory.summary()}
         result.wall_s = time.perf_counter() - t0
         d = result.to_dict()
-        bug = getattr(target, "known_vllm_bug", None)
+        declared = getattr(target, "known_vllm_bug", None)
+        bug = known_bug_on(declared, variant.dtype, variant.device)
         if bug is not None and not result.skipped:
             # a declared vLLM bug: does its signature hold in this run's rows? (known_vllm_bugs)
             check = _bug_check(bug, variant, run.plan, d["rows"])
             if check is not None:
                 result.known_vllm_bug = d["known_vllm_bug"] = check
-        elif bug is None and not result.skipped:
+        elif declared is None and not result.skipped:
             held, tried = _check_candidates(getattr(target, "candidate_vllm_bugs", ()), variant, run.plan, d["rows"])
             if held is not None:
                 result.known_vllm_bug = d["known_vllm_bug"] = held

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from harness.engines.mla_backends import amx_available
-from harness.models.families import DEFAULT_FAMILIES, FAMILIES
+from harness.models.families import DEFAULT_FAMILIES, FAMILIES, known_bug_on
 
 pytestmark = pytest.mark.parity
 
 MLA = [f for f in DEFAULT_FAMILIES if FAMILIES[f].config.get("kv_lora_rank")
-       and not (FAMILIES[f].known_vllm_bug and FAMILIES[f].known_vllm_bug.applies("bfloat16", "cpu"))
+       and not known_bug_on(FAMILIES[f].known_vllm_bug, "bfloat16", "cpu")
        and FAMILIES[f].refusal_on("cpu") is None]  # GLM-5: sparse MLA, refused on CPU
 NO_AMX = "this CPU has no AMX tiles (torch.cpu._is_amx_tile_supported() is False): vLLM's AMX_MLA path does not exist here"
 

