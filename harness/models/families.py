@@ -14,7 +14,7 @@ never assumed: a refusal (``refused``: a :class:`Refusal` naming its devices, or
 and the CUDA line refuse for different reasons, read through :meth:`ModelSpec.refusal_on` (the run's device);
 ``unsupported_dtypes``) and a known vLLM bug
 that fails a dtype's run (``known_vllm_bug``, a :class:`KnownVllmBug` with its
-signature).  :func:`resolve_families` turns a user's ``--model`` string into rows
+signature, or one per (dtype, device) set, read through :func:`known_bug_on`).  :func:`resolve_families` turns a user's ``--model`` string into rows
 or raises a :class:`UnknownFamilyError` naming the known ones.
 
 Every synthetic config keeps ``head_dim`` at 32: vLLM's CPU attention rejects
