@@ -3,8 +3,8 @@ these in its error is still an error (nothing was compared), but its error names
 and what config avoids it, so a user's own checkpoint (``--model-path``) that meets it is not left guessing whose
 failure it is.
 
-Contract: :func:`name_crash` returns the run's error text with the matching crash named on its first line (the line
-the matrix shows), or the text unchanged where none matches.  A crash matches on the run's architecture, device and
+Contract: :func:`name_crash` returns the run's error text with the matching crash named at the start of its first
+line (what the matrix shows), vLLM's error after it, or the text unchanged where none matches.  A crash matches on the run's architecture, device and
 dtype and on ``says``, words of vLLM's own error that the run's error must contain: the signature is checked in the
 run that shows it, and a vLLM that stops crashing simply runs (the day it is fixed, nothing here explains anything).
 
@@ -65,6 +65,6 @@ def name_crash(architecture: str, device: str, dtype: str, error: str) -> str:
     if crash is None:
         return error
     first, _, rest = error.partition("\n")
-    named = (f"{first} -- a known vLLM crash, not the harness's: {crash.name} ({crash.reason}); "
-             f"avoided by {crash.avoid}")
+    named = (f"known vLLM crash: {crash.name} -- {first} -- vLLM's, not the harness's: {crash.reason}; avoided by "
+             f"{crash.avoid}")
     return f"{named}\n{rest}" if rest else named
