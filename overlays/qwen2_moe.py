@@ -22,7 +22,9 @@ expert), ``shared_expert`` (a gated MLP: ``gate_up_proj`` / ``down_proj``) and
   (before the sigmoid), the same module object vLLM hangs under ``mlp`` and calls from the shared
   expert.
 - ``mlp.hook_out`` is the block's output: routed experts plus the gated shared expert.
-- Only the all-sparse configuration (``decoder_sparse_step`` 1, no ``mlp_only_layers``) is declared.
+- Dense layers (``mlp_only_layers``, ``decoder_sparse_step`` > 1: ``Tree.dense_listed`` / ``Tree.sparse_step``,
+  HF's and vLLM's rule) run a gated MLP (``Qwen2MoeMLP``: ``gate_up_proj`` / ``down_proj``), offered as such; the
+  family row is all-sparse.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ QWEN2_MOE = replace(
     MIXTRAL, name="qwen2_moe",
     mlp=replace(MIXTRAL.mlp, module="mlp", shared="shared_expert", shared_hook="shared_expert",
                 shared_width="shared_expert_intermediate_size", shared_gate="shared_expert_gate"),
+    dense_listed="mlp_only_layers", sparse_step="decoder_sparse_step",
 )
 
 

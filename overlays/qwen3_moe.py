@@ -14,9 +14,10 @@ architecture's own conversions:
   ``attn.q_norm.hook_normalized`` in its attention's heads-first layout
   ``[heads, T, head_dim]``: un-fold ``÷ w``, then swap the first two dims.
   ``hook_rot_q`` / ``hook_rot_k`` are after q/k norm and rotary, as in TL.
-- Only the all-sparse configuration (``decoder_sparse_step`` 1, no
-  ``mlp_only_layers``) is covered: TransformerLens 4.3.0's Qwen3-MoE adapter
-  documents dense fall-back layers as unsupported.
+- Dense layers (``mlp_only_layers``, ``decoder_sparse_step`` > 1: ``Tree.dense_listed`` /
+  ``Tree.sparse_step``, HF's and vLLM's rule) run a gated MLP (``gate_up_proj`` / ``down_proj``),
+  offered as such; the family row is all-sparse: TransformerLens 4.3.0's Qwen3-MoE adapter documents
+  dense fall-back layers as unsupported.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ _ROUTER_IN_FUSED_OP = (
 QWEN3_MOE = replace(
     MIXTRAL, name="qwen3_moe", mlp=replace(MIXTRAL.mlp, module="mlp"),
     attention=replace(MIXTRAL.attention, qk_norm=QK_PER_HEAD),
+    dense_listed="mlp_only_layers", sparse_step="decoder_sparse_step",  # a dense layer's MLP: Qwen3MoeMLP
     cuda_graph_nonfiring=tuple(NonFiring(f"blocks.{{i}}.mlp.gate.{h}", _ROUTER_IN_FUSED_OP)
                                for h in ("hook_out", "hook_expert_weights", "hook_expert_indices")),
 )

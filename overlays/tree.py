@@ -467,6 +467,11 @@ class Tree:
     # the config key naming each layer's MLP type, "sparse" where it runs ``mlp`` (Laguna's mlp_layer_types), the
     # others running ``dense_mlp``; None: as ``dense_layers`` / ``sparse_layers`` say
     mlp_layer_types: str | None = None
+    # Qwen2-MoE's rule (Qwen2-MoE, Qwen3-MoE, Qwen3-Next in HF and vLLM): a layer runs ``mlp`` unless the config key
+    # ``dense_listed`` lists it (mlp_only_layers) or ``(layer + 1)`` is not a multiple of ``cfg.<sparse_step>``
+    # (decoder_sparse_step); the others run ``dense_mlp``; None: as the fields above say
+    dense_listed: str | None = None
+    sparse_step: str | None = None
     # (hook kind, references) overrides, for hooks whose reference names differ (HookSpec.references);
     # "{i}" in a name is the hook's layer
     references: tuple[tuple[str, References], ...] = ()
@@ -513,9 +518,14 @@ class Tree:
         if self.residual.mid and mid_module is None:
             raise ValueError(f"Tree {self.name!r}: hook_resid_mid is read at {self.residual.mid_at}, "
                              "which this tree does not have")
-        if ((self.dense_layers or self.sparse_layers or self.mlp_layer_types)
-                and (self.dense_mlp.kind == MOE or self.mlp.kind != MOE)):
+        if (self.picks_mlp and (self.dense_mlp.kind == MOE or self.mlp.kind != MOE)):
             raise ValueError(f"Tree {self.name!r}: dense_layers is for a MoE mlp with a dense dense_mlp")
+
+    @property
+    def picks_mlp(self) -> bool:
+        """Whether some layers run ``dense_mlp`` (a field that picks each layer's feed-forward block is set)."""
+        return bool(self.dense_layers or self.sparse_layers or self.mlp_layer_types or self.dense_listed
+                    or self.sparse_step)
 
     def mlp_at(self, cfg: Any, layer: int) -> Mlp:
         """The feed-forward block of ``layer``: ``dense_mlp`` below ``cfg.<dense_layers>``, else ``mlp``."""
@@ -524,6 +534,10 @@ class Tree:
         if self.sparse_layers and layer not in config_get(cfg, self.sparse_layers, default=()):  # Tree.sparse_layers
             return self.dense_mlp
         if self.mlp_layer_types and config_get(cfg, self.mlp_layer_types)[layer] != "sparse":  # Tree.mlp_layer_types
+            return self.dense_mlp
+        if self.dense_listed and layer in (config_get(cfg, self.dense_listed, default=None) or ()):  # Tree.dense_listed
+            return self.dense_mlp
+        if self.sparse_step and (layer + 1) % int(config_get(cfg, self.sparse_step, default=1) or 1):  # Tree.sparse_step
             return self.dense_mlp
         return self.mlp
 
@@ -665,7 +679,7 @@ class TreeOverlay(Overlay):
         listed = self.nonfiring()
         offered = set(self.hook_specs(cfg)) | set(self.derived_specs(cfg))
         n_layers = self.dims(cfg)["n_layers"]
-        if self.tree.dense_layers or self.tree.sparse_layers or self.tree.mlp_layer_types:  # the sparse layers'
+        if self.tree.picks_mlp:  # the sparse layers'
             sparse = [i for i in range(n_layers) if self.tree.mlp_at(cfg, i) is self.tree.mlp]
             listed = [nf for t in listed for nf in (
                 [NonFiring(t.template.replace("{i}", str(i)), t.reason) for i in sparse]

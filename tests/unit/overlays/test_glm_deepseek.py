@@ -5,6 +5,7 @@ shared experts (``Mlp.shared``), multi-head latent attention (``MLA``) with the 
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import pytest
@@ -126,7 +127,27 @@ def test_existing_moe_rows_stay_sparse_on_every_layer():
     ov = OVERLAYS["Qwen3MoeForCausalLM"]
     assert ov.tree.dense_layers is None
     assert all(f"blocks.{i}.mlp.gate.hook_out" in ov.hook_specs(cfg) for i in range(3))
-    assert "blocks.{i}.mlp.hook_pre" in {nf.template for nf in ov.nonfiring_for(cfg)}
+    # the MoE kind's non-firing hooks are listed per sparse layer (Tree.dense_listed / sparse_step pick per layer)
+    assert all(f"blocks.{i}.mlp.hook_pre" in {nf.template for nf in ov.nonfiring_for(cfg)} for i in range(3))
+
+
+@pytest.mark.parametrize("arch, family", [("Qwen3MoeForCausalLM", "qwen3_moe"), ("Qwen2MoeForCausalLM", "qwen2_moe"),
+                                          ("Qwen3NextForCausalLM", "qwen3_next")])
+def test_qwen_moe_dense_layers_follow_mlp_only_layers_and_the_sparse_step(arch, family):
+    """HF's and vLLM's rule: layer i runs the MoE block unless mlp_only_layers lists it or (i + 1) is not a multiple of
+    decoder_sparse_step; a dense layer offers the gated MLP's hooks and lists no MoE hook non-firing."""
+    ov = OVERLAYS[arch]
+    cfg = copy.deepcopy(_cfg(family))  # the target's config may be shared
+    cfg.num_hidden_layers, cfg.mlp_only_layers, cfg.decoder_sparse_step = 4, [1], 2
+    if hasattr(cfg, "layer_types"):
+        cfg.layer_types = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
+    specs = ov.hook_specs(cfg)
+    nonfiring = {nf.template for nf in ov.nonfiring_for(cfg)}
+    for i in (0, 1, 2):
+        assert f"blocks.{i}.mlp.gate.hook_out" not in specs and f"blocks.{i}.mlp.hook_pre" in specs
+        assert f"blocks.{i}.mlp.hook_pre" not in nonfiring and specs[f"blocks.{i}.mlp.hook_pre"].module.endswith(
+            f"layers.{i}.mlp.gate_up_proj")
+    assert "blocks.3.mlp.gate.hook_out" in specs and "blocks.3.mlp.hook_pre" in nonfiring
 
 
 # -- DeepSeek ------------------------------------------------------------------------------------------------
