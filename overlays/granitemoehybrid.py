@@ -1,10 +1,12 @@
 """Granite-4.0-H (``GraniteMoeHybridForCausalLM``): Granite's multipliers and plain stream, with a Mamba-2 mixer in
 attention's place on the layers ``layer_types`` names ``"linear_attention"`` (:class:`overlays.tree.SsmMixer`,
 Mamba-2's reads from :mod:`overlays.mamba2`), and a dense shared MLP on every layer.  Written for the dense
-configs (Granite-4.0-H-Micro / H-1B: ``num_local_experts`` 0); the MoE configs (H-Tiny / H-Small) add a
+configs (Granite-4.0-H-Micro / H-1B: ``num_local_experts`` 0).  The MoE configs (H-Tiny / H-Small) add a
 ``block_sparse_moe`` beside the shared MLP, which TransformerLens names ``blocks.{i}.moe.*`` and sums inline with
-the shared MLP: not covered by this row (the overlay would offer the shared MLP as ``mlp`` while the layer's MLP
-output is the sum).
+the shared MLP: for them the shared MLP's hooks are offered as for the dense configs, ``hook_mlp_out`` is
+non-firing (:data:`MOE_MLP_OUT`: no module produces the sum, and TransformerLens offers none), and the MoE block's
+own hooks are not offered (the row has one feed-forward slot); its output reaches the stream, which ``hook_out``
+gates.
 
 vLLM's tree (vllm/model_executor/models/granitemoehybrid.py)::
 
@@ -44,8 +46,10 @@ Hook by hook:
 """
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
+from .base import NonFiring
 from .decoder_only import DECODER
 from .granite import GRANITE
 from .tree import GATED, SCORES_FROM_QK, SCORES_FROM_ROTATED, STREAM_PAIR, Mlp, SsmMixer, TreeOverlay, config_get
@@ -68,6 +72,20 @@ GRANITEMOEHYBRID = replace(
 GRANITEMOEHYBRID_ROPE = replace(GRANITEMOEHYBRID, attention=DECODER.attention, score_inputs=SCORES_FROM_ROTATED)
 
 
+# the MoE configs' MLP contribution (Granite-4.0-H-Tiny / H-Small): no single tensor
+MOE_MLP_OUT = NonFiring(
+    "blocks.{i}.hook_mlp_out",
+    "with experts (num_local_experts > 0) the feed-forward contribution is block_sparse_moe's output plus "
+    "shared_mlp's, times residual_multiplier, summed inline in the layer's forward (vLLM's and HF's): no module "
+    "produces it, and TransformerLens 4.3.0 offers no hook_mlp_out there; the layer's hook_out holds it")
+_MLP_OUT = re.compile(r"^blocks\.\d+\.hook_mlp_out$")
+
+
+def has_experts(cfg) -> bool:
+    """Whether ``cfg`` is a MoE config (Granite-4.0-H-Tiny / H-Small): a block_sparse_moe beside the shared MLP."""
+    return int(config_get(cfg, "num_local_experts", default=0) or 0) > 0
+
+
 class GraniteMoeHybridOverlay(TreeOverlay):
     """Granite-4.0-H: Granite's multipliers, Mamba-2 or attention by layer_types, a shared MLP per layer."""
     tree = GRANITEMOEHYBRID
@@ -79,13 +97,14 @@ class GraniteMoeHybridOverlay(TreeOverlay):
         return TreeOverlay(GRANITEMOEHYBRID_ROPE if rope else GRANITEMOEHYBRID)
 
     def hook_specs(self, cfg):
-        return self.tree_for(cfg).hook_specs(cfg)
+        specs = self.tree_for(cfg).hook_specs(cfg)
+        return {h: s for h, s in specs.items() if not _MLP_OUT.match(h)} if has_experts(cfg) else specs
 
     def derived_specs(self, cfg):
         return self.tree_for(cfg).derived_specs(cfg)
 
     def nonfiring_for(self, cfg):
-        return self.tree_for(cfg).nonfiring_for(cfg)
+        return self.tree_for(cfg).nonfiring_for(cfg) + ([MOE_MLP_OUT] if has_experts(cfg) else [])
 
 
-__all__ = ["GRANITEMOEHYBRID", "GRANITEMOEHYBRID_ROPE", "GraniteMoeHybridOverlay"]
+__all__ = ["GRANITEMOEHYBRID", "GRANITEMOEHYBRID_ROPE", "MOE_MLP_OUT", "GraniteMoeHybridOverlay", "has_experts"]

@@ -90,6 +90,9 @@ ODD: dict[str, dict[str, Any]] = {
                              num_hidden_layers=4, num_key_value_heads=1, mamba_n_heads=4, mamba_d_head=64, mamba_n_groups=1, position_embedding_type="rope",
                              embedding_multiplier=6.0, residual_multiplier=0.5, attention_multiplier=0.125,
                              logits_scaling=4.0),
+    # the MoE configs (Granite-4.0-H-Tiny / H-Small): 4 experts top-2 of width 64 beside the shared MLP, the row's
+    # layers otherwise
+    "granitemoehybrid:moe": dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=64),
     # attention at layer 0 and 3 (the rows have it at 1), conv kernel 4, MQA, d_model 256
     "lfm2": dict(hidden_size=256, conv_dim=256, block_dim=256, intermediate_size=768, num_attention_heads=8,
                  num_key_value_heads=1, num_hidden_layers=4,

@@ -102,6 +102,25 @@ def test_mamba_rms_norm_off_offers_no_inner_norm_hooks():
     assert GRANITEMOEHYBRID.ssm_mixer.norm_key is None and GRANITEMOEHYBRID.ssm_mixer.has_norm(off)
 
 
+def test_granite_h_moe_configs_offer_no_mlp_contribution():
+    """Granite-4.0-H-Tiny / H-Small (num_local_experts > 0): the MLP's contribution is block_sparse_moe + shared_mlp
+    summed inline, no module's output and no TransformerLens hook, so hook_mlp_out is not offered and is non-firing
+    with the reason; everything else is the dense config's (the shared MLP's hooks under TL's shared_mlp names)."""
+    from types import SimpleNamespace
+
+    from overlays.granitemoehybrid import MOE_MLP_OUT, GraniteMoeHybridOverlay, has_experts
+
+    overlay = GraniteMoeHybridOverlay()
+    dense = SimpleNamespace(**FAMILIES["granitemoehybrid"].config)
+    moe = SimpleNamespace(**{**FAMILIES["granitemoehybrid"].config, "num_local_experts": 4, "num_experts_per_tok": 2})
+    assert not has_experts(dense) and has_experts(moe)
+    d, m = overlay.hook_specs(dense), overlay.hook_specs(moe)
+    mlp_out = {h for h in d if h.endswith(".hook_mlp_out")}
+    assert mlp_out and set(d) - set(m) == mlp_out and set(m) <= set(d)
+    assert MOE_MLP_OUT in overlay.nonfiring_for(moe) and MOE_MLP_OUT not in overlay.nonfiring_for(dense)
+    assert m["blocks.0.shared_mlp.hook_out"] == d["blocks.0.shared_mlp.hook_out"]
+
+
 def test_granites_mixer_unchanged_by_the_new_fields():
     sm = GRANITEMOEHYBRID.ssm_mixer
     assert (sm.hook, sm.parallel, sm.input_scale) == ("mixer", False, None)
