@@ -46,7 +46,6 @@ Hook by hook:
 """
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 from .base import NonFiring
@@ -78,7 +77,6 @@ MOE_MLP_OUT = NonFiring(
     "with experts (num_local_experts > 0) the feed-forward contribution is block_sparse_moe's output plus "
     "shared_mlp's, times residual_multiplier, summed inline in the layer's forward (vLLM's and HF's): no module "
     "produces it, and TransformerLens 4.3.0 offers no hook_mlp_out there; the layer's hook_out holds it")
-_MLP_OUT = re.compile(r"^blocks\.\d+\.hook_mlp_out$")
 
 
 def has_experts(cfg) -> bool:
@@ -92,19 +90,22 @@ class GraniteMoeHybridOverlay(TreeOverlay):
 
     @staticmethod
     def tree_for(cfg) -> "TreeOverlay":
-        """The builder of ``cfg``'s row: :data:`GRANITEMOEHYBRID_ROPE` where its attention is rotary."""
+        """The builder of ``cfg``'s row: :data:`GRANITEMOEHYBRID_ROPE` where its attention is rotary; with experts,
+        no ``hook_mlp_out`` (``Tree.mlp_contribution``, :data:`MOE_MLP_OUT` its reason)."""
         rope = config_get(cfg, "position_embedding_type", default="nope") == "rope"
-        return TreeOverlay(GRANITEMOEHYBRID_ROPE if rope else GRANITEMOEHYBRID)
+        row = GRANITEMOEHYBRID_ROPE if rope else GRANITEMOEHYBRID
+        if has_experts(cfg):
+            row = replace(row, mlp_contribution=False, nonfiring=(*row.nonfiring, MOE_MLP_OUT))
+        return TreeOverlay(row)
 
     def hook_specs(self, cfg):
-        specs = self.tree_for(cfg).hook_specs(cfg)
-        return {h: s for h, s in specs.items() if not _MLP_OUT.match(h)} if has_experts(cfg) else specs
+        return self.tree_for(cfg).hook_specs(cfg)
 
     def derived_specs(self, cfg):
         return self.tree_for(cfg).derived_specs(cfg)
 
     def nonfiring_for(self, cfg):
-        return self.tree_for(cfg).nonfiring_for(cfg) + ([MOE_MLP_OUT] if has_experts(cfg) else [])
+        return self.tree_for(cfg).nonfiring_for(cfg)
 
 
 __all__ = ["GRANITEMOEHYBRID", "GRANITEMOEHYBRID_ROPE", "MOE_MLP_OUT", "GraniteMoeHybridOverlay", "has_experts"]

