@@ -23,12 +23,17 @@ Traps:
   garbage-collected (``weakref.finalize``, at the latest when Python exits), and ``owns`` names a
   folder deleted with it (the vLLM subject's work folder).  So nothing may delete a folder a live
   mapping reads from.
+* :meth:`release` deletes the shards before the mapping dies (a pytest session releases every run
+  no later test reads: harness.frontends.pytest_plugin).  A released mapping raises
+  :class:`ReleasedError` on every read, never an empty answer: a reader the session did not
+  know of fails with the fix named, instead of seeing every capture "missing".
 * safetensors refuses tensors that share memory (the bridge caches one tensor under two hook
   names) and non-contiguous views: :meth:`add` writes each distinct storage once and a later
   key that shares one is cloned.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -70,6 +75,10 @@ def _remove(paths: list[Path], folders: list[Path], parent: Path) -> None:
         pass
 
 
+class ReleasedError(RuntimeError):
+    """A read of captures whose shards :meth:`SpilledTensors.release` deleted."""
+
+
 class SpilledTensors(Mapping):
     def __init__(self, folder: str | os.PathLike, name: str = "captures", owns: str | os.PathLike | None = None):
         """``folder``: where :meth:`add` writes; ``owns``: a folder deleted with this mapping."""
@@ -78,6 +87,7 @@ class SpilledTensors(Mapping):
         self._paths: list[Path] = []
         self._folders: list[Path] = [Path(owns)] if owns is not None else []
         self._finalizer = weakref.finalize(self, _remove, self._paths, self._folders, self.folder)
+        self._released = False
 
     def add(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Write ``tensors`` as one new shard and index them (a key written again is replaced)."""
@@ -106,8 +116,15 @@ class SpilledTensors(Mapping):
         for key, entry in header.items():
             self._index[key] = (path, entry, start)
 
+    def _live(self) -> dict[str, tuple[Path, dict, int]]:
+        if self._released:
+            raise ReleasedError(f"the {self.name} spilled in {self.folder} were released (their shards deleted) "
+                                "before this read (in a pytest session, a test that reads a run's captures after its "
+                                "report declares it: pytest.mark.reads_captures((model, dtype, compiled)))")
+        return self._index
+
     def __getitem__(self, key: str) -> torch.Tensor:
-        path, entry, start = self._index[key]
+        path, entry, start = self._live()[key]
         begin, end = entry["data_offsets"]
         dtype = _DTYPES[entry["dtype"]]
         if end == begin:
@@ -118,19 +135,37 @@ class SpilledTensors(Mapping):
         return torch.frombuffer(data, dtype=dtype).reshape(entry["shape"])
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._index)
+        return iter(self._live())
 
     def __len__(self) -> int:
-        return len(self._index)
+        return len(self._live())
 
     def __contains__(self, key: object) -> bool:
-        return key in self._index
+        return key in self._live()
 
     def nbytes(self) -> int:
         """What the tensors take on disk (and would take in memory, all loaded)."""
         return sum(e["data_offsets"][1] - e["data_offsets"][0] for _, e, _ in self._index.values())
 
     def release(self) -> None:
-        """Delete the shards (and the owned folder) now; the mapping is empty afterwards."""
+        """Delete the shards (and the owned folder) now; every later read raises :class:`ReleasedError`."""
         self._index.clear()
+        self._released = True
         self._finalizer()
+
+
+def release_spills(value: object) -> int:
+    """Release every :class:`SpilledTensors` inside ``value`` (walking dataclasses, mappings, lists and
+    tuples); the count released.  Plain tensors are left to the garbage collector."""
+    if isinstance(value, SpilledTensors):
+        if value._released:
+            return 0
+        value.release()
+        return 1
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return sum(release_spills(getattr(value, f.name)) for f in dataclasses.fields(value))
+    if isinstance(value, Mapping):
+        return sum(release_spills(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(release_spills(v) for v in value)
+    return 0

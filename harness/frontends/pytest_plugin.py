@@ -64,6 +64,10 @@ class ParitySession:
         self.selected: dict[str, frozenset[str]] = {}
         # model -> the one test that reports its engine failure (the others skip, pointing to it)
         self.engine_failures: dict[str, ParityCase] = {}
+        # (model, dtype, compiled) whose run's captures a selected test reads after the run (the
+        # ``reads_captures`` marker); every other run's spilled captures are deleted once its report is
+        # written, so a session's disk holds only those (harness.spill)
+        self.capture_readers: set[tuple[str, str, bool]] = set()
 
     @property
     def device(self) -> str:
@@ -114,7 +118,13 @@ class ParitySession:
 
             run = run_model(self.target(name), variant, hooks=hooks, settings=self.settings)
             self.runs[key] = run  # before the report: a failed write must not re-boot the engines per test
-            write_report(run.result.to_dict(), self.report_dir)
+            try:
+                write_report(run.result.to_dict(), self.report_dir)
+            finally:
+                if (name, variant.dtype, variant.compiled) not in self.capture_readers:
+                    from harness.spill import release_spills
+
+                    release_spills((run.subject, run.refs))
         return self.runs[key]
 
 
@@ -143,6 +153,9 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     config.addinivalue_line("markers", "parity: runs real vLLM and reference engines")
     config.addinivalue_line("markers", "slow: boots vLLM compiled (about a minute); still runs in CI")
+    config.addinivalue_line("markers", "reads_captures(*keys): the test reads the captures of the session's runs "
+                                       "of these (model, dtype, compiled) keys; other runs' captures are deleted "
+                                       "once their report is written")
     config._vllm_parity = ParitySession(config, variant)  # type: ignore[attr-defined]
 
 
@@ -189,12 +202,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    """After -k/-m deselection: note which hooks each model's selected parity tests need."""
+    """After -k/-m deselection: note which hooks each model's selected parity tests need, and which runs'
+    captures a selected test reads after the run (``reads_captures``)."""
     ps = getattr(config, "_vllm_parity", None)
     if ps is None:
         return
     chosen: dict[str, set[str]] = {}
     for item in items:
+        for mark in item.iter_markers("reads_captures"):
+            ps.capture_readers.update((model, dtype, bool(compiled)) for model, dtype, compiled in mark.args)
         case = getattr(item, "callspec", None) and item.callspec.params.get("parity_case")
         if case is not None and case.reference != REFUSAL:
             chosen.setdefault(case.model, set())

@@ -42,6 +42,10 @@ CASES = [
 ]
 
 
+# the capture-on side is the suite's own run's subject (_capture): kept past its report
+pytestmark = [pytestmark, pytest.mark.reads_captures(*[tuple(p.values) for p in CASES])]
+
+
 @pytest.fixture(scope="module")
 def engines():
     """(family, dtype, compiled, side, fault) -> (SubjectCapture, seconds): each boot once per module."""

@@ -121,6 +121,10 @@ BF16_CASES: dict[str, tuple[tuple[int, ...], list[tuple[EngineFault, str]]]] = {
 }
 DTYPE_CASES = {"float32": CASES, "bfloat16": BF16_CASES}
 
+# the baselines are the suite's own runs' references (_baseline): kept past their reports
+pytestmark = [pytestmark, pytest.mark.reads_captures(*[(fam, dtype, False) for dtype, cases in DTYPE_CASES.items()
+                                                       for fam in cases])]
+
 PARAMS = [pytest.param(fam, i, dtype, id=f"{fam}-{fault.kind}-{hook}" + ("" if dtype == "float32" else f"-{dtype}"))
           for dtype, cases in DTYPE_CASES.items()
           for fam, (_, faults) in cases.items() for i, (fault, hook) in enumerate(faults)]

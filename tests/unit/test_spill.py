@@ -2,9 +2,10 @@
 file, layer groups.  The reference forwards that write them: tests/engine/test_grouped_references.py."""
 from __future__ import annotations
 
+import pytest
 import torch
 
-from harness.spill import SpilledTensors
+from harness.spill import ReleasedError, SpilledTensors, release_spills
 
 
 def test_round_trip_keeps_values_dtypes_and_aliases(tmp_path):
@@ -49,7 +50,27 @@ def test_shards_hold_no_open_file_and_go_with_the_mapping(tmp_path):
     assert not owned.exists() and folder.exists() and len(list(folder.iterdir())) == 1
     assert torch.equal(other["x"], torch.ones(2))
     other.release()
-    assert not folder.exists() and len(other) == 0
+    assert not folder.exists()
+    with pytest.raises(ReleasedError, match="reads_captures"):  # never an empty answer: every capture "missing"
+        other.get("x")
+
+
+def test_release_spills_walks_a_run_and_deletes_its_shards(tmp_path):
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class Capture:
+        raw: object
+        per_prompt: dict = field(default_factory=dict)
+
+    raw = SpilledTensors(tmp_path / "a", owns=tmp_path / "work")
+    (tmp_path / "work").mkdir()
+    raw.add({"x": torch.ones(2)})
+    prompt = SpilledTensors(tmp_path / "b")
+    prompt.add({"y": torch.zeros(3)})
+    assert release_spills((Capture(raw, {0: prompt}), None, [torch.ones(1)])) == 2
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists() and not (tmp_path / "work").exists()
+    assert release_spills(Capture(raw)) == 0  # released once
 
 
 def test_layer_groups_split_by_decoder_layer():
