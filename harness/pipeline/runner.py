@@ -428,4 +428,4 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
     except Exception as exc:  # noqa: BLE001 -- one model's crash must not lose the others
         error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
         # a crash inside vLLM's own kernels that a config meets (harness.models.known_crashes): named, still an error
-        result.error = name_crash(target.architecture, variant.device, variant.dtype, error)
+        result.error = name_crash(target.architecture, variant.device, variant.dtype, error, variant.serving)

@@ -39,6 +39,23 @@ def test_the_shortconv_crash_matches_lfm2_in_bf16():
     assert crash_of("Lfm2MoeForCausalLM", "cpu", "bfloat16", error) is KNOWN_VLLM_CRASHES[0]
 
 
+PREFIX = KNOWN_VLLM_CRASHES[2]
+SCAN = ("SubjectError: IndexError: index 30 is out of bounds for dimension 0 with size 1 -- harness.engines.subject_vllm "
+        "exited with 1\n  File \".../vllm/model_executor/layers/mamba/mamba_mixer2.py\", line 880, in conv_ssm_forward")
+
+
+@pytest.mark.parametrize("architecture, serving, named", [
+    ("Zamba2ForCausalLM", "prefix-cache", True),
+    ("NemotronHForCausalLM", "prefix-cache", True),
+    ("Zamba2ForCausalLM", "chunked", False),  # the crash is prefix caching's: another shape's error is not it
+    ("Zamba2ForCausalLM", "single", False),
+])
+def test_the_mamba2_prefix_caching_crash_is_named_only_under_prefix_caching(architecture, serving, named):
+    assert (crash_of(architecture, "cpu", "float32", SCAN, serving) is PREFIX) == named
+    assert name_crash(architecture, "cpu", "float32", SCAN, serving).startswith(f"known vLLM crash: {PREFIX.name}") \
+        == named
+
+
 def test_the_code_that_crashes_is_in_the_installed_vllm():
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vllm is not installed: its source cannot be read")
@@ -46,3 +63,5 @@ def test_the_code_that_crashes_is_in_the_installed_vllm():
     short_conv = (root / "model_executor/layers/mamba/short_conv.py").read_text()
     assert "self.conv.weight.size(2)" in short_conv  # what reads the packed weight's third dim
     assert "causal_conv1d_weight_pack" in (root / "model_executor/layers/utils.py").read_text()
+    mixer = (root / "model_executor/layers/mamba/mamba_mixer2.py").read_text()
+    assert "def conv_ssm_forward" in mixer and "varlen_states[last_chunk_indices_p]" in mixer  # the index that fails

@@ -99,7 +99,7 @@ def test_flatten_conversion():
 def test_rows_and_refusals():
     rows = {s.name: s for s in resolve_families("qwen3_next,qwen3_5,qwen3_5_moe")}
     assert set(rows["qwen3_next"].unsupported_dtypes) == {"float32", "float16"}
-    assert "CPU GDN attention requires BF16." in rows["qwen3_next"].unsupported_dtypes["float32"]
+    assert rows["qwen3_next"].dtype_refusal_on("float32", "cpu").says == "CPU GDN attention requires BF16."
     for name, config in (("qwen3_5", "qwen3_5.Qwen3_5Config"), ("qwen3_5_moe", "qwen3_5_moe.Qwen3_5MoeConfig")):
         cpu, cuda = rows[name].refusal_on("cpu"), rows[name].refusal_on("cuda")
         assert cpu.probe == "import:vllm.model_executor.models.qwen3_5" and cpu.devices == ("cpu",)

@@ -128,7 +128,12 @@ def test_the_runner_asks_for_the_refusal_of_the_runs_device():
     # GLM-5, refused on the CPU only: on CUDA its MLA backend's fp32 refusal is the run's declaration
     dsa = target_for_family(FAMILIES["glm_moe_dsa"])
     assert declared_dtype_refusal(dsa, Variant()) is None
-    assert "no fp32 MLA attention backend" in declared_dtype_refusal(dsa, Variant(device="cuda"))
+    assert "no fp32 MLA attention backend" in declared_dtype_refusal(dsa, Variant(device="cuda")).reason
+    # Qwen3-Next's fp32: refused on both lines, in each line's own words
+    gdn = target_for_family(FAMILIES["qwen3_next"])
+    assert declared_dtype_refusal(gdn, Variant()).says == "CPU GDN attention requires BF16."
+    assert "ChunkGatedDeltaRuleFunction" in declared_dtype_refusal(gdn, Variant(device="cuda")).says
+    assert declared_dtype_refusal(gdn, Variant(dtype="float16", device="cuda")) is None  # not measured there: it runs
 
 
 def _boot_failing_with(monkeypatch, said: str | None):
@@ -168,15 +173,19 @@ def test_a_boot_refusal_with_words_is_rechecked_by_them(monkeypatch, tmp_path, s
 def test_a_checkpoint_by_path_carries_its_architectures_dtype_refusals():
     from harness.models.families import dtype_refusals_of_architecture
 
+    from harness.models.families import refusal_on
+
     gdn = dtype_refusals_of_architecture(FAMILIES["qwen3_next"].architecture)
     assert set(gdn) == {"float32", "float16"} and gdn["float32"][0] == "qwen3_next"
-    assert "CPU GDN attention requires BF16" in gdn["float32"][1]
+    assert "CPU GDN attention requires BF16" in refusal_on(gdn["float32"][1], "cpu").says
     assert dtype_refusals_of_architecture("LlamaForCausalLM") == {}
 
 
 @pytest.mark.parametrize("said, verdict", [
     ("AssertionError: CPU GDN attention requires BF16.", "skipped"),
     (None, "runs"),  # this checkpoint boots in that dtype: no refusal, its run goes on
+    # another failure of the user's config in that dtype: not the row's refusal, never a skip
+    ("RuntimeError: chunk_gated_delta_rule_cpu: expect head_dim to be equal to head_dim_v", "error"),
 ])
 def test_a_checkpoint_by_paths_inherited_dtype_refusal_is_rechecked_by_booting_it(monkeypatch, tmp_path, said,
                                                                                   verdict):
@@ -197,8 +206,48 @@ def test_a_checkpoint_by_paths_inherited_dtype_refusal_is_rechecked_by_booting_i
     result = ModelResult(target.name, target.architecture, target.overlay_name, "path", str(target.checkpoint),
                          variant.dtype, target.seed, device=variant.device)
     done = recheck_candidate_dtype(target, variant, result, tmp_path)
+    if verdict == "error":
+        assert done and not result.skipped and "words no longer hold" in result.error
+        assert "'CPU GDN attention requires BF16.'" in result.error and "'qwen3_next'" in result.error
+        return
     assert not result.error
     if verdict == "skipped":
         assert done and "CPU GDN attention requires BF16" in result.skipped and "'qwen3_next'" in result.skipped
     else:
         assert not done and not result.skipped
+
+
+@pytest.mark.parametrize("said, verdict", [
+    ("ValueError: The model type 'glm4' does not support float16. Reason: Numerical instability. Please use "
+     "bfloat16 or float32 instead.", "skipped"),
+    ("RuntimeError: CUDA out of memory", "error"),  # another failure: not the declared refusal
+    (None, "error"),  # it booted: the declaration is stale
+])
+def test_a_rows_dtype_refusal_is_rechecked_by_its_words(monkeypatch, tmp_path, said, verdict):
+    from harness.models.targets import target_for_family
+    from harness.pipeline.refusals import recheck_dtype
+    from harness.values.results import ModelResult
+
+    _boot_failing_with(monkeypatch, said)
+    target, variant = target_for_family(FAMILIES["glm4"]), Variant(dtype="float16")
+    result = ModelResult(target.name, target.architecture, target.overlay_name, "synthetic", str(target.checkpoint),
+                         variant.dtype, target.seed, device=variant.device)
+    recheck_dtype(target, variant, result, tmp_path)
+    if verdict == "skipped":
+        assert not result.error and "Numerical instability" in result.skipped and " -- harness" not in result.skipped
+    else:
+        assert not result.skipped and "no longer hold" in result.error
+
+
+def test_a_dtype_refusal_is_a_boot_refusal_named_once_per_device():
+    from dataclasses import replace
+
+    from harness.models.families import Refusal
+
+    spec = FAMILIES["qwen3_next"]
+    with pytest.raises(ValueError, match="unsupported_dtypes"):
+        replace(spec, unsupported_dtypes={"float32": "a bare string pins no device and no words"})
+    with pytest.raises(ValueError, match="'boot' probe"):
+        replace(spec, unsupported_dtypes={"float32": Refusal("no such op", probe="op:gdn")})
+    with pytest.raises(ValueError, match="names a device twice"):
+        replace(spec, unsupported_dtypes={"float32": (Refusal("a"), Refusal("b", devices=("cpu",)))})
