@@ -56,7 +56,7 @@ def all_finite(t: torch.Tensor) -> bool:
 
 def _masked(s: torch.Tensor, r: torch.Tensor, general: bool = False):
     """(|s - r| with the error conventions below, r and s with ignored entries zeroed, the compared
-    entries of r and of s flattened, whether every entry is compared).  A reference with no NaN and
+    entries of r and of s flattened, the mask of compared entries -- None where every entry is compared).  A reference with no NaN and
     no infinity (the common case) takes a path without the masks' passes (about half of
     ``compare_tensors``' time on SmolLM2's hooks); ``general=True`` forces the masked path, which
     gives the same values (tests/unit/comparison/test_compare.py checks it bitwise)."""
@@ -64,7 +64,7 @@ def _masked(s: torch.Tensor, r: torch.Tensor, general: bool = False):
         diff = torch.sub(s, r).abs_()  # one buffer, not two: the same kernels, the same values
         if not all_finite(s):
             diff = torch.where(torch.isfinite(s), diff, torch.full_like(r, math.inf))
-        return diff, r, s, r.reshape(-1), s.reshape(-1), True
+        return diff, r, s, r.reshape(-1), s.reshape(-1), None
     # NaN in the reference: ignore.  +-inf in the reference (a masked attention
     # score): the subject must hold the same infinity; it adds no error and no scale.
     infinite = torch.isinf(r)
@@ -73,7 +73,7 @@ def _masked(s: torch.Tensor, r: torch.Tensor, general: bool = False):
     diff = torch.where(valid & ~torch.isfinite(s), torch.full_like(r, math.inf), diff)
     diff = torch.where(infinite & (s != r), torch.full_like(r, math.inf), diff)
     return (diff, torch.where(valid, r, torch.zeros_like(r)), torch.where(valid, s, torch.zeros_like(s)),
-            r[valid], s[valid], bool(valid.all()))
+            r[valid], s[valid], None if bool(valid.all()) else valid)
 
 
 def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -102,7 +102,8 @@ def compare_tensors(subject: torch.Tensor, reference: torch.Tensor) -> Metrics:
         raise ShapeMismatch(f"subject shape {tuple(subject.shape)} != reference shape {tuple(reference.shape)}")
     s = subject.detach().to(torch.float64).cpu()
     r = reference.detach().to(torch.float64).cpu()
-    diff, r_masked, s_masked, rv, sv, all_valid = _masked(s, r)
+    diff, r_masked, s_masked, rv, sv, valid = _masked(s, r)
+    all_valid = valid is None
     max_abs = float(diff.max()) if diff.numel() else 0.0
     # Error relative to the reference's scale, row by row: a row is a vector
     # along the last dim (a token's d_model vector, a head's d_head vector, a
@@ -111,13 +112,17 @@ def compare_tensors(subject: torch.Tensor, reference: torch.Tensor) -> Metrics:
     # inside a row keeps one rounded element of a heavy-tailed activation (a
     # bf16 MLP output) from dominating.  Rows whose reference norm is below a
     # tenth of the median row norm (the first query's one-entry row of attention
-    # scores) are measured against that tenth instead.
+    # scores) are measured against that tenth instead.  The median is over the rows compared: a row
+    # with no compared entry (every token after a set-aside event, NaN in the reference) is no row of
+    # this comparison, and counted as a zero norm it would drag the guard down until a one-entry row
+    # near zero is measured raw (a bf16 score with a condition number of 150 read as rel 0.37).
     d2 = diff.reshape(-1, diff.shape[-1]) if diff.ndim else diff.reshape(1, 1)
     r2 = r_masked.reshape(d2.shape)
     squares = torch.empty(d2.shape, dtype=d2.dtype)  # the three row norms' squares share it (_row_norms)
     row_err = _row_norms(d2, squares)
     row_ref = _row_norms(r2, squares)
-    guard = max(float(row_ref.median()) * 0.1, 1e-300) if row_ref.numel() else 1e-300
+    compared = row_ref if valid is None else row_ref[valid.reshape(d2.shape).any(-1)]
+    guard = max(float(compared.median()) * 0.1, 1e-300) if compared.numel() else 1e-300
     row_rel = row_err / row_ref.clamp_min(guard)
     row_rel = torch.where(row_err == 0, torch.zeros_like(row_rel), row_rel)
     worst_row = int(row_rel.argmax()) if row_rel.numel() else 0
