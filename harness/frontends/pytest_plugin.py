@@ -65,8 +65,9 @@ class ParitySession:
         # model -> the one test that reports its engine failure (the others skip, pointing to it)
         self.engine_failures: dict[str, ParityCase] = {}
         # (model, dtype, compiled) whose run's captures a selected test reads after the run (the
-        # ``reads_captures`` marker); every other run's spilled captures are deleted once its report is
-        # written, so a session's disk holds only those (harness.spill)
+        # ``reads_captures`` marker); every other run's subject captures are deleted once its report is
+        # written and its references dropped (the runner's memo keeps the last few), so a session's disk
+        # holds only those (harness.spill)
         self.capture_readers: set[tuple[str, str, bool]] = set()
 
     @property
@@ -124,7 +125,11 @@ class ParitySession:
                 if (name, variant.dtype, variant.compiled) not in self.capture_readers:
                     from harness.spill import release_spills
 
-                    release_spills((run.subject, run.refs))
+                    # the subject's captures are this run's own: deleted now.  The references may be shared with
+                    # later runs of the same manifest (harness.pipeline.runner's memo: the serving shapes of one
+                    # model): dropped here, deleted when the memo lets them go
+                    release_spills(run.subject)
+                    run.refs = None
         return self.runs[key]
 
 

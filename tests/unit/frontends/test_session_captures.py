@@ -24,12 +24,15 @@ def _session(tmp_path, readers):
 @pytest.fixture
 def stand_in_engines(tmp_path, monkeypatch):
     made: dict[str, SpilledTensors] = {}
+    shared = SpilledTensors(tmp_path / "references")  # one reference side every run shares (the runner's memo)
+    shared.add({"r": torch.zeros(2)})
+    made["references"] = shared
 
     def run_model(target, variant, hooks=None, settings=None):
         spill = SpilledTensors(tmp_path / f"spill-{target}-{variant.dtype}")
         spill.add({"x": torch.ones(3)})
         made[f"{target}-{variant.dtype}"] = spill
-        return ModelRun(target, result=type("R", (), {"to_dict": lambda self: {}})(), subject=spill)
+        return ModelRun(target, result=type("R", (), {"to_dict": lambda self: {}})(), subject=spill, refs=shared)
 
     monkeypatch.setattr("harness.pipeline.runner.run_model", run_model)
     monkeypatch.setattr("harness.reporting.report.write_report", lambda result, report_dir: None)
@@ -44,6 +47,9 @@ def test_a_run_no_test_reads_goes_once_its_report_is_written(tmp_path, stand_in_
     with pytest.raises(ReleasedError, match="reads_captures"):
         gone.subject.get("x")
     assert session.run("llama") is gone  # the run itself (its rows, its report) stays the session's
+    # the references another run may share are dropped from the run, never deleted under the other
+    assert gone.refs is None and kept.refs is stand_in_engines["references"]
+    assert torch.equal(stand_in_engines["references"]["r"], torch.zeros(2))
 
 
 def test_a_reader_of_another_dtype_keeps_nothing_of_this_one(tmp_path, stand_in_engines):
