@@ -49,6 +49,8 @@ _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF
            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
            "BOOL": torch.bool}
 _COUNTER = itertools.count()
+# every mapping alive, by a serial (a Mapping is unhashable: no WeakSet), for release_all
+_LIVE: "weakref.WeakValueDictionary[int, SpilledTensors]" = weakref.WeakValueDictionary()
 
 
 def _header(handle) -> tuple[dict, int]:
@@ -88,6 +90,7 @@ class SpilledTensors(Mapping):
         self._folders: list[Path] = [Path(owns)] if owns is not None else []
         self._finalizer = weakref.finalize(self, _remove, self._paths, self._folders, self.folder)
         self._released = False
+        _LIVE[next(_COUNTER)] = self
 
     def add(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Write ``tensors`` as one new shard and index them (a key written again is replaced)."""
@@ -152,6 +155,16 @@ class SpilledTensors(Mapping):
         self._index.clear()
         self._released = True
         self._finalizer()
+
+
+def release_all() -> int:
+    """Release every live mapping (their shards and owned folders deleted): for an exit that skips the
+    interpreter's finalization (``os._exit``: harness/__main__.py on an interrupt), which would otherwise leave
+    every run's captures on disk.  The count released."""
+    live = [m for m in list(_LIVE.values()) if not m._released]
+    for mapping in live:
+        mapping.release()
+    return len(live)
 
 
 def release_spills(value: object) -> int:

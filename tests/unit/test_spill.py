@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.spill import ReleasedError, SpilledTensors, release_spills
+from harness.spill import ReleasedError, SpilledTensors, release_all, release_spills
 
 
 def test_round_trip_keeps_values_dtypes_and_aliases(tmp_path):
@@ -80,3 +80,13 @@ def test_layer_groups_split_by_decoder_layer():
                                    "blocks.2.hook_in", "ln_final.hook_normalized", "unembed.hook_out"})
     assert layers == [{"blocks.2.attn.hook_q", "blocks.2.hook_in"}, {"blocks.10.hook_out"}]
     assert other == {"embed.hook_out", "ln_final.hook_normalized", "unembed.hook_out"}
+
+
+def test_release_all_deletes_every_live_mapping_for_an_exit_without_finalization(tmp_path):
+    a, b = SpilledTensors(tmp_path / "a"), SpilledTensors(tmp_path / "b", owns=tmp_path / "work")
+    (tmp_path / "work").mkdir()
+    a.add({"x": torch.ones(1)})
+    b.add({"y": torch.ones(1)})
+    assert release_all() >= 2
+    assert not any((tmp_path / n).exists() for n in ("a", "b", "work"))
+    assert release_all() == 0  # nothing live is left
