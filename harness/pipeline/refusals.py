@@ -189,11 +189,10 @@ def recheck_architecture(target: Target, variant: Variant, result: ModelResult, 
         result.error = (f"declared refusal no longer holds: vLLM booted {where} (declared: {refusal.reason}); "
                         f"declare {target.name} as a family that runs (harness/models/families.py) with an overlay")
         return
-    if refusal.says and refusal.says not in said:
-        result.error = (f"declared refusal's words no longer hold: vLLM failed to boot {where}, but without "
-                        f"{refusal.says!r} (it said: {said[:300]}); the declaration does not explain this failure: "
-                        f"update {target.name}'s Refusal (reason and says) in harness/models/families.py, or fix "
-                        "what failed")
+    other = _other_words(refusal, said, where, f"update {target.name}'s Refusal (reason and says) in "
+                         "harness/models/families.py")
+    if other is not None:
+        result.error = other
         return
     result.skipped = (f"{target.architecture} not run on {variant.device}: {refusal.reason} (re-checked: vLLM "
                       f"refuses it: {said[:300]})")
