@@ -469,7 +469,7 @@ class _Evaluation:
         prompt_lengths = [length - len(gen) + 1 for length, gen in zip(self.lengths, generated)]
         g = greedy_agreement(generated, prompt_lengths, pairs, aside=set_aside("argmax", list(self.events)))
         am.worst = {**(am.worst or {}), "generated_checked": g["checked"], "generated_exact": g["exact"],
-                    "generated_near_ties": g["near_ties"]}
+                    "generated_near_ties": g["near_ties"], "generated_set_aside": g["set_aside"]}
         note = (f"; {g['exact']}/{g['checked']} generated tokens equal the reference's greedy token"
                 + (f" ({g['set_aside']} after an explained upstream event not checked)" if g["set_aside"] else "")
                 + (f", {len(g['near_ties'])} near tie(s) {g['near_ties'][:3]}" if g["near_ties"] else ""))

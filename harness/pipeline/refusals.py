@@ -94,22 +94,34 @@ def _other_words(declared: Refusal, said: str, what: str, todo: str) -> str | No
             f"(it said: {said[:300]}); the declaration does not explain this failure: {todo}, or fix what failed")
 
 
+def _dtype_boot(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
+                engine_timeout_s: float, declared: Refusal, what: str, todo: str) -> str | None:
+    """Boot ``target`` in the run's dtype, which ``declared`` says vLLM refuses: vLLM's words where it refused in
+    ``declared``'s; None where it booted, or where ``result.error`` is set (the probe failed, or vLLM refused in
+    other words: ``what`` and ``todo`` name the run and the fix in that error)."""
+    said = _boot_refusal(target, variant, result, work_root, engine_timeout_s,
+                         pick=_dtype_words(declared, variant.dtype))
+    if result.error or said is None:
+        return None
+    other = _other_words(declared, said, what, todo)
+    if other is not None:
+        result.error = other
+        return None
+    return said
+
+
 def recheck_dtype(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
                   engine_timeout_s: float = 900) -> None:
     declared = declared_dtype_refusal(target, variant)
-    said = _boot_refusal(target, variant, result, work_root, engine_timeout_s,
-                         pick=_dtype_words(declared, variant.dtype))
+    said = _dtype_boot(target, variant, result, work_root, engine_timeout_s, declared,
+                       f"{target.name} in {variant.dtype} on {variant.device}",
+                       f"update {target.name}'s unsupported_dtypes[{variant.dtype!r}] in harness/models/families.py")
     if result.error:
         return
     if said is None:
         result.error = (f"declared refusal no longer holds: vLLM accepted {variant.dtype} for {target.name} on "
                         f"{variant.device} (declared: {declared.reason}); remove it from the family row in "
                         "harness/models/families.py or the MLA backend's row in harness/engines/mla_backends.py")
-        return
-    other = _other_words(declared, said, f"{target.name} in {variant.dtype} on {variant.device}",
-                         f"update {target.name}'s unsupported_dtypes[{variant.dtype!r}] in harness/models/families.py")
-    if other is not None:
-        result.error = other
         return
     result.skipped = f"{variant.dtype} not run: {declared.reason} (re-checked: vLLM still refuses: {said[:300]})"
 
@@ -143,19 +155,15 @@ def recheck_candidate_dtype(target: Target, variant: Variant, result: ModelResul
     ``result.error``; True for each.  False where vLLM booted it: this checkpoint is not refused, and its run goes
     on."""
     family, declared = candidate_dtype_refusal(target, variant)
-    said = _boot_refusal(target, variant, result, work_root, engine_timeout_s,
-                         pick=_dtype_words(declared, variant.dtype))
+    said = _dtype_boot(target, variant, result, work_root, engine_timeout_s, declared,
+                       f"this checkpoint in {variant.dtype} on {variant.device}",
+                       f"the family row {family!r} of {target.architecture} declares that refusal; update its "
+                       f"unsupported_dtypes[{variant.dtype!r}] in harness/models/families.py if vLLM now says it "
+                       "otherwise")
     if result.error:
         return True
     if said is None:
         return False
-    other = _other_words(declared, said, f"this checkpoint in {variant.dtype} on {variant.device}",
-                         f"the family row {family!r} of {target.architecture} declares that refusal; update its "
-                         f"unsupported_dtypes[{variant.dtype!r}] in harness/models/families.py if vLLM now says it "
-                         "otherwise")
-    if other is not None:
-        result.error = other
-        return True
     result.skipped = (f"{variant.dtype} not run: vLLM refuses it (re-checked by booting this checkpoint: {said[:300]}); "
                       f"inferred from the family row {family!r} of {target.architecture}, which declares: "
                       f"{declared.reason}")
