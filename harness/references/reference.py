@@ -795,26 +795,32 @@ def capture_references(checkpoint: Path, *, dtype: str, calibration: Calibration
     run dtype against the truth dtype finds the references' own routing flips (harness.comparison.chaos).
     ``bridge_names``: a name in ``hooks`` the bridge knows -> the canonical name its capture is stored under."""
     spill = Path(tempfile.mkdtemp(prefix="vp-refs-", dir=spill_root))
-    job = _Job(checkpoint, TORCH_DTYPES[dtype], TORCH_DTYPES[calibration.truth_dtype], calibration.ceiling, prompts,
-               device, spill, phases or Phases(), pos_axis, logprob_k, left_out, inputs, routers, bridge_names)
-    job.meta["truth_dtype"] = calibration.truth_dtype
-    want, legacy = set(hooks), set(compat_names)
-    if calibrate:  # every layer's residual output: where the floor run finds chaotic tokens
-        want |= {f"blocks.{i}.hook_out" for i in range(_n_layers(checkpoint))}
-    # TransformerLens has no adapter for the architecture (ReferenceInputs.bridge): HF alone, its floors and chaos
-    bridge, compat, processed = (_run_dtype_bridge_side(job, want, legacy, set(processed_names)) if inputs.bridge
-                                 else ({}, {}, {}))
-    floors: dict[str, dict[str, float]] = {}
-    stats: dict[str, dict[str, dict[str, float]]] = {"median": {}, "scale": {}}
-    chaos: list[ChaoticToken | OwnFlip] = []
-    if calibrate and inputs.bridge:
-        chaos = _bridge_side_floors(job, want, legacy, bridge, compat, processed, floors, stats)
-    hf, logprobs, n_layers = _run_dtype_hf(job, timing_repeats)
-    if calibrate:
-        chaos = _hf_floors(job, hf, logprobs, n_layers, chaos, floors, stats)
-    job.meta["phases"] = job.clock.own()
-    return ReferenceCapture(bridge, compat, logprobs, hf, floors, job.meta, compat_processed=processed,
-                            floor_stats=stats, chaos=chaos)
+    try:
+        job = _Job(checkpoint, TORCH_DTYPES[dtype], TORCH_DTYPES[calibration.truth_dtype], calibration.ceiling, prompts,
+                   device, spill, phases or Phases(), pos_axis, logprob_k, left_out, inputs, routers, bridge_names)
+        job.meta["truth_dtype"] = calibration.truth_dtype
+        want, legacy = set(hooks), set(compat_names)
+        if calibrate:  # every layer's residual output: where the floor run finds chaotic tokens
+            want |= {f"blocks.{i}.hook_out" for i in range(_n_layers(checkpoint))}
+        # TransformerLens has no adapter for the architecture (ReferenceInputs.bridge): HF alone, its floors and chaos
+        bridge, compat, processed = (_run_dtype_bridge_side(job, want, legacy, set(processed_names)) if inputs.bridge
+                                     else ({}, {}, {}))
+        floors: dict[str, dict[str, float]] = {}
+        stats: dict[str, dict[str, dict[str, float]]] = {"median": {}, "scale": {}}
+        chaos: list[ChaoticToken | OwnFlip] = []
+        if calibrate and inputs.bridge:
+            chaos = _bridge_side_floors(job, want, legacy, bridge, compat, processed, floors, stats)
+        hf, logprobs, n_layers = _run_dtype_hf(job, timing_repeats)
+        if calibrate:
+            chaos = _hf_floors(job, hf, logprobs, n_layers, chaos, floors, stats)
+        job.meta["phases"] = job.clock.own()
+        return ReferenceCapture(bridge, compat, logprobs, hf, floors, job.meta, compat_processed=processed,
+                                floor_stats=stats, chaos=chaos)
+    finally:  # a folder no capture was written to (the run stopped first): gone now, not left in /tmp
+        try:
+            spill.rmdir()  # only when empty: the shards in it are their mappings', deleted with them
+        except OSError:
+            pass
 
 
 @dataclass

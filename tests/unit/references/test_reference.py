@@ -195,3 +195,18 @@ def test_one_pass_reads_both_name_sets_into_their_own_stores(tmp_path):
     assert set(canonical) == {"blocks.0.hook_out", "blocks.0.attn.hook_attn_scores"}
     assert set(legacy) == {"blocks.0.hook_resid_post"}
     assert torch.isfinite(canonical["blocks.0.attn.hook_attn_scores"]).all()
+
+
+def test_a_capture_stopped_before_any_shard_leaves_no_folder(tmp_path):
+    """The spill folder is made first; a capture that fails before writing a shard (here: no checkpoint, so the
+    first boot fails) removes it instead of leaving an empty ``vp-refs-*`` behind."""
+    from harness.comparison.tolerances import CALIBRATION
+    from harness.references.reference import capture_references
+
+    spill_root = tmp_path / "spill"
+    spill_root.mkdir()
+    with pytest.raises(OSError):  # transformers: no config.json in that folder
+        capture_references(tmp_path / "no-checkpoint", dtype="float32", calibration=CALIBRATION["float32"],
+                           prompts=[[1, 2]], hooks=["blocks.0.hook_out"], compat_names=[], calibrate=False,
+                           spill_root=spill_root)
+    assert list(spill_root.iterdir()) == []
