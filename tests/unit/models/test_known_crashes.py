@@ -65,3 +65,22 @@ def test_the_code_that_crashes_is_in_the_installed_vllm():
     assert "causal_conv1d_weight_pack" in (root / "model_executor/layers/utils.py").read_text()
     mixer = (root / "model_executor/layers/mamba/mamba_mixer2.py").read_text()
     assert "def conv_ssm_forward" in mixer and "varlen_states[last_chunk_indices_p]" in mixer  # the index that fails
+    zamba2 = (root / "model_executor/models/zamba2.py").read_text()
+    assert "num_key_value_heads" not in zamba2  # its attention never reads the KV head count
+
+
+GQA = KNOWN_VLLM_CRASHES[3]
+NARROW = ("SubjectError: RuntimeError: start (0) + length (256) exceeds dimension size (64). -- "
+          "harness.engines.subject_vllm exited with 1")
+
+
+@pytest.mark.parametrize("config, named", [
+    ({"num_attention_heads": 8, "num_key_value_heads": 2}, True),
+    ({"num_attention_heads": 8, "num_key_value_heads": 8}, False),  # multi-head: a load failure of another cause
+    ({"num_attention_heads": 8}, False),  # no key: HF's default is multi-head
+    (None, False),  # the config could not be read: nothing named
+])
+def test_the_zamba2_kv_heads_crash_is_named_only_on_a_grouped_query_config(config, named):
+    assert (crash_of("Zamba2ForCausalLM", "cpu", "float32", NARROW, config=config) is GQA) == named
+    assert name_crash("Zamba2ForCausalLM", "cuda", "bfloat16", NARROW, config=config).startswith(
+        f"known vLLM crash: {GQA.name}") == named
