@@ -437,10 +437,9 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
         error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
         # a --model-path checkpoint vLLM refuses in the words a family row of its architecture declares: skipped with
         # them (harness.pipeline.refusals.refused_as_candidate)
-        # a crash inside vLLM's own kernels that a config meets (harness.models.known_crashes): named, still an error
         refused = refusals.refused_as_candidate(target, variant, error)
         if refused is not None:
             result.skipped = refused
-        else:
+        else:  # a crash inside vLLM's own kernels that a config meets (harness.models.known_crashes): named, an error
             result.error = name_crash(target.architecture, variant.device, variant.dtype, error, variant.serving,
                                       _config_or_none(target))
