@@ -265,6 +265,15 @@ class Refusal:
                              "only there")
 
     @property
+    def run_words(self) -> str | None:
+        """Words a run's own engine error shows where vLLM refuses as declared: a boot probe's ``says``, or an op
+        probe's op name (vLLM's layer looks it up on ``torch.ops._C`` and fails naming it); None for the other
+        probes, or a boot probe that pins no words."""
+        if self.probe.startswith("op:"):
+            return self.probe[3:]
+        return self.says or None if self.probe == "boot" else None
+
+    @property
     def hf_model_type(self) -> str | None:
         """The model_type of an ``"hf:<model_type>"`` probe (no checkpoint can be built), else None."""
         return self.probe[3:] if self.probe.startswith("hf:") else None
@@ -1748,13 +1757,14 @@ def dtype_refusals_of_architecture(architecture: str) -> dict[str, tuple[str, Re
 
 
 def refusals_of_architecture(architecture: str) -> tuple[tuple[str, Refusal], ...]:
-    """Every boot refusal with vLLM's words (``Refusal.says``) a family row of ``architecture`` declares, as
-    ``(family, refusal)`` in row order: candidates for a checkpoint of that architecture with another config.  The
-    refusal of one row may hold for a config the other rows avoid (an MoE layer kind, say), so nothing is probed
-    before a ``--model-path`` run: only a run whose vLLM fails on a candidate's device in its words is skipped with
-    them (harness.pipeline.refusals.refused_as_candidate), the words checked in the run that shows them."""
+    """Every refusal a family row of ``architecture`` declares that a run's own engine error can show
+    (``Refusal.run_words``: a boot refusal's words, a missing op's name), as ``(family, refusal)`` in row order:
+    candidates for a checkpoint of that architecture with another config.  The refusal of one row may hold for a
+    config the other rows avoid (an MoE layer kind, say), so nothing is probed before a ``--model-path`` run: only a
+    run whose vLLM fails on a candidate's device in its words is skipped with them
+    (harness.pipeline.refusals.refused_as_candidate), the words checked in the run that shows them."""
     return tuple((spec.name, r) for spec in FAMILIES.values() if spec.architecture == architecture
-                 for r in refusals_of(spec.refused) if r.probe == "boot" and r.says)
+                 for r in refusals_of(spec.refused) if r.run_words)
 
 
 def known_bugs_of_architecture(architecture: str) -> tuple[KnownVllmBug, ...]:

@@ -8,11 +8,11 @@ Contract: two kinds of declaration, both data in harness.models.families:
   (:func:`recheck_candidate_dtype`): refused by the boot in the declared words, skipped with vLLM's words and the
   row it was inferred from; refused in other words, an error (the user's config failed for a reason the row does
   not explain); booted, run as any other;
-* a **boot refusal** with vLLM's words a family's row declares (``ModelSpec.refused``, ``Refusal.says``): a
-  ``--model-path`` checkpoint of that architecture carries it as a candidate (:func:`refused_as_candidate`), never
-  probed first (the row's refusal may hold only for a config the checkpoint lacks, as Nemotron-H's MoE layers): a
-  run whose vLLM fails on the candidate's device in its words is skipped with them and the row; any other failure
-  stays the run's error;
+* a **boot refusal** with vLLM's words, or an **op** refusal, a family's row declares (``ModelSpec.refused``,
+  ``Refusal.run_words``): a ``--model-path`` checkpoint of that architecture carries it as a candidate
+  (:func:`refused_as_candidate`), never probed first (the row's refusal may hold only for a config the checkpoint
+  lacks, as Nemotron-H's MoE layers): a run whose vLLM fails on the candidate's device in its words (for an op, its
+  name) is skipped with them and the row; any other failure stays the run's error;
 * an **architecture** vLLM cannot run on some devices (``ModelSpec.refused``, a
   :class:`~harness.models.families.Refusal`, or one per device where the CPU and the CUDA line refuse for
   different reasons): :func:`recheck_architecture` runs the probe of the refusal of the run's device
@@ -140,8 +140,9 @@ def refused_as_candidate(target: Target, variant: Variant, error: str) -> str | 
     error, unchanged, is its result.  Nothing is probed first (that row's refusal may need a config the checkpoint
     does not have): the run's own boot is the check."""
     for family, refusal in getattr(target, "candidate_refusals", ()):
-        if variant.device in refusal.devices and refusal.says in error:
-            said = _line_saying(error, refusal.says) or refusal.says
+        words = refusal.run_words
+        if variant.device in refusal.devices and words and words in error:
+            said = _line_saying(error, words) or words
             return (f"not run: vLLM refuses this checkpoint on {variant.device} ({said[:300]}); the family row "
                     f"{family!r} of {target.architecture} declares that refusal: {refusal.reason}")
     return None

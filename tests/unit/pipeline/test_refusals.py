@@ -280,3 +280,30 @@ def test_a_checkpoint_by_path_meets_its_architectures_boot_refusal_in_its_words(
                               "is_act_and_mul=False")
     assert "'nemotron_h_moe' of NemotronHForCausalLM" in skipped and " -- harness" not in skipped
     assert refused_as_candidate(family, Variant(device=device), error) is None  # a row declares its own
+
+
+def test_a_checkpoint_by_path_meets_its_architectures_missing_op_by_its_name():
+    """A Mamba-1 checkpoint of the user's on the CPU line: the mamba row's op refusal is its candidate, its words the
+    op's name, which vLLM's own error names where its layer looks the op up."""
+    from dataclasses import replace
+
+    from harness.models.families import refusals_of_architecture
+    from harness.models.targets import target_for_family
+    from harness.pipeline.refusals import refused_as_candidate
+
+    family = target_for_family(FAMILIES["mamba"])
+    candidates = refusals_of_architecture(family.architecture)
+    assert [(f, r.run_words) for f, r in candidates] == [("mamba", "selective_scan_fwd")]
+    target = replace(family, name="mine", source="path", refused=None, candidate_refusals=candidates)
+    error = "SubjectError: AttributeError: '_OpNamespace' '_C' object has no attribute 'selective_scan_fwd'"
+    skipped = refused_as_candidate(target, Variant(device="cpu"), error)
+    assert "has no attribute 'selective_scan_fwd'" in skipped and "'mamba' of MambaForCausalLM" in skipped
+    assert refused_as_candidate(target, Variant(device="cuda"), error) is None  # declared for the CPU only
+    assert refused_as_candidate(target, Variant(device="cpu"), "SubjectError: RuntimeError: boom") is None
+
+
+def test_run_words_are_what_a_runs_own_error_can_show():
+    assert Refusal("r", says="no float32").run_words == "no float32"
+    assert Refusal("r").run_words is None  # a boot refusal that pins no words: nothing to match
+    assert Refusal("r", probe="op:selective_scan_fwd").run_words == "selective_scan_fwd"
+    assert Refusal("r", probe="import:vllm.model_executor.models.qwen3_5").run_words is None
