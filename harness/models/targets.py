@@ -7,7 +7,9 @@ checkpoint, its ``provenance.json`` -- or raises :class:`TargetError` with a
 message naming the bad input and the fix (unknown family, missing directory,
 no ``config.json``, a packaged checkpoint's package not installed).  A ``--model-path``
 checkpoint whose architecture has no declared overlay runs on the seed's generic overlay, discovered from
-vLLM's loaded model (harness.engines.discovery), or gets an error naming what its tree lacks.  A ``--model-path``
+vLLM's loaded model (harness.engines.discovery), or gets an error naming what its tree lacks; where vLLM refused to
+boot it in the words of a refusal a family row of its architecture declares, it carries that refusal instead, and its
+runs re-check it as the row's do.  A ``--model-path``
 checkpoint carries the known vLLM bugs its architecture's family rows declare as *candidates*
 (``Target.candidate_vllm_bugs``): its run checks each one's signature at any layer, and only one that holds
 names the failure (harness.pipeline.runner); and the dtypes those rows declare vLLM refuses
@@ -176,10 +178,26 @@ def target_for_path(path: str) -> Target:
         try:
             overlay = generic_overlay(ckpt, arch)
         except DiscoveryError as exc:
-            raise TargetError(f"--model-path {path}: {exc}") from None
+            refused = _refused_at_discovery(arch, str(exc))
+            if refused is None:
+                raise TargetError(f"--model-path {path}: {exc}") from None
+            # vLLM refused this very checkpoint in a row's declared words: the row's refusal, re-checked by the run
+            return Target(ckpt.name, ckpt, arch, None, "path", refused=refused)
     return Target(ckpt.name, ckpt, arch, overlay, "path", candidate_vllm_bugs=known_bugs_of_architecture(arch),
                   candidate_dtype_refusals=dtype_refusals_of_architecture(arch),
                   candidate_refusals=refusals_of_architecture(arch))
+
+
+def _refused_at_discovery(architecture: str, error: str) -> Refusal | None:
+    """A family row's refusal of ``architecture`` (one that a run's own engine error can show) whose words vLLM's
+    boot said while looking up a ``--model-path`` checkpoint's module tree (``error``), naming the row, else None.
+    Such a checkpoint has no overlay to run on, and the refusal covers its devices as declared: its runs re-check
+    it by booting (harness.pipeline.refusals.recheck_architecture), as the row's do."""
+    for family, refusal in refusals_of_architecture(architecture):
+        if refusal.run_words in error:
+            return replace(refusal, reason=f"{refusal.reason} (declared by the family row {family!r}; vLLM refused "
+                                           "this checkpoint in those words when its module tree was looked up)")
+    return None
 
 
 def targets_from_options(model: str | None, model_path: str | None) -> list[Target]:

@@ -128,5 +128,7 @@ def test_jais2_is_arcees_tree_with_layernorms():
 # -- MPT -----------------------------------------------------------------------------------------------------
 def test_mpt_is_a_refusal_under_the_released_spelling():
     spec = FAMILIES["mpt"]
-    assert spec.architecture == "MPTForCausalLM" and spec.refused is not None and spec.refused.probe == "boot"
-    assert "0.28.0" in spec.refused.reason
+    cpu, cuda = spec.refusal_on("cpu"), spec.refusal_on("cuda")
+    assert spec.architecture == "MPTForCausalLM" and cpu.probe == cuda.probe == "boot"
+    assert "0.28.0" in cpu.reason and cpu.reason == cuda.reason
+    assert cpu.says == "was supported in vLLM until v0.28.0, and is not supported anymore" and not cuda.says

@@ -107,6 +107,9 @@ def test_hf_reference_hooks_and_corrects_granites_mamba_layers(target):
 
 def test_bamba_is_a_refusal_in_vllms_words():
     spec = FAMILIES["bamba"]
-    assert spec.refused is not None and spec.refused.probe == "boot"
-    assert "does not dispatch through the Transformers attention interface" in spec.refused.reason
-    assert FAMILIES["olmo_hybrid"].refused.devices == ("cpu",) and "set_allocator" in FAMILIES["olmo_hybrid"].refused.reason
+    cpu, cuda = spec.refusal_on("cpu"), spec.refusal_on("cuda")
+    assert cpu.probe == cuda.probe == "boot" and cpu.reason == cuda.reason
+    assert cpu.says == "does not dispatch through the Transformers attention interface" in cpu.reason
+    assert not cuda.says  # the CUDA line's words were not recorded
+    olmo = FAMILIES["olmo_hybrid"].refused
+    assert olmo.devices == ("cpu",) and "set_allocator" in olmo.reason and olmo.says == "has no attribute 'set_allocator'"

@@ -23,8 +23,11 @@ def _vllm_source(module: str) -> str:
 def test_rows_are_cpu_refusals_with_their_probes():
     fm, dsa, v4 = FAMILIES["falcon_mamba"], FAMILIES["glm_moe_dsa"], FAMILIES["deepseek_v4"]
     assert (fm.refused.probe, fm.refused.devices) == ("op:selective_scan_fwd", ("cpu",))
-    assert (dsa.refused.probe, dsa.refused.devices) == ("boot", ("cpu",))
-    assert (v4.refused.probe, v4.refused.devices) == ("boot", ("cpu", "cuda"))
+    assert (dsa.refused.probe, dsa.refused.devices, dsa.refused.says) == (
+        "boot", ("cpu",), "Sparse Attention is not supported on CPU")
+    v4_cpu, v4_cuda = v4.refusal_on("cpu"), v4.refusal_on("cuda")
+    assert (v4_cpu.probe, v4_cpu.devices, v4_cpu.says) == ("boot", ("cpu",), "The `mlp_layer_types` entries must be in")
+    assert (v4_cuda.probe, v4_cuda.devices, v4_cuda.says) == ("boot", ("cuda",), "")
     assert (fm.architecture, dsa.architecture, v4.architecture) == (
         "FalconMambaForCausalLM", "GlmMoeDsaForCausalLM", "DeepseekV4ForCausalLM")
     for spec in (fm, dsa, v4):

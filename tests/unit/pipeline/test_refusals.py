@@ -21,13 +21,18 @@ def test_a_refusal_names_its_probe():
 
 
 def test_the_refused_rows_say_why_and_are_checked_before_a_crash():
-    refused = {n: s.refused for n, s in FAMILIES.items() if s.refused is not None}
+    refused = {n: s.refusal_on("cpu") for n, s in FAMILIES.items() if s.refusal_on("cpu") is not None}
     assert {"t5", "mamba", "jamba"} <= set(refused)
     assert all(r.reason for s in FAMILIES.values() for r in s.refusals)
     # Mamba-1 mixers load and then crash on CPU: an op probe, never a boot; on CUDA they run
     assert refused["mamba"].probe == refused["jamba"].probe == "op:selective_scan_fwd"
     assert refused["mamba"].devices == refused["jamba"].devices == ("cpu",)
-    assert refused["t5"].probe == "boot" and set(refused["t5"].devices) == {"cpu", "cuda"}
+    t5_cuda = FAMILIES["t5"].refusal_on("cuda")
+    assert refused["t5"].probe == t5_cuda.probe == "boot" and refused["t5"].reason == t5_cuda.reason
+    assert refused["t5"].says == "Argument position_ids not found in the forward method of" and not t5_cuda.says
+    # every boot refusal of the CPU line pins vLLM's words (measured there), so another failure is never a skip
+    assert all(r.says for r in refused.values() if r.probe == "boot"), [n for n, r in refused.items()
+                                                                        if r.probe == "boot" and not r.says]
     assert FAMILIES["t5"].auto_class == "AutoModelForSeq2SeqLM"
 
 
@@ -307,3 +312,18 @@ def test_run_words_are_what_a_runs_own_error_can_show():
     assert Refusal("r").run_words is None  # a boot refusal that pins no words: nothing to match
     assert Refusal("r", probe="op:selective_scan_fwd").run_words == "selective_scan_fwd"
     assert Refusal("r", probe="import:vllm.model_executor.models.qwen3_5").run_words is None
+
+
+def test_a_checkpoint_with_no_overlay_that_vllm_refused_at_discovery_carries_the_rows_refusal():
+    """A user's GLM-5 on the CPU line has no overlay there, and the boot that looks up its module tree fails in the
+    glm_moe_dsa row's words: the target carries that refusal (its runs re-check it), where it was an error that
+    stopped every other target of the command; other words are no refusal."""
+    from harness.models.targets import _refused_at_discovery
+
+    said = ("GlmMoeDsaForCausalLM has no declared overlay, and vLLM could not boot the checkpoint to discover its "
+            "module tree: NotImplementedError: Sparse Attention is not supported on CPU. -- harness.engines...")
+    refused = _refused_at_discovery("GlmMoeDsaForCausalLM", said)
+    assert refused.devices == ("cpu",) and refused.says == "Sparse Attention is not supported on CPU"
+    assert "declared by the family row 'glm_moe_dsa'" in refused.reason
+    assert _refused_at_discovery("GlmMoeDsaForCausalLM", "RuntimeError: out of memory") is None
+    assert _refused_at_discovery("LlamaForCausalLM", said) is None  # no row of that architecture declares it
