@@ -271,7 +271,7 @@ class Refusal:
         probes, or a boot probe that pins no words."""
         if self.probe.startswith("op:"):
             return self.probe[3:]
-        return self.says or None if self.probe == "boot" else None
+        return (self.says or None) if self.probe == "boot" else None
 
     @property
     def hf_model_type(self) -> str | None:

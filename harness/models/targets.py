@@ -14,9 +14,9 @@ checkpoint carries the known vLLM bugs its architecture's family rows declare as
 (``Target.candidate_vllm_bugs``): its run checks each one's signature at any layer, and only one that holds
 names the failure (harness.pipeline.runner); and the dtypes those rows declare vLLM refuses
 (``Target.candidate_dtype_refusals``): its run in such a dtype boots vLLM first, and is skipped with vLLM's words
-where vLLM still refuses it, or runs where it does not (harness.pipeline.refusals); and the boot refusals with vLLM's
-words those rows declare (``Target.candidate_refusals``): a run whose vLLM fails in one's words on its devices is
-skipped with them, any other failure stays an error.
+where vLLM still refuses it, or runs where it does not (harness.pipeline.refusals); and the refusals those rows
+declare that a run's own error can show (``Target.candidate_refusals``: a boot refusal's words, a missing op's name):
+a run whose vLLM fails in one's words on its devices is skipped with them, any other failure stays an error.
 """
 from __future__ import annotations
 
@@ -62,8 +62,8 @@ class Target:
     # a --model-path checkpoint: dtype -> (family, Refusal(s)) its architecture's family rows declare vLLM refuses, each
     # re-checked by a boot before the run (harness.pipeline.refusals.recheck_candidate_dtype)
     candidate_dtype_refusals: dict[str, tuple[str, Refusal | tuple[Refusal, ...]]] = field(default_factory=dict)
-    # a --model-path checkpoint: (family, Refusal) -- the boot refusals with vLLM's words its architecture's family rows
-    # declare (families.refusals_of_architecture); a run whose vLLM fails in one's words is skipped with them
+    # a --model-path checkpoint: (family, Refusal) -- the refusals its architecture's family rows declare that a run's
+    # own error can show (families.refusals_of_architecture); a run whose vLLM fails in one's words is skipped with them
     candidate_refusals: tuple[tuple[str, Refusal], ...] = ()
     # why a family row has no overlay on the installed vLLM line (overlays.NoImplementationOverlayError): its run is
     # an error carrying this, and the other families run (overlay is None then)

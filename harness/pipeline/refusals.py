@@ -135,8 +135,9 @@ def candidate_dtype_refusal(target: Target, variant: Variant) -> tuple[str, Refu
 
 
 def refused_as_candidate(target: Target, variant: Variant, error: str) -> str | None:
-    """A ``--model-path`` run's skip reason where its engine failed (``error``) in the words of a boot refusal a family
-    row of its architecture declares on the run's device (``Target.candidate_refusals``), else None: the run's
+    """A ``--model-path`` run's skip reason where its engine failed (``error``) in the words of a refusal a family row
+    of its architecture declares on the run's device (``Target.candidate_refusals``, ``Refusal.run_words``: a boot
+    refusal's words, a missing op's name), else None: the run's
     error, unchanged, is its result.  Nothing is probed first (that row's refusal may need a config the checkpoint
     does not have): the run's own boot is the check."""
     for family, refusal in getattr(target, "candidate_refusals", ()):
