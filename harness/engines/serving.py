@@ -85,7 +85,11 @@ def engine_kwargs(scheme: Scheme, device: str, prompt_lengths: list[int] = ()) -
         return {}
     kw: dict = {"block_size": block_size(device), "enable_prefix_caching": scheme.prefix_caching}
     if scheme.max_num_batched_tokens:
-        kw.update(enable_chunked_prefill=True, max_num_batched_tokens=scheme.max_num_batched_tokens)
+        # the step's token budget bounds its sequences too: vLLM refuses max_num_seqs above it ("max_num_batched_tokens
+        # (16) must be greater than or equal to max_num_seqs (320)"), and a compiled CUDA engine's own max_num_seqs
+        # (vllm_compat.llm_kwargs: the largest captured batch) is an earlier layer this one overrides
+        kw.update(enable_chunked_prefill=True, max_num_batched_tokens=scheme.max_num_batched_tokens,
+                  max_num_seqs=scheme.max_num_batched_tokens)
     if scheme.tight_cache:
         kw["num_gpu_blocks_override"] = tight_blocks(prompt_lengths, device)
     return kw

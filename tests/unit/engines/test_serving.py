@@ -161,6 +161,9 @@ def test_scheme_table_and_engine_arguments():
     assert set(SCHEMES) == {"single", "prefix-cache", "chunked", "decode", "preempt"}
     assert engine_kwargs(SCHEMES["single"], "cpu") == {}
     assert engine_kwargs(SCHEMES["chunked"], "cpu")["max_num_batched_tokens"] == 16
+    # vLLM refuses more sequences per step than the step's token budget; the compiled CUDA engine's own
+    # max_num_seqs (the largest captured batch) is an earlier layer this one must override
+    assert engine_kwargs(SCHEMES["chunked"], "cuda")["max_num_seqs"] == 16
     assert engine_kwargs(SCHEMES["prefix-cache"], "cpu") == {"block_size": 32, "enable_prefix_caching": True}
     # measured: 7, 16, 29, 248 tokens admit together in 12 blocks of 32 (one is vLLM's null block)
     assert tight_blocks([7, 16, 29, 248], "cpu") == 12

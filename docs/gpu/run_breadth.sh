@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The matrix's rows that had no CUDA run yet, on the CUDA host, after `.gpuwhl/host.sh install`:
+#   export PYTHONPATH=/tmp/site:$PWD
+#   WORK=$PWD setsid nohup bash docs/gpu/run_breadth.sh >/tmp/breadth.out 2>&1 </dev/null &
+#   WORK=$PWD bash docs/gpu/run_h200.sh collect 540      # repeat until DONE (reports come back in $OUT/reports.tgz)
+# Steps, each a `harness run` through run_h200.sh's plan (its prelude: the plugin's dist-info, offline env):
+#   1. the CPU-refused or CPU-measured-only hybrid rows (Nemotron-H's MoE layers, Falcon-H1's norm-before-gate and
+#      Mamba-2's time_step_limit bugs), fp32 (ieee) and bf16, eager and default graphs;
+#   2. OLMo-Hybrid's chunked prefill and prefix caching in bf16 (fp32 is refused by vLLM's FLA kernel), eager and
+#      default graphs;
+#   3. the decoder families with no CUDA report in docs/gpu yet, bf16, eager and default graphs.
+# BUDGET_S bounds the three together (default 1100 s); STEPS=3 runs step 3 only (default 123), STEP3_MODES=compiled
+# its default graphs only; each leaves reports
+# in reports/ as it goes.  The packaged real checkpoints (gemma3_270m) are not on the host: not in step 3.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export WORK=${WORK:-$PWD}
+start=$(date +%s); budget=${BUDGET_S:-1100}
+left() { echo $(( budget - ($(date +%s) - start) )); }
+step() { rm -f "$WORK/DONE"; MODELS=$1 BUDGET_S=$(left) VARIANTS=$2 bash docs/gpu/run_h200.sh plan; }
+[[ ${STEPS:-123} == *1* ]] && step nemotron_h_moe,falcon_h1_norm_before_gate,mamba2_dt_limit "--dtype float32,bfloat16 --precision ieee --modes eager,compiled"
+[[ ${STEPS:-123} == *2* ]] && step olmo_hybrid "--dtype bfloat16 --modes eager,compiled --serving chunked,prefix-cache"
+decoders=glm,glm4,bert,olmoe,granitemoe,arcee,exaone4,seed_oss,olmo3,smollm3,ministral3,gptj,phi,falcon,olmo,bloom
+decoders=$decoders,gpt_bigcode,jais2,mpt,cohere,cohere2,cohere2_window,nemotron,vaultgemma,apertus,hunyuan_v1_dense
+decoders=$decoders,flex_olmo,phimoe,gpt_oss,minimax_m2,afmoe,glm4_moe_lite,glm4_moe_lite_yarn,baichuan,internlm2,ouro
+decoders=$decoders,exaone,llama4_text,laguna,laguna_dense,ernie4_5,ernie4_5_moe,gemma4_text,modernbert_mlm,gemma3n_text
+decoders=$decoders,t5
+[[ ${STEPS:-123} == *3* ]] && step "$decoders" "--dtype bfloat16 --modes ${STEP3_MODES:-eager,compiled}"
+touch "$WORK/DONE"
