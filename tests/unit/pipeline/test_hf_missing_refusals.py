@@ -141,3 +141,22 @@ def test_registry_entry_reads_each_table():
     assert registry_entry("N", source) == ("absent", "")
     with pytest.raises(LookupError, match="_TEXT_GENERATION_MODELS"):
         registry_entry("A", "X = {}\n")
+
+
+@pytest.mark.parametrize("version, holds", [("0.20.2", True), ("0.23.0", True), ("0.24.0", False)])
+def test_a_line_older_than_the_declared_removal_still_lists_the_architecture(no_building, version, holds):
+    """baichuan declares ("removed", "0.23.0"): vLLM 0.20.2 (the CUDA line) still maps BaichuanForCausalLM to its own
+    class, which is the row's history, not a stale row; a line after 0.23.0 that lists it again is stale."""
+    import harness.pipeline.refusals as refusals
+    from harness.models.targets import target_for_family
+
+    t = target_for_family(FAMILIES["baichuan"])
+    assert tuple(t.refusal_on("cpu").vllm_registry) == ("removed", "0.23.0")
+    source = "_TEXT_GENERATION_MODELS = {'BaichuanForCausalLM': ('baichuan', 'BaichuanForCausalLM')}\n"
+    result = ModelResult.start(t, Variant())
+    refusals.recheck_hf_missing(t, Variant(), result, registry_source=source, vllm_version=version)
+    if holds:
+        assert result.error is None and "re-checked before anything is built" in result.skipped
+        assert f"{version} still maps it to its own class baichuan.BaichuanForCausalLM" in result.skipped
+    else:
+        assert result.skipped is None and "declared refusal is stale" in result.error
