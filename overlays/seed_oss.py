@@ -8,15 +8,30 @@ attention interface.  Hook by hook, as :data:`overlays.arcee.HF_LLAMA` (plain st
 ``hook_pre`` / ``hook_pre_linear`` the gate / up columns of ``gate_up_proj``.  ``residual_dropout``
 is inactive in both engines (eval).  Rotated q/k are rotated by HF's function inside
 ``SeedOssAttention.forward``: non-firing, no derived scores / pattern.
+
+vLLM 0.20.2 (the CUDA line) runs it natively (``seed_oss.SeedOssForCausalLM``): the Llama tree as vLLM modules, fused
+``qkv_proj`` with its biases, ``rotary_emb``, fused residual norms: :data:`SEED_OSS`, the generic decoder row.  That
+class never reads ``attention_out_bias`` or ``mlp_bias`` (docs/upstream-bugs.md): the family's checkpoint, which sets
+both, fails there from ``attn.hook_out`` on, every read before it exact.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 from .arcee import HF_LLAMA, no_rotated_qk
+from .decoder_only import DECODER
 from .tree import TreeOverlay, transformers_backend
 
 SEED_OSS_HF = transformers_backend(replace(HF_LLAMA, name="seed_oss"), nonfiring=no_rotated_qk("SeedOssAttention"))
+
+
+SEED_OSS = replace(DECODER, name="seed_oss")
+
+
+class SeedOssOverlay(TreeOverlay):
+    """Seed-OSS as vLLM's own model class (vLLM 0.20.2): the Llama tree with q/k/v biases."""
+
+    tree = SEED_OSS
 
 
 class SeedOssTransformersOverlay(TreeOverlay):
@@ -25,4 +40,4 @@ class SeedOssTransformersOverlay(TreeOverlay):
     tree = SEED_OSS_HF
 
 
-__all__ = ["SEED_OSS_HF", "SeedOssTransformersOverlay"]
+__all__ = ["SEED_OSS", "SEED_OSS_HF", "SeedOssOverlay", "SeedOssTransformersOverlay"]

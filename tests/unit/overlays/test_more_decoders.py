@@ -22,9 +22,9 @@ def _target(family):
     return target_for_family(FAMILIES[family])
 
 
-def _specs(family):
+def _specs(family, implementation=None):
     t = _target(family)
-    return get_overlay(t.architecture).hook_specs(t.hf_config)
+    return get_overlay(t.architecture, implementation).hook_specs(t.hf_config)
 
 
 def _derived(family):
@@ -32,9 +32,9 @@ def _derived(family):
     return get_overlay(t.architecture).derived_specs(t.hf_config)
 
 
-def _nonfiring(family):
+def _nonfiring(family, implementation=None):
     t = _target(family)
-    ov = get_overlay(t.architecture)
+    ov = get_overlay(t.architecture, implementation)
     return {h for nf in ov.nonfiring_for(t.hf_config) for h in expand_layers(nf.template, t.hf_config.num_hidden_layers)}
 
 
@@ -107,7 +107,7 @@ def test_ministral3_is_the_decoder_tree_with_its_yarn_rope():
 # -- Transformers-backend rows ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("family", ["arcee", "seed_oss", "olmo3", "smollm3"])
 def test_transformers_backend_rows_drop_the_batch_dim_and_declare_the_rotary(family):
-    specs, nonfiring = _specs(family), _nonfiring(family)
+    specs, nonfiring = _specs(family, "transformers"), _nonfiring(family, "transformers")
     assert all(s.convert[:1] == (DropBatch(),) for h, s in specs.items() if h != "unembed.hook_out")
     assert {"blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k", "blocks.0.attn.hook_pattern"} <= nonfiring
     assert not {"blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k"} & set(specs)
@@ -175,14 +175,15 @@ def test_falcon_is_multi_query_and_reads_the_bias_free_tuple_returns():
 # -- Transformers-backend rows -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("family", ["phi", "olmo"])
 def test_transformers_backend_rows_drop_the_batch_dim_and_declare_the_rotary(family):
-    specs, nonfiring = _specs(family), _nonfiring(family)
+    specs, nonfiring = _specs(family, "transformers"), _nonfiring(family, "transformers")
     assert all(s.convert[:1] == (DropBatch(),) for h, s in specs.items() if h != "unembed.hook_out")
     assert {"blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k", "blocks.0.attn.hook_pattern"} <= nonfiring
     assert not {"blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k"} & set(specs)
 
 
-def test_phi_reads_dense_and_a_plain_mlp():
-    specs = _specs("phi")
+@pytest.mark.parametrize("implementation", ["transformers", "native"])
+def test_phi_reads_dense_and_a_plain_mlp(implementation):
+    specs = _specs("phi", implementation)
     assert specs["blocks.0.attn.hook_z"].module == "model.layers.0.self_attn.dense"
     assert specs["blocks.0.mlp.hook_pre"].module == "model.layers.0.mlp.fc1"
     assert "blocks.0.mlp.hook_pre_linear" not in specs
@@ -190,10 +191,11 @@ def test_phi_reads_dense_and_a_plain_mlp():
 
 
 # -- OLMo-1: norms without a weight ------------------------------------------------------------------------------
-def test_olmo_norms_have_nothing_to_unfold():
-    specs = _specs("olmo")
+@pytest.mark.parametrize("implementation", ["transformers", "native"])
+def test_olmo_norms_have_nothing_to_unfold(implementation):
+    specs = _specs("olmo", implementation)
     for hook in ("blocks.0.ln1.hook_normalized", "blocks.2.ln2.hook_normalized", "ln_final.hook_normalized"):
-        assert specs[hook].convert == (DropBatch(),)
+        assert specs[hook].convert == ((DropBatch(),) if implementation == "transformers" else ())
         assert specs[hook].params() == []
     assert specs["blocks.0.hook_resid_mid"].module == "model.layers.0.post_attention_layernorm"
     assert specs["blocks.0.mlp.hook_pre_linear"].module == "model.layers.0.mlp.gate_up_proj"
@@ -202,3 +204,11 @@ def test_olmo_norms_have_nothing_to_unfold():
 def test_affine_norm_kinds_still_unfold():
     assert RMS.affine and LAYER_NORM.affine and not NO_AFFINE.affine
     assert _specs("llama")["blocks.0.ln1.hook_normalized"].convert == (UnfoldNorm("model.layers.0.input_layernorm.weight"),)
+
+
+@pytest.mark.parametrize("family", ["phi", "olmo", "arcee", "seed_oss", "olmo3"])
+def test_native_rows_of_vllm_0_20_read_the_rotary_module_and_keep_the_token_dim(family):
+    # vLLM 0.20.2's own classes run on [T, d] and call rotary_emb(positions, q, k) as a module
+    specs = _specs(family, "native")
+    assert not any(DropBatch() in s.convert for s in specs.values())
+    assert specs["blocks.0.attn.hook_rot_q"].module == "model.layers.0.self_attn.rotary_emb"
