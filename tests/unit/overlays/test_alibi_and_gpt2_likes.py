@@ -24,9 +24,9 @@ def _target(family):
     return target_for_family(FAMILIES[family])
 
 
-def _overlay_and_cfg(family):
+def _overlay_and_cfg(family, implementation=None):
     t = _target(family)
-    return get_overlay(t.architecture), t.hf_config
+    return get_overlay(t.architecture, implementation), t.hf_config
 
 
 # -- ALiBi -------------------------------------------------------------------------------------------------
@@ -101,7 +101,7 @@ def test_bloom_gelu_bug_is_declared_for_float32_only():
 
 # -- GPTBigCode ----------------------------------------------------------------------------------------------
 def test_gpt_bigcode_reads_hfs_tree_with_one_kv_head_and_derives_scores_from_q_k():
-    ov, cfg = _overlay_and_cfg("gpt_bigcode")
+    ov, cfg = _overlay_and_cfg("gpt_bigcode", "transformers")
     specs, D, hd = ov.hook_specs(cfg), 128, 32
     assert ov.dims(cfg)["n_kv"] == 1
     q, v = specs["blocks.0.attn.hook_q"], specs["blocks.0.attn.hook_v"]

@@ -212,3 +212,13 @@ def test_native_rows_of_vllm_0_20_read_the_rotary_module_and_keep_the_token_dim(
     specs = _specs(family, "native")
     assert not any(DropBatch() in s.convert for s in specs.values())
     assert specs["blocks.0.attn.hook_rot_q"].module == "model.layers.0.self_attn.rotary_emb"
+
+
+def test_gpt_bigcode_native_row_reads_vllms_transformer_root():
+    # vLLM 0.20.2's own class: transformer.h.{i} as vLLM's GPT-2, one KV head, the attention module returns a tensor
+    specs = _specs("gpt_bigcode", "native")
+    assert specs["embed.hook_out"].module == "transformer.wte"
+    assert (specs["blocks.0.attn.hook_out"].module, specs["blocks.0.attn.hook_out"].read) == ("transformer.h.0.attn",
+                                                                                             "out")
+    assert specs["blocks.0.attn.hook_k"].convert[-1].n_heads == 1
+    assert not any(DropBatch() in s.convert for s in specs.values())
