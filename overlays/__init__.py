@@ -76,7 +76,7 @@ from .tree import TreeOverlay
 # -- imports: alibi-and-gpt2-likes --
 from .bloom import BloomOverlay
 from .gpt_bigcode import GPTBigCodeOverlay, GPTBigCodeTransformersOverlay
-from .jais2 import Jais2TransformersOverlay
+from .jais2 import Jais2Overlay, Jais2TransformersOverlay
 # -- imports: cohere-and-gemma-likes --
 from .cohere import Cohere2Overlay, CohereOverlay
 from .nemotron import NemotronOverlay
@@ -239,6 +239,7 @@ VARIANTS: dict[str, dict[str, TreeOverlay]] = {
     "OlmoForCausalLM": {"native": OlmoOverlay(), "transformers": OVERLAYS["OlmoForCausalLM"]},
     "PhiForCausalLM": {"native": PhiOverlay(), "transformers": OVERLAYS["PhiForCausalLM"]},
     "GPTBigCodeForCausalLM": {"native": GPTBigCodeOverlay(), "transformers": OVERLAYS["GPTBigCodeForCausalLM"]},
+    "Jais2ForCausalLM": {"native": Jais2Overlay(), "transformers": OVERLAYS["Jais2ForCausalLM"]},
     # -- variants: more-moe --
     # -- variants: mla-lite-and-hf-missing --
     # -- variants: mamba2-groups --

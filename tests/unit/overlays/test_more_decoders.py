@@ -222,3 +222,13 @@ def test_gpt_bigcode_native_row_reads_vllms_transformer_root():
                                                                                              "out")
     assert specs["blocks.0.attn.hook_k"].convert[-1].n_heads == 1
     assert not any(DropBatch() in s.convert for s in specs.values())
+
+
+def test_jais2_native_row_reads_the_summed_stream_its_norms_take():
+    # vLLM 0.20.2's Jais2DecoderLayer: (hidden, residual) in and out, each LayerNorm fed hidden + residual as one tensor
+    specs = _specs("jais2", "native")
+    assert (specs["blocks.0.hook_in"].read, specs["blocks.0.hook_out"].read) == ("in.hidden_states+in.residual",
+                                                                              "out[0]+out[1]")
+    assert (specs["blocks.1.hook_resid_mid"].module, specs["blocks.1.hook_resid_mid"].read) == (
+        "model.layers.1.post_attention_layernorm", "in[0]")
+    assert specs["ln_final.hook_normalized"].read == "out" and specs["blocks.0.mlp.hook_pre"].module.endswith("up_proj")
