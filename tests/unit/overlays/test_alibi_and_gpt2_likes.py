@@ -115,7 +115,7 @@ def test_gpt_bigcode_reads_hfs_tree_with_one_kv_head_and_derives_scores_from_q_k
 
 # -- Jais-2 --------------------------------------------------------------------------------------------------
 def test_jais2_is_arcees_tree_with_layernorms():
-    ov, cfg = _overlay_and_cfg("jais2")
+    ov, cfg = _overlay_and_cfg("jais2", "transformers")
     specs = ov.hook_specs(cfg)
     ln = specs["blocks.0.ln1.hook_normalized"]
     assert ln.convert == (DropBatch(), UnfoldNorm("model.layers.0.input_layernorm.weight",
