@@ -262,7 +262,7 @@ def recheck_hf_missing(target: Target, variant: Variant, result: ModelResult,
     if registry_source is None:
         vllm_version = registry_vllm_version()
     if _predates_removal(tuple(refusal.vllm_registry), kind, vllm_version):
-        vllm_says = (f"{vllm_version} still {vllm_says} (this row's registry entry, supported until "
+        vllm_says = (f"({vllm_version}) still {vllm_says} (this row's registry entry, supported until "
                      f"v{refusal.vllm_registry[1]}, is for later lines)")
     elif (kind, detail) != tuple(refusal.vllm_registry):
         result.error = (f"declared refusal is stale: vLLM's registry now {vllm_says} ({kind!r}, {detail!r}), not "
