@@ -84,7 +84,7 @@ from .vaultgemma import VaultGemmaTransformersOverlay
 # -- imports: more-dense --
 from .apertus import ApertusOverlay
 from .flex_olmo import FlexOlmoTransformersOverlay
-from .hunyuan_v1_dense import HunYuanDenseV1TransformersOverlay
+from .hunyuan_v1_dense import HunYuanDenseV1Overlay, HunYuanDenseV1TransformersOverlay
 # -- imports: more-moe --
 from .afmoe import AfmoeOverlay
 from .minimax_m2 import MiniMaxM2Overlay
@@ -240,6 +240,8 @@ VARIANTS: dict[str, dict[str, TreeOverlay]] = {
     "PhiForCausalLM": {"native": PhiOverlay(), "transformers": OVERLAYS["PhiForCausalLM"]},
     "GPTBigCodeForCausalLM": {"native": GPTBigCodeOverlay(), "transformers": OVERLAYS["GPTBigCodeForCausalLM"]},
     "Jais2ForCausalLM": {"native": Jais2Overlay(), "transformers": OVERLAYS["Jais2ForCausalLM"]},
+    "HunYuanDenseV1ForCausalLM": {"native": HunYuanDenseV1Overlay(),
+                                  "transformers": OVERLAYS["HunYuanDenseV1ForCausalLM"]},
     # -- variants: more-moe --
     # -- variants: mla-lite-and-hf-missing --
     # -- variants: mamba2-groups --

@@ -18,13 +18,33 @@ behind HF's attention interface.  Hook by hook, as :data:`overlays.arcee.HF_LLAM
   checks the rotation too; ``attn.hook_q`` / ``hook_k`` stay the projections before rotary and norm.
 - Rotated q/k (``hook_rot_q`` / ``hook_rot_k``): HF's function rotates inside ``HunYuanDenseV1Attention.forward``:
   non-firing, and so no derived scores / pattern.
+
+vLLM 0.20.2 (the CUDA line) has its own class (``hunyuan_v1.HunYuanDenseV1ForCausalLM``): the Llama tree as vLLM
+modules with fused residual norms, the q/k norms applied after ``rotary_emb`` on ``[T, heads, head_dim]`` (only where
+the config's ``use_qk_norm`` is true: HF's always apply them, so the family sets it, as released configs do), the
+attention returning ``(output, (k, v))`` (``out[0]``) and the layer ``(hidden, residual, kv)``.  :data:`HUNYUAN_V1_DENSE`
+reads the rotated, not yet normalized q/k at ``rotary_emb`` (TransformerLens's ``hook_rot_q`` is the same tensor:
+its bridge fires it before the norm where ``qk_norm_after_rope``) and the norms' outputs swapped to TL's heads-first
+layout.  Scores and pattern are not derived: they are of the normalized q/k, whose weighted values no read keeps.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 from .arcee import HF_LLAMA, no_rotated_qk
-from .tree import QK_PER_HEAD_HEADS_FIRST, TreeOverlay, transformers_backend
+from .base import NonFiring
+from .decoder_only import DECODER
+from .tree import QK_PER_HEAD, QK_PER_HEAD_HEADS_FIRST, TreeOverlay, transformers_backend
+
+_NORMED_SCORES = ("HunYuan normalizes q and k after rotary: the scores are of the normalized q/k, which no read keeps "
+                  "as vLLM computes them (attn.q_norm / k_norm.hook_normalized are un-folded by the norm's weight); "
+                  "the rotated and the normalized q/k are each compared")
+HUNYUAN_V1_DENSE = replace(
+    DECODER, name="hunyuan_v1_dense", score_inputs=None,
+    attention=replace(DECODER.attention, qk_norm=QK_PER_HEAD, qk_norm_modules=("query_layernorm", "key_layernorm"),
+                      returns="out[0]"),
+    nonfiring=(NonFiring("blocks.{i}.attn.hook_attn_scores", _NORMED_SCORES),
+               NonFiring("blocks.{i}.attn.hook_pattern", _NORMED_SCORES)))
 
 HUNYUAN_V1_DENSE_HF = transformers_backend(
     replace(HF_LLAMA, name="hunyuan_v1_dense",
@@ -33,10 +53,16 @@ HUNYUAN_V1_DENSE_HF = transformers_backend(
     nonfiring=no_rotated_qk("HunYuanDenseV1Attention"))
 
 
+class HunYuanDenseV1Overlay(TreeOverlay):
+    """HunYuan-Dense-V1 as vLLM's own model class (vLLM 0.20.2): q/k norms after rotary, [T, heads, d_head]."""
+
+    tree = HUNYUAN_V1_DENSE
+
+
 class HunYuanDenseV1TransformersOverlay(TreeOverlay):
     """HunYuan-Dense-V1 via vLLM's Transformers backend: HF Llama-shaped tree, q/k norms after rotary."""
 
     tree = HUNYUAN_V1_DENSE_HF
 
 
-__all__ = ["HUNYUAN_V1_DENSE_HF", "HunYuanDenseV1TransformersOverlay"]
+__all__ = ["HUNYUAN_V1_DENSE", "HUNYUAN_V1_DENSE_HF", "HunYuanDenseV1Overlay", "HunYuanDenseV1TransformersOverlay"]

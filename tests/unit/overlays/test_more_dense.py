@@ -21,14 +21,14 @@ def _target(family):
     return target_for_family(FAMILIES[family])
 
 
-def _specs(family):
+def _specs(family, implementation=None):
     t = _target(family)
-    return get_overlay(t.architecture).hook_specs(t.hf_config)
+    return get_overlay(t.architecture, implementation).hook_specs(t.hf_config)
 
 
-def _nonfiring(family):
+def _nonfiring(family, implementation=None):
     t = _target(family)
-    ov = get_overlay(t.architecture)
+    ov = get_overlay(t.architecture, implementation)
     return {h for nf in ov.nonfiring_for(t.hf_config) for h in expand_layers(nf.template, t.hf_config.num_hidden_layers)}
 
 
@@ -65,7 +65,7 @@ def test_apertus_declares_the_bfloat16_xielu_scalars_and_the_float16_crash():
 
 # -- HunYuan-Dense-V1 --------------------------------------------------------------------------------------------------
 def test_hunyuan_reads_its_qk_norms_heads_first_with_tokens_on_dim_2():
-    s = _specs("hunyuan_v1_dense")
+    s = _specs("hunyuan_v1_dense", "transformers")
     for x, module in (("q", "query_layernorm"), ("k", "key_layernorm")):
         spec = s[f"blocks.2.attn.{x}_norm.hook_normalized"]
         assert spec.module == f"model.layers.2.self_attn.{module}" and spec.read == "out"
@@ -73,11 +73,21 @@ def test_hunyuan_reads_its_qk_norms_heads_first_with_tokens_on_dim_2():
         assert not any(isinstance(c, SwapAxes) for c in spec.convert)  # HF's layout is already TL's
         assert spec.token_dim == 2 and spec.raw_token_dim == 2
     assert s["blocks.2.hook_out"].raw_token_dim == 1  # the other reads: [1, T, ...]
-    assert {"blocks.0.attn.hook_rot_q", "blocks.2.attn.hook_rot_k"} <= _nonfiring("hunyuan_v1_dense")
+    assert {"blocks.0.attn.hook_rot_q", "blocks.2.attn.hook_rot_k"} <= _nonfiring("hunyuan_v1_dense", "transformers")
+
+
+def test_hunyuan_native_row_reads_rotary_before_the_norms_and_derives_no_scores():
+    # vLLM 0.20.2's own class: rotary_emb, then query_layernorm / key_layernorm on [T, heads, d_head]
+    s = _specs("hunyuan_v1_dense", "native")
+    assert s["blocks.0.attn.hook_rot_q"].module == "model.layers.0.self_attn.rotary_emb"
+    spec = s["blocks.2.attn.k_norm.hook_normalized"]
+    assert isinstance(spec.convert[0], UnfoldNorm) and spec.convert[-1] == SwapAxes(0, 1)
+    assert s["blocks.0.attn.hook_out"].read == "out[0]"  # (output, (k, v))
+    assert {"blocks.0.attn.hook_attn_scores", "blocks.2.attn.hook_pattern"} <= _nonfiring("hunyuan_v1_dense", "native")
 
 
 def test_a_heads_first_qk_norm_read_becomes_tls_layout():
-    spec = _specs("hunyuan_v1_dense")["blocks.0.attn.q_norm.hook_normalized"]
+    spec = _specs("hunyuan_v1_dense", "transformers")["blocks.0.attn.q_norm.hook_normalized"]
     raw = torch.randn(1, 4, 7, 32)  # [1, heads, T, d_head]
     out = apply_one(spec.convert[0], raw, {})
     assert out.shape == (4, 7, 32)
