@@ -12,7 +12,8 @@ is inactive in both engines (eval).  Rotated q/k are rotated by HF's function in
 vLLM 0.20.2 (the CUDA line) runs it natively (``seed_oss.SeedOssForCausalLM``): the Llama tree as vLLM modules, fused
 ``qkv_proj`` with its biases, ``rotary_emb``, fused residual norms: :data:`SEED_OSS`, the generic decoder row.  That
 class never reads ``attention_out_bias`` or ``mlp_bias`` (docs/upstream-bugs.md): the family's checkpoint, which sets
-both, fails there from ``attn.hook_out`` on, every read before it exact.
+both, fails there from ``attn.hook_out`` on, every read before it exact (declared on the row, for this implementation
+only: ``KnownVllmBug.implementation``).
 """
 from __future__ import annotations
 

