@@ -65,12 +65,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="nemotron_h_moe")
     ap.add_argument("--dtype", default="bfloat16",
-                    help="one dtype per process: a second in-process engine is not built cleanly")
+                    help="float32 or bfloat16, one per process (a second in-process engine is not built cleanly)")
     args = ap.parse_args()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("TRITON_F32_DEFAULT", "ieee")
-    import torch
-
     from harness.models.targets import targets_from_options
 
     target = targets_from_options(args.model, None)[0]
@@ -86,31 +84,28 @@ def main() -> int:
         return out
 
     nemotron_h.NemotronHMoE.forward = forward
-    for dtype in args.dtype.split(","):
+    dtype = args.dtype
+    llm = LLM(model=str(target.checkpoint), dtype=dtype, max_model_len=256, seed=0, enforce_eager=True,
+              gpu_memory_utilization=0.2, enable_prefix_caching=False)
+    calls.clear()  # the boot's dummy and warm-up runs
+    rows: dict = {}
+    for lengths in [(n,) for n in LENGTHS] + [LENGTHS[:5], (248, 52)]:
         calls.clear()
-        llm = LLM(model=str(target.checkpoint), dtype=dtype, max_model_len=256, seed=0, enforce_eager=True,
-                  gpu_memory_utilization=0.2, enable_prefix_caching=False)
-        calls.clear()  # the boot's dummy and warm-up runs
-        rows: dict = {}
-        for lengths in [(n,) for n in LENGTHS] + [LENGTHS[:5], (248, 52)]:
-            calls.clear()
-            llm.generate([{"prompt_token_ids": [1] + list(range(4, 3 + n))} for n in lengths],
-                         SamplingParams(max_tokens=1, temperature=0.0))
-            for mod, x, out in calls:
-                if x.shape[0] == len(lengths):
-                    continue  # the decode step after the prefill
-                total, routed, unscaled, shared, ids, logits = _reference(mod, x)
-                per_row = ((out.float() - total).norm(dim=-1) / total.norm(dim=-1).clamp_min(1e-30))
-                key = (getattr(mod.experts, "layer_name", str(id(mod))), int(x.shape[0]))
-                row = rows.setdefault(key, {"dtype": dtype, "layer": key[0], "tokens": key[1], "prompts": list(lengths)})
-                row["rel_worst_row"] = max(row.get("rel_worst_row", 0.0), float(per_row.max()))
-                row["rel_median_row"] = max(row.get("rel_median_row", 0.0), float(per_row.median()))
-                row["vs_routed_only"] = _rel(out, routed)
-                row["vs_shared_plus_unscaled_routed"] = _rel(out, shared + unscaled)
-        for row in rows.values():
-            print(json.dumps(row))
-        del llm
-        torch.cuda.empty_cache()
+        llm.generate([{"prompt_token_ids": [1] + list(range(4, 3 + n))} for n in lengths],
+                     SamplingParams(max_tokens=1, temperature=0.0))
+        for mod, x, out in calls:
+            if x.shape[0] == len(lengths):
+                continue  # the decode step after the prefill
+            total, routed, unscaled, shared, ids, logits = _reference(mod, x)
+            per_row = ((out.float() - total).norm(dim=-1) / total.norm(dim=-1).clamp_min(1e-30))
+            key = (getattr(mod.experts, "layer_name", str(id(mod))), int(x.shape[0]))
+            row = rows.setdefault(key, {"dtype": dtype, "layer": key[0], "tokens": key[1], "prompts": list(lengths)})
+            row["rel_worst_row"] = max(row.get("rel_worst_row", 0.0), float(per_row.max()))
+            row["rel_median_row"] = max(row.get("rel_median_row", 0.0), float(per_row.median()))
+            row["vs_routed_only"] = _rel(out, routed)
+            row["vs_shared_plus_unscaled_routed"] = _rel(out, shared + unscaled)
+    for row in rows.values():
+        print(json.dumps(row))
     return 0
 
 

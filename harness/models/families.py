@@ -374,9 +374,10 @@ def known_bugs_of(declared: "KnownVllmBug | tuple[KnownVllmBug, ...] | None") ->
 
 
 def known_bug_on(declared: "KnownVllmBug | tuple[KnownVllmBug, ...] | None", dtype: str,
-                 device: str) -> "KnownVllmBug | None":
-    """The declared known vLLM bug that applies to a run in ``dtype`` on ``device``, else None."""
-    return next((b for b in known_bugs_of(declared) if b.applies(dtype, device)), None)
+                 device: str, implementation: str | None = None) -> "KnownVllmBug | None":
+    """The declared known vLLM bug that applies to a run in ``dtype`` on ``device`` whose architecture vLLM runs with
+    ``implementation`` (:meth:`KnownVllmBug.applies`), else None."""
+    return next((b for b in known_bugs_of(declared) if b.applies(dtype, device, implementation)), None)
 
 
 _LAYER = re.compile(r"^blocks\.\d+\.")

@@ -311,9 +311,7 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
         result.wall_s = time.perf_counter() - t0
         d = result.to_dict()
         declared = getattr(target, "known_vllm_bug", None)
-        bug = known_bug_on(declared, variant.dtype, variant.device)
-        if bug is not None and not bug.applies(variant.dtype, variant.device, _implementation(target)):
-            bug = None  # the line runs the architecture with another implementation than the bug's (not a row's bug)
+        bug = known_bug_on(declared, variant.dtype, variant.device, _implementation(target))
         if bug is not None and not result.skipped:
             # a declared vLLM bug: does its signature hold in this run's rows? (known_vllm_bugs)
             check = _bug_check(bug, variant, run.plan, d["rows"])
