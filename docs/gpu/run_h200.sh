@@ -6,7 +6,8 @@
 #   export PYTHONPATH=/tmp/site:$PWD
 #   bash docs/gpu/run_h200.sh launch            # copy the tree to $WORK, start `plan` in the background
 #                                               # (MODELS=a,b: only those families' six variants;
-#                                               #  VARIANTS="--dtype bfloat16 --modes eager": only those)
+#                                               #  VARIANTS="--dtype bfloat16 --modes eager": only those;
+#                                               #  REPORT_DIR=reports-x: a MODELS re-run's reports there)
 #   bash docs/gpu/run_h200.sh collect [WAIT_S]  # wait (at most WAIT_S) for it; tar what is there to $OUT
 #
 # plan (one background job, so it outlives a device call's 10-minute limit; each `collect`
@@ -62,7 +63,8 @@ for s in resolve_families(os.environ['MODELS'] or ','.join(FAMILIES)):
     try: checkpoint_dir(s)
     except Exception as e: print('checkpoint', s.name, 'not built:', e)" >>"$log" 2>&1
     if [ -n "${MODELS:-}" ]; then  # a re-run of some families only: their six variants, nothing else
-      run python3 -m harness run --device cuda --model "$MODELS" "${variants[@]}" --jobs "${JOBS:-12}"
+      run python3 -m harness run --device cuda --model "$MODELS" "${variants[@]}" --jobs "${JOBS:-12}" \
+        ${REPORT_DIR:+--report-dir "$REPORT_DIR"}
       python3 -m harness matrix >/dev/null 2>&1; touch "$WORK/DONE"; exit 0
     fi
     last=$(( $(nvidia-smi -L | wc -l) - 1 ))
@@ -82,7 +84,7 @@ for s in resolve_families(os.environ['MODELS'] or ','.join(FAMILIES)):
     end=$(( $(date +%s) + ${1:-540} ))
     while [ ! -e "$WORK/DONE" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
     cd "$WORK" && python3 -m harness matrix >/dev/null 2>&1
-    tar -czf "$OUT/reports.tgz" reports plan.log $(ls log-*.txt .cache/runs/*/subject.log 2>/dev/null)
+    tar -czf "$OUT/reports.tgz" reports $(ls -d reports-* 2>/dev/null) plan.log $(ls log-*.txt .cache/runs/*/subject.log 2>/dev/null)
     [ -e DONE ] && echo DONE || echo "still running"
     grep -E "^(==|   (pass|fail|error|skipped)|\+ |rc=|SKIPPED)" plan.log | tail -150
     tail -5 log-fault.txt log-compat.txt 2>/dev/null; exit 0 ;;
