@@ -21,6 +21,13 @@ So this overlay offers exactly those, with Mamba-2's reads (:mod:`overlays.mamba
 layers; the mixer's input is read by name (the attention mixer is called with ``hidden_states=``,
 the MLP's parameter is ``x``).
 
+On MoE layers it also offers the router's logits, ``mixer.gate.hook_out`` (vLLM's ``mixer.gate``, float32,
+``[T, n_routed_experts]``), compared with HF's router (``NemotronHTopkRouter``'s first output) since TransformerLens
+has none: with them an expert choice that flips at a near-tie (sigmoid scores plus the correction bias, the rule of
+:class:`~overlays.base.Routing`) is told from a routing bug, and the tokens downstream of an explained flip are set
+aside (harness.comparison.routing; the MoE is the layer's mixer, so its ``mixer.hook_out`` is downstream).  HF's own
+bf16 run choosing other experts than its float32 run is found from HF's chosen ids (harness.comparison.chaos).
+
 Non-firing: every attention-internal hook (TL offers no q, k, v, pattern on this architecture:
 nothing to compare with), the SSM state inside ``vllm::mamba_mixer2`` and ``conv1d`` (as Mamba-2's),
 and the dense-MLP / mid-block hooks (one sublayer, the mixer, per block).
@@ -29,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import HookSpec, NonFiring, Overlay, UnfoldNorm, config_get
+from .base import HookSpec, NonFiring, Overlay, Routing, UnfoldNorm, config_get
 from .mamba2 import NONFIRING as _MAMBA2_NONFIRING, mixer_specs
 
 _KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
@@ -89,6 +96,14 @@ class NemotronHOverlay(Overlay):
                                                    references=hf(f"{b}.mixer.hook_in"))
             if kind == "M":
                 specs.update(mixer_specs(b, mixer, inner, conv_dim, heads))
+            if kind == "E":  # the router: TransformerLens offers none, so HF's (module doc)
+                specs[f"{b}.mixer.gate.hook_out"] = HookSpec(
+                    f"{mixer}.gate", "out[0]", (), int(config_get(cfg, "n_routed_experts")),
+                    references=(("bridge", None), ("compat", None), ("hf", f"{b}.mixer.gate.hook_out")),
+                    routing=Routing("sigmoid", int(config_get(cfg, "n_group", default=1) or 1),
+                                    int(config_get(cfg, "topk_group", default=1) or 1),
+                                    f"{mixer}.gate.e_score_correction_bias",
+                                    checkpoint_bias=f"backbone.layers.{i}.mixer.gate.e_score_correction_bias"))
             specs[f"{b}.mixer.hook_out"] = HookSpec(mixer, "out", (), d_model, references=hf(f"{b}.mixer.hook_out"))
             specs[f"{b}.hook_out"] = HookSpec(layer, "out[0]+out[1]", (), d_model)
         specs["ln_final.hook_normalized"] = HookSpec("model.norm_f", "out[0]",

@@ -13,8 +13,7 @@
 #      hunyuan_v1_dense, seed_oss, olmo, olmo3, phi; docs/evidence/vllm-lines.md), bf16, eager and default graphs;
 #   5. (STEPS=5, not in the default) Nemotron-H's MoE layers in bf16 eager with vLLM's shared-expert side stream on
 #      (its default at <= 256 tokens a step: reports/) and off (VLLM_DISABLE_SHARED_EXPERTS_STREAM=1:
-#      reports-main-stream/), and beside them scripts/shared_experts_stream_probe.py (no capture hooks:
-#      $WORK/log-shared-experts-stream.txt).
+#      reports-main-stream/).
 # BUDGET_S bounds the steps together (default 1100 s); STEPS=3 runs step 3 only (default 123), STEP3_MODES=compiled
 # its default graphs only; each leaves reports
 # in reports/ as it goes.  The packaged real checkpoints (gemma3_270m) are not on the host: not in step 3.
@@ -33,12 +32,8 @@ decoders=$decoders,exaone,llama4_text,laguna,laguna_dense,ernie4_5,ernie4_5_moe,
 decoders=$decoders,t5
 [[ ${STEPS:-123} == *3* ]] && step "$decoders" "--dtype bfloat16 --modes ${STEP3_MODES:-eager,compiled}"
 if [[ ${STEPS:-123} == *5* ]]; then  # before step 4: the one of the two a short lease must not miss
-  python3 -c "from harness.models.families import resolve_families; from harness.models.checkpoints import \
-checkpoint_dir; checkpoint_dir(resolve_families('nemotron_h_moe')[0])"
-  timeout 600 python3 scripts/shared_experts_stream_probe.py --dtype bfloat16 >"$WORK/log-shared-experts-stream.txt" 2>&1 &
   step nemotron_h_moe "--dtype bfloat16 --modes eager"
   VLLM_DISABLE_SHARED_EXPERTS_STREAM=1 REPORT_DIR=$WORK/reports-main-stream step nemotron_h_moe "--dtype bfloat16 --modes eager"
-  wait
 fi
 [[ ${STEPS:-123} == *4* ]] && step arcee,gpt_bigcode,jais2,hunyuan_v1_dense,seed_oss,olmo,olmo3,phi \
   "--dtype bfloat16 --modes eager,compiled"

@@ -61,7 +61,7 @@ from typing import Callable, Mapping
 
 import torch
 
-from harness.comparison.routing import after_routing, chosen
+from harness.comparison.routing import after_routing, chosen, routing_module
 from harness.vocab.hooks import layer_of
 
 RESIDUAL_OUT = re.compile(r"^blocks\.(\d+)\.hook_out$")
@@ -152,7 +152,7 @@ class OwnFlip:
     why = "an expert-routing flip of the reference's own low-precision run"
 
     def upstream_of(self, hook: str) -> bool:
-        return after_routing(hook, self.layer)
+        return after_routing(hook, self.layer, routing_module(self.hook))
 
     def describe(self) -> str:
         which = (f"experts {list(self.run)} where its truth run chose {list(self.truth)}" if self.run != self.truth

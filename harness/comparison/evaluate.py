@@ -36,7 +36,7 @@ from harness.comparison.known_issues import explain_gated_norm, gated_norm_bug, 
 from harness.comparison.nonfinite import NEG_INF_KINDS, describe, first_nonfinite
 from harness.comparison.logits import greedy_agreement, logit_rows
 from harness.comparison.rows import REFERENCE_ENGINE, Pairs, axes_of, compared_row, pairs_of
-from harness.comparison.routing import Flip, find_flips
+from harness.comparison.routing import Flip, find_flips, routing_module
 from harness.comparison.set_aside import set_aside
 from harness.comparison.shapes import subject_to_canonical, unflatten_rows
 from harness.values.plan import Case, Plan
@@ -190,12 +190,15 @@ class _Evaluation:
 
     def _router_reference(self, hook: str):
         """``(store, name, reference)`` holding the reference's router logits for ``hook``: the bridge's own
-        hook where it has it, else compatibility mode's under the overlay's name (``HookSpec.references``)."""
+        hook where it has it, else compatibility mode's under the overlay's name (``HookSpec.references``), else
+        HF's where TransformerLens offers no router hook at all (Nemotron-H's MoE mixer: overlays/nemotron_h.py)."""
         if all(hook in self.refs.bridge.get(p, {}) for p in range(self.n)):
             return self.refs.bridge, hook, "bridge"
-        name = dict(self.plan.specs[hook].references).get("compat")
-        if name and all(name in (self.refs.compat or {}).get(p, {}) for p in range(self.n)):
-            return self.refs.compat, name, "compat"
+        names = dict(self.plan.specs[hook].references)
+        for ref, store in (("compat", self.refs.compat), ("hf", self.refs.hf)):
+            name = names.get(ref)
+            if name and all(name in (store or {}).get(p, {}) for p in range(self.n)):
+                return store, name, ref
         return self.refs.bridge, hook, "bridge"
 
     def _routing_flips(self, value_of) -> list[Flip]:
@@ -218,7 +221,8 @@ class _Evaluation:
                 out += find_flips(subj[p], store[p][name], int(k), p, int(m.group(1)), tol,
                                   gated=tol <= self.gate.ceiling, routing=routing,
                                   subject_bias=(self.subject.params or {}).get(bias) if bias else None,
-                                  reference_bias=self.reference_params.get(bias) if bias else None)
+                                  reference_bias=self.reference_params.get(bias) if bias else None,
+                                  module=routing_module(hook))
         return out
 
     def _references_disagree(self) -> list[ChaoticToken]:

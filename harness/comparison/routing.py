@@ -44,6 +44,10 @@ from harness.vocab.hooks import split_layer
 
 # hooks of the routing layer that do not depend on its expert choice
 _BEFORE_ROUTING_IN_LAYER = ("mlp.hook_in", "mlp.gate.hook_out")
+# the sublayers whose router a flip can come from: the MLP's (every MoE but one), or the mixer's where the MoE is the
+# layer's one sublayer (Nemotron-H: blocks.{i}.mixer.gate.hook_out); a hybrid layer's Mamba mixer runs *before* its MoE
+# MLP, so which one routed decides whether the layer's mixer hooks are downstream
+ROUTING_MODULES = ("mlp", "mixer")
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class Flip:
     tolerance: float  # the router hook's calibrated tolerance
     gated: bool = True  # that tolerance is at or below the dtype's ceiling: the router row itself is gated
     bias_rel_err: float = 0.0  # ||vLLM bias - checkpoint bias|| / ||checkpoint bias|| (0: no bias in the rule)
+    module: str = "mlp"  # the sublayer that routed (ROUTING_MODULES)
 
     @property
     def explained(self) -> bool:
@@ -68,7 +73,7 @@ class Flip:
     why = "expert routing flipped at a near-tie upstream"
 
     def upstream_of(self, hook: str) -> bool:
-        return after_routing(hook, self.layer)
+        return after_routing(hook, self.layer, self.module)
 
     def describe(self) -> str:
         bias = f", correction-bias rel err {self.bias_rel_err:.1e}" if self.bias_rel_err else ""
@@ -144,10 +149,11 @@ def _sparsemixer_chosen(x: torch.Tensor, jitter_eps: float) -> tuple[torch.Tenso
 
 def find_flips(subject: torch.Tensor, reference: torch.Tensor, k: int, prompt: int, layer: int,
                tolerance: float, gated: bool = True, routing=None, subject_bias: torch.Tensor | None = None,
-               reference_bias: torch.Tensor | None = None) -> list[Flip]:
+               reference_bias: torch.Tensor | None = None, module: str = "mlp") -> list[Flip]:
     """Tokens of one prompt whose chosen expert set differs; router logits ``[T, n_experts]``;
     ``tolerance``: the router hook's calibrated tolerance (row-wise relative error); ``routing``,
-    ``subject_bias``, ``reference_bias``: the choice rule and each side's correction bias (:func:`chosen`)."""
+    ``subject_bias``, ``reference_bias``: the choice rule and each side's correction bias (:func:`chosen`);
+    ``module``: the sublayer that routed (:func:`routing_module` of the router hook)."""
     s, r = subject.double(), reference.double()
     if s.shape != r.shape or s.ndim != 2 or not 0 < k < s.shape[-1]:
         return []
@@ -163,16 +169,29 @@ def find_flips(subject: torch.Tensor, reference: torch.Tensor, k: int, prompt: i
             sb, rb = subject_bias.double(), reference_bias.double()
             bias_err = float((sb - rb).norm() / rb.norm().clamp_min(torch.finfo(torch.float64).tiny))
     return [Flip(prompt, layer, int(t), float(gap[t]), float(noise[t]), float(rel[t]), float(tolerance), gated,
-                 bias_err)
+                 bias_err, module)
             for t in torch.nonzero((s_set != r_set).any(-1)).flatten().tolist()]
 
 
-def after_routing(hook: str, layer: int) -> bool:
-    """Whether ``hook`` (a canonical name, or ``logprobs`` / ``argmax``) depends on layer ``layer``'s routing."""
+def routing_module(router_hook: str) -> str:
+    """The sublayer (:data:`ROUTING_MODULES`) whose router ``router_hook`` (a router-logit or expert-choice hook)
+    reads: ``mixer`` for ``blocks.{i}.mixer.gate.*``, else ``mlp``."""
+    _, kind = split_layer(router_hook)
+    return "mixer" if (kind or "").startswith("mixer.") else "mlp"
+
+
+def after_routing(hook: str, layer: int, module: str = "mlp") -> bool:
+    """Whether ``hook`` (a canonical name, or ``logprobs`` / ``argmax``) depends on layer ``layer``'s routing, done
+    by its ``module`` (:data:`ROUTING_MODULES`)."""
+    if module not in ROUTING_MODULES:
+        raise ValueError(f"after_routing: module {module!r} is none of {ROUTING_MODULES}")
     i, kind = split_layer(hook)
     if i is None:
         return not hook.startswith("embed.")  # ln_final, unembed, logits
     if i != layer:
         return i > layer
+    if module == "mixer":  # the MoE is the layer's one sublayer: its output and the layer's, not its input or logits
+        return kind in ("hook_out", "mixer.hook_out") or (
+            kind.startswith("mixer.") and kind not in ("mixer.hook_in", "mixer.gate.hook_out"))
     return (kind in ("hook_out", "mlp.hook_out", "hook_mlp_out") or kind.startswith("ln2_post.")  # a post-MLP norm
             or (kind.startswith("mlp.") and kind not in _BEFORE_ROUTING_IN_LAYER))

@@ -481,8 +481,14 @@ def _router_choice_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.T
     other layer: none), hooked as TransformerLens's router hooks hold the choice, for the rows its bridge lacks
     (overlays/deepseek.py): ``mlp.gate.hook_expert_weights`` ``[T, n_experts]`` (each chosen expert's weight --
     HF's, ``routed_scaling_factor`` included -- at its id, 0 elsewhere) and ``mlp.gate.hook_expert_indices``
-    (the ids, sorted by :func:`reference_to_canonical`)."""
+    (the ids, sorted by :func:`reference_to_canonical`).  Nemotron-H's MoE is the layer's ``mixer``, its router
+    ``mixer.gate`` with the same output: the same two under ``mixer.gate.``, and its logits as
+    ``mixer.gate.hook_out``, which TransformerLens's adapter does not offer (overlays/nemotron_h.py)."""
+    prefix = f"blocks.{i}.mlp.gate"
     gate = getattr(getattr(layer, "mlp", None), "gate", None)
+    if not isinstance(gate, torch.nn.Module) and isinstance(getattr(getattr(layer, "mixer", None), "gate", None),
+                                                            torch.nn.Module):
+        prefix, gate = f"blocks.{i}.mixer.gate", layer.mixer.gate
     if not isinstance(gate, torch.nn.Module):  # a router HF names mlp.router (AFMoE: overlays/afmoe.py)
         gate = getattr(getattr(layer, "mlp", None), "router", None)
     if not isinstance(gate, torch.nn.Module):  # Llama-4's feed_forward.router (overlays/llama4.py)
@@ -503,8 +509,10 @@ def _router_choice_hooks(layer: torch.nn.Module, i: int, caps: dict[str, torch.T
             return
         logits, weights, ids = (t.reshape(-1, t.shape[-1]) for t in out)
         dense = torch.zeros(logits.shape, dtype=weights.dtype, device=weights.device).scatter_(1, ids.long(), weights)
-        caps[f"blocks.{i}.mlp.gate.hook_expert_weights"] = dense.detach().clone()[None]
-        caps[f"blocks.{i}.mlp.gate.hook_expert_indices"] = ids.detach().clone()[None]
+        caps[f"{prefix}.hook_expert_weights"] = dense.detach().clone()[None]
+        caps[f"{prefix}.hook_expert_indices"] = ids.detach().clone()[None]
+        if prefix.endswith(".mixer.gate"):
+            caps[f"{prefix}.hook_out"] = logits.detach().clone()[None]
     return [gate.register_forward_hook(hook)]
 
 

@@ -26,10 +26,12 @@ RESIDUAL_WRITES: frozenset[str] = frozenset({
 
 # expert ids chosen per token, compared as sets: canonical order ascending on every side
 SORTED_KINDS = frozenset({"mlp.gate.hook_expert_indices", "mlp.hook_expert_indices",
-                          "mlp.router.hook_expert_indices"})  # GPT-OSS: TL names its router mlp.router
+                          "mlp.router.hook_expert_indices",  # GPT-OSS: TL names its router mlp.router
+                          "mixer.gate.hook_expert_indices"})  # Nemotron-H: the MoE is the layer's mixer
 
-# a mixture-of-experts layer's router logits, the layer in group 1
-GATE = re.compile(r"^blocks\.(\d+)\.mlp\.gate\.hook_out$")
+# a mixture-of-experts layer's router logits, the layer in group 1: the MLP's router, or the mixer's where the MoE is
+# the layer's one sublayer (Nemotron-H, overlays/nemotron_h.py)
+GATE = re.compile(r"^blocks\.(\d+)\.(?:mlp|mixer)\.gate\.hook_out$")
 
 
 def heads_first(hook: str) -> bool:

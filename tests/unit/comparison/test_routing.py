@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from harness.comparison.routing import after_routing, find_flips
+from harness.comparison.routing import after_routing, find_flips, routing_module
 from harness.comparison.set_aside import mask_from, set_aside
 
 TOL = 1e-2  # a router hook's calibrated tolerance (row-wise relative error)
@@ -52,6 +52,29 @@ def test_what_lies_downstream_of_a_layers_routing():
     assert after_routing("blocks.2.attn.hook_q", 1) and after_routing("blocks.2.mlp.gate.hook_out", 1)
     assert not after_routing("blocks.0.hook_out", 1)
     assert after_routing("ln_final.hook_normalized", 1) and after_routing("logprobs", 0)
+
+
+def test_a_mixer_that_routes_sets_its_own_output_aside_not_its_input():
+    """Nemotron-H's MoE is the layer's mixer: a flip there moves mixer.hook_out, never the mixer's input or
+    logits; a hybrid's Mamba mixer before an MoE MLP stays upstream of that MLP's flip."""
+    assert routing_module("blocks.1.mixer.gate.hook_out") == "mixer"
+    assert routing_module("blocks.1.mixer.gate.hook_expert_indices") == "mixer"
+    assert routing_module("blocks.1.mlp.gate.hook_out") == "mlp"
+    assert after_routing("blocks.1.mixer.hook_out", 1, "mixer") and after_routing("blocks.1.hook_out", 1, "mixer")
+    assert not after_routing("blocks.1.mixer.hook_in", 1, "mixer")
+    assert not after_routing("blocks.1.mixer.gate.hook_out", 1, "mixer")
+    assert not after_routing("blocks.1.norm.hook_normalized", 1, "mixer") and not after_routing("blocks.1.hook_in", 1, "mixer")
+    assert after_routing("blocks.2.mixer.hook_in", 1, "mixer") and not after_routing("blocks.0.mixer.hook_out", 1, "mixer")
+    assert not after_routing("blocks.1.mixer.hook_out", 1)  # an MLP's flip: the layer's mixer ran before it
+    with pytest.raises(ValueError, match="module 'attn'"):
+        after_routing("blocks.1.hook_out", 1, "attn")
+
+
+def test_a_flip_carries_the_module_that_routed():
+    s, r = _logits([1.0, 0.9999, 0.0]), _logits([0.9999, 1.0, 0.0])
+    (flip,) = find_flips(s, r, 1, 0, 1, TOL, module="mixer")
+    assert flip.module == "mixer" and flip.upstream_of("blocks.1.mixer.hook_out")
+    assert not flip.upstream_of("blocks.1.mixer.hook_in")
 
 
 def test_explained_flips_set_their_prompt_aside_downstream_only():

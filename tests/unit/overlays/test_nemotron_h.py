@@ -50,3 +50,38 @@ def test_a_pattern_that_does_not_fit_is_refused():
         pattern(SimpleNamespace(hybrid_override_pattern="M*X", num_hidden_layers=3))
     with pytest.raises(ValueError, match="4 layers"):
         pattern(SimpleNamespace(hybrid_override_pattern="M*", num_hidden_layers=4))
+
+
+def test_moe_layers_offer_their_router_against_hf_with_hfs_rule():
+    """nemotron_h_moe ("ME*E"): the router logits of each MoE layer, compared with HF's only (TransformerLens has
+    none), with a rule that chooses from HF's own logits the experts HF's router chose; the HF reference captures
+    them under the overlay's name, with the chosen ids its own flips are found from."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from harness.comparison.routing import chosen
+    from harness.models.targets import target_for_family
+    from harness.references.reference import _router_choice_hooks
+    from harness.vocab.hook_rules import GATE
+
+    target = target_for_family(FAMILIES["nemotron_h_moe"])
+    specs = NemotronHOverlay().hook_specs(target.hf_config)
+    routers = sorted(h for h in specs if GATE.match(h))
+    assert routers == ["blocks.1.mixer.gate.hook_out", "blocks.3.mixer.gate.hook_out"]
+    spec = specs["blocks.1.mixer.gate.hook_out"]
+    assert (spec.module, spec.read, spec.width) == ("model.layers.1.mixer.gate", "out[0]", 4)
+    assert dict(spec.references) == {"bridge": None, "compat": None, "hf": "blocks.1.mixer.gate.hook_out"}
+    assert spec.routing.checkpoint_bias == "backbone.layers.1.mixer.gate.e_score_correction_bias"
+
+    model = AutoModelForCausalLM.from_pretrained(str(target.checkpoint), dtype=torch.float32).eval()
+    layer = model.model.layers[1]  # HF loads the checkpoint's backbone.* as model.*
+    caps: dict = {}
+    handles = _router_choice_hooks(layer, 1, caps)
+    with torch.no_grad():
+        model(torch.tensor([list(range(4, 40))]))
+    for h in handles:
+        h.remove()
+    assert set(caps) == {f"blocks.1.mixer.gate.{h}" for h in ("hook_out", "hook_expert_weights", "hook_expert_indices")}
+    mask, _ = chosen(caps["blocks.1.mixer.gate.hook_out"][0], 2, spec.routing, layer.mixer.gate.e_score_correction_bias)
+    ids = caps["blocks.1.mixer.gate.hook_expert_indices"][0].long()
+    assert torch.equal(mask, torch.zeros_like(mask).scatter_(1, ids, True))
