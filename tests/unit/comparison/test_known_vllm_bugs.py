@@ -175,6 +175,8 @@ def test_the_declared_vllm_bugs():
     assert (seed.implementation, seed.first_failing, seed.rel_err) == ("native", ("blocks.0.attn.hook_out",), (0.5, 0.56))
     assert seed.applies("bfloat16", "cuda", "native") and not seed.applies("bfloat16", "cpu", "transformers")
     assert seed.applies("float32", "cpu")  # implementation not known: taken as meeting it
+    yarn = declared.pop("ministral3")  # the lines before 0.30 only (docs/evidence/vllm-lines.md)
+    assert (yarn.first_failing, yarn.rel_err, yarn.fixed_in) == (("blocks.0.attn.hook_rot_q",), (0.26, 0.30), "0.30.0")
     mla = {"kimi_k2", "deepseek_v3", "deepseek_v2", "deepseek_v2_lite"}
     assert set(declared) == {"glm4_moe", "deepseek_v3_default_rope", "glm4_moe_lite", "glm4_moe_lite_yarn"} | mla
     for name in ("glm4_moe_lite", "glm4_moe_lite_yarn"):  # checked in tests/unit/overlays/test_mla_lite_and_hf_missing.py
@@ -247,3 +249,18 @@ def test_a_row_declares_one_bug_per_dtype_and_device():
                                                                    devices=("cuda",))))
     assert known_bug_on(both.known_vllm_bug, "float32", "cuda") is a
     assert known_bug_on(both.known_vllm_bug, "float16", "cuda") is None
+
+
+def test_a_bug_fixed_in_a_later_line_applies_to_the_older_lines_only():
+    """Ministral-3's yarn scale (vLLM before 0.30): declared on the lines that have it; on 0.30 and later the row must
+    pass, so the declaration does not apply there; an unknown line is taken as meeting it (it then holds or is
+    reported stale, never passes unseen)."""
+    bug = FAMILIES["ministral3"].known_vllm_bug
+    assert bug.fixed_in == "0.30.0"
+    assert known_bug_on(bug, "float32", "cpu", None, "0.20.2") is bug
+    assert known_bug_on(bug, "bfloat16", "cuda", None, "0.29.0") is bug
+    assert known_bug_on(bug, "float32", "cpu", None, "0.30.0") is None
+    assert known_bug_on(bug, "float32", "cpu", None, "0.32.0+cpu") is None
+    assert known_bug_on(bug, "float32", "cpu", None, None) is bug
+    with pytest.raises(ValueError, match="fixed_in 'soon'"):
+        KnownVllmBug("x", "y", ("float32",), ("blocks.0.hook_out",), fixed_in="soon")

@@ -51,3 +51,11 @@ def test_cli_unknown_family_exit_code():
     p = subprocess.run([sys.executable, "-m", "harness", "run", "--model", "nosuch"], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "known families" in p.stderr
+
+
+def test_lines_refuses_several_dtypes_before_running_a_line(tmp_path):
+    """A grid is one dtype: `harness lines --dtype float32,bfloat16` used to run the line, then fail reading it."""
+    p = subprocess.run([sys.executable, "-m", "harness", "lines", "--lines", "0.20.2", "--model", "llama",
+                        "--dtype", "float32,bfloat16", "--out", str(tmp_path)], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "once per dtype" in p.stderr and not (tmp_path / "vllm-0.20.2.log").exists()
