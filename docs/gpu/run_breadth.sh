@@ -13,7 +13,11 @@
 #      hunyuan_v1_dense, seed_oss, olmo, olmo3, phi; docs/evidence/vllm-lines.md), bf16, eager and default graphs;
 #   5. (STEPS=5, not in the default) Nemotron-H's MoE layers in bf16 eager with vLLM's shared-expert side stream on
 #      (its default at <= 256 tokens a step: reports/) and off (VLLM_DISABLE_SHARED_EXPERTS_STREAM=1:
-#      reports-main-stream/).
+#      reports-main-stream/);
+#   6. (STEPS=6, not in the default) Nemotron-H's MoE layers with their router reads (mixer.gate.hook_out against HF's
+#      router: a flip at a near-tie told from a routing bug), fp32 (ieee) and bf16, eager and default graphs, with
+#      qwen3_moe and deepseek_v3 in bf16 beside them (the routing code they share), and GLM-5's boot alone
+#      (scripts/boot_probe.py, bf16, stacks every 100 s, up to 440 s: $WORK/log-glm5-boot.txt).
 # BUDGET_S bounds the steps together (default 1100 s); STEPS=3 runs step 3 only (default 123), STEP3_MODES=compiled
 # its default graphs only; each leaves reports
 # in reports/ as it goes.  The packaged real checkpoints (gemma3_270m) are not on the host: not in step 3.
@@ -34,6 +38,12 @@ decoders=$decoders,t5
 if [[ ${STEPS:-123} == *5* ]]; then  # before step 4: the one of the two a short lease must not miss
   step nemotron_h_moe "--dtype bfloat16 --modes eager"
   VLLM_DISABLE_SHARED_EXPERTS_STREAM=1 REPORT_DIR=$WORK/reports-main-stream step nemotron_h_moe "--dtype bfloat16 --modes eager"
+fi
+if [[ ${STEPS:-123} == *6* ]]; then
+  timeout 480 python3 scripts/boot_probe.py --model glm_moe_dsa --every 100 --limit 440 >"$WORK/log-glm5-boot.txt" 2>&1 &
+  step nemotron_h_moe "--dtype float32,bfloat16 --precision ieee --modes eager,compiled"
+  step qwen3_moe,deepseek_v3 "--dtype bfloat16 --modes eager,compiled"
+  wait
 fi
 [[ ${STEPS:-123} == *4* ]] && step arcee,gpt_bigcode,jais2,hunyuan_v1_dense,seed_oss,olmo,olmo3,phi \
   "--dtype bfloat16 --modes eager,compiled"
