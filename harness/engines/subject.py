@@ -212,7 +212,9 @@ def engine_reason(lines: list[str]) -> str | None:
     """The engine's own reason for failing: the last ``SomethingError: message`` line of its log
     (vLLM refusing a configuration says why there, e.g. tensor parallelism that does not divide the
     attention heads), with its detail line where the message is only a header (pydantic's
-    ``1 validation error for VllmConfig`` is followed by the reason, indented)."""
+    ``1 validation error for VllmConfig`` is followed by the reason, indented).  A bare Python error that names
+    nothing of vLLM's (:data:`_GENERIC`, "too many values to unpack") gets where it was raised, from the innermost
+    frame above it: the words alone would name no cause."""
     found = [i for i, line in enumerate(lines) if _EXCEPTION_LINE.match(line)]
     # vLLM re-raises a worker's failure as "Engine core initialization failed. See root cause above."
     root = [i for i in found if not any(w in lines[i] for w in _WRAPPERS)]
@@ -224,10 +226,17 @@ def engine_reason(lines: list[str]) -> str | None:
     detail = lines[i + 1] if i + 1 < len(lines) else ""
     if detail.startswith((" ", "\t")) and detail.strip() and not detail.strip().startswith(("File ", "For further")):
         reason += ": " + detail.strip().split(" [type=", 1)[0]
+    if _GENERIC.search(reason):
+        frame = next((m for j in range(i - 1, max(i - 8, -1), -1) if (m := _FRAME.search(lines[j]))), None)
+        if frame is not None:
+            reason += f" (raised in {frame.group(1)}:{frame.group(2)}, {frame.group(3)})"
     return reason[:400]
 
 
 _WRAPPERS = ("See root cause above", "initialization failed")
+# Python's own words for a structural error: where it was raised is the cause's name (engine_reason)
+_GENERIC = re.compile(r"values to unpack|object is not (?:subscriptable|iterable|callable)|unsupported operand")
+_FRAME = re.compile(r'File "(?:.*/site-packages/)?([^"]+)", line (\d+), in (\w+)')
 
 
 def _bare_assertion(lines: list[str]) -> str | None:

