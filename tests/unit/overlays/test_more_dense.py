@@ -12,7 +12,7 @@ import torch
 from harness.comparison.conversions import apply_one
 from harness.models.families import DEFAULT_FAMILIES, FAMILIES
 from overlays import OVERLAYS, get_overlay
-from overlays.base import DropBatch, HookSpec, SwapAxes, UnfoldNorm, expand_layers
+from overlays.base import DropBatch, Heads, HookSpec, SwapAxes, UnfoldNorm, expand_layers
 
 
 def _target(family):
@@ -48,8 +48,11 @@ def test_apertus_reads_its_own_norm_names_and_a_plain_xielu_mlp():
     assert (s["blocks.1.mlp.hook_post"].module, s["blocks.1.mlp.hook_post"].read) == ("model.layers.1.mlp.down_proj",
                                                                                         "in[0]")
     assert "blocks.1.mlp.hook_pre_linear" not in s  # no gate
-    q = s["blocks.1.attn.q_norm.hook_normalized"]  # vLLM's [T, heads, d] before rotary, to TL's heads-first
-    assert q.module == "model.layers.1.self_attn.q_norm" and q.convert[-1] == SwapAxes(0, 1)
+    # the normed q as both lines hand it to rotary, [T, heads * d] (vLLM 0.20's norm output is [T * heads, d]), split
+    # into heads, un-folded, to TL's heads-first
+    q = s["blocks.1.attn.q_norm.hook_normalized"]
+    assert (q.module, q.read) == ("model.layers.1.self_attn.rotary_emb", "in[1]") and q.convert[-1] == SwapAxes(0, 1)
+    assert q.convert[0] == Heads(4, 32) and s["blocks.1.attn.k_norm.hook_normalized"].read == "in[2]"
 
 
 def test_apertus_declares_the_bfloat16_xielu_scalars_and_the_float16_crash():
