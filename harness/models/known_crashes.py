@@ -163,6 +163,20 @@ KNOWN_VLLM_CRASHES: tuple[KnownVllmCrash, ...] = (
         "embedding holds embed_scale as an nn.Buffer, so torch's register_buffer refuses the name already taken",
         "a vLLM line from 0.27.1 on (docs/evidence/vllm-lines.md: vaultgemma loads from 0.27.1)",
         devices=("cpu", "cuda")),
+    KnownVllmCrash(
+        "vLLM 0.20's Transformers backend sizes every layer's attention by the global head count",
+        ("LagunaForCausalLM",),
+        "must match the size of tensor b",
+        "vLLM 0.20.2's Transformers backend (vllm/model_executor/models/transformers/base.py, "
+        "create_attention_instances) builds every layer's Attention with model_config.get_num_attention_heads(), "
+        "the config's num_attention_heads; a Laguna layer with fewer heads (num_attention_heads_per_layer) then gets "
+        "an attention output of the global width, which HF's per-head output gate (g_proj, that layer's heads) "
+        "cannot multiply: 'The size of tensor a (4) must match the size of tensor b (2)'",
+        "the same query-head count on every layer, or a vLLM line from 0.31.0 on (laguna_dense loads from 0.31.0, "
+        "docs/evidence/vllm-lines.md)",
+        devices=("cpu", "cuda"),
+        config=lambda cfg: len(set(config_get(cfg, "num_attention_heads_per_layer", default=None) or ())
+                               | {config_get(cfg, "num_attention_heads")}) > 1),
 )
 
 

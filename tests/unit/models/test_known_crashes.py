@@ -153,3 +153,15 @@ def test_vllm_0_20s_bert_mlm_and_vaultgemma_load_failures_are_named_on_their_wor
     scale = "SubjectError: KeyError: \"attribute 'embed_scale' already exists\""
     assert crash_of("VaultGemmaForCausalLM", "cpu", "float32", scale) is vault
     assert crash_of("Gemma3ForCausalLM", "cpu", "float32", scale) is None
+
+
+@pytest.mark.parametrize("config, named", [
+    ({"num_attention_heads": 4, "num_attention_heads_per_layer": [4, 2, 4]}, True),  # the laguna rows', as met
+    ({"num_attention_heads": 4, "num_attention_heads_per_layer": [4, 4, 4]}, False),
+    ({"num_attention_heads": 4}, False),
+])
+def test_vllm_0_20s_laguna_head_count_crash_is_named_only_where_a_layer_has_other_heads(config, named):
+    laguna = KNOWN_VLLM_CRASHES[11]
+    err = ("RuntimeError: Worker failed with error 'The size of tensor a (4) must match the size of tensor b (2) at "
+           "non-singleton dimension 2'")
+    assert (crash_of("LagunaForCausalLM", "cuda", "bfloat16", err, config=config) is laguna) == named
