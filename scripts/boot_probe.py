@@ -18,6 +18,7 @@ import argparse
 import faulthandler
 import os
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -37,8 +38,7 @@ def main() -> int:
     target = targets_from_options(args.model, None)[0]
     start = time.monotonic()
     faulthandler.dump_traceback_later(args.every, repeat=True, file=sys.stderr)
-    deadline = __import__("threading").Timer(args.limit, lambda: (print(f"LIMIT {args.limit:.0f}s", flush=True),
-                                                                  os._exit(124)))
+    deadline = threading.Timer(args.limit, lambda: (print(f"LIMIT {args.limit:.0f}s", flush=True), os._exit(124)))
     deadline.daemon = True
     deadline.start()
     from vllm import LLM, SamplingParams

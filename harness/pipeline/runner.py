@@ -311,15 +311,18 @@ def run_model(target: Target, variant: Variant = Variant(), work_root: Path | No
         result.wall_s = time.perf_counter() - t0
         d = result.to_dict()
         declared = getattr(target, "known_vllm_bug", None)
-        bug = known_bug_on(declared, variant.dtype, variant.device, _implementation(target),
-                           _engine_vllm_version() if declared is not None else None)
+        candidates = getattr(target, "candidate_vllm_bugs", ())
+        # where a bug applies: the run's dtype and device, the implementation its overlay reads, the engine's line
+        where = (variant.dtype, variant.device, _implementation(target),
+                 _engine_vllm_version() if declared is not None or candidates else None)
+        bug = known_bug_on(declared, *where)
         if bug is not None and not result.skipped:
             # a declared vLLM bug: does its signature hold in this run's rows? (known_vllm_bugs)
-            check = _bug_check(bug, variant, run.plan, d["rows"])
+            check = _bug_check(bug, where, run.plan, d["rows"])
             if check is not None:
                 result.known_vllm_bug = d["known_vllm_bug"] = check
         elif declared is None and not result.skipped:
-            held, tried = _check_candidates(getattr(target, "candidate_vllm_bugs", ()), variant, run.plan, d["rows"])
+            held, tried = _check_candidates(candidates, where, run.plan, d["rows"])
             if held is not None:
                 result.known_vllm_bug = d["known_vllm_bug"] = held
             result.candidate_vllm_bugs = d["candidate_vllm_bugs"] = tried
@@ -356,15 +359,17 @@ def _refused_as_candidate(target: Target, variant: Variant, result: ModelResult,
         return refusals.recheck_candidate_dtype(target, variant, result, work_root, engine_timeout_s)
 
 
-def _check_candidates(candidates, variant: Variant, plan, rows: list[dict]) -> tuple[dict | None, list[dict]]:
+def _check_candidates(candidates, where: tuple, plan, rows: list[dict]) -> tuple[dict | None, list[dict]]:
     """A --model-path run's candidate known vLLM bugs (Target.candidate_vllm_bugs), checked only where some
     vLLM-facing row fails or errors (a passing run needs no explanation): the first whose signature holds (its
-    check, with the family row that declares it), and the checks of those tried before it that did not."""
+    check, with the family row that declares it), and the checks of those tried before it that did not.
+    ``where``: :meth:`KnownVllmBug.applies`'s arguments for this run (a candidate fixed before the engine's line, or
+    of another implementation, is not tried)."""
     if known_vllm_bugs.first_failing(rows) is None:
         return None, []
     tried: list[dict] = []
     for bug in candidates:
-        check = _bug_check(bug, variant, plan, rows)
+        check = _bug_check(bug, where, plan, rows)
         if check is None:
             continue
         check["inferred_from"] = bug.inferred_from
@@ -374,10 +379,11 @@ def _check_candidates(candidates, variant: Variant, plan, rows: list[dict]) -> t
     return None, tried
 
 
-def _bug_check(bug, variant: Variant, plan, rows: list[dict]) -> dict | None:
+def _bug_check(bug, where: tuple, plan, rows: list[dict]) -> dict | None:
     """A known vLLM bug's signature checked in ``rows`` (known_vllm_bugs.check), as the report holds it; None where
-    the bug does not apply to the run's dtype and device, or its signature hooks are not in the plan."""
-    if not bug.applies(variant.dtype, variant.device) or not known_vllm_bugs.observable(bug, plan):
+    the bug does not apply (``where``: :meth:`KnownVllmBug.applies`'s dtype, device, implementation, vLLM line) or
+    its signature hooks are not in the plan."""
+    if not bug.applies(*where) or not known_vllm_bugs.observable(bug, plan):
         return None
     order = plan.forward_order if plan is not None else None
     return known_vllm_bugs.check(bug, rows, order).to_dict()

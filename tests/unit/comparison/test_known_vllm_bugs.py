@@ -262,5 +262,8 @@ def test_a_bug_fixed_in_a_later_line_applies_to_the_older_lines_only():
     assert known_bug_on(bug, "float32", "cpu", None, "0.30.0") is None
     assert known_bug_on(bug, "float32", "cpu", None, "0.32.0+cpu") is None
     assert known_bug_on(bug, "float32", "cpu", None, None) is bug
+    # a --model-path checkpoint's candidate carries the line scope: not tried on a line that fixed it
+    candidate = bug.for_any_config("ministral3")
+    assert candidate.applies("float32", "cpu", None, "0.20.2") and not candidate.applies("float32", "cpu", None, "0.32.0")
     with pytest.raises(ValueError, match="fixed_in 'soon'"):
         KnownVllmBug("x", "y", ("float32",), ("blocks.0.hook_out",), fixed_in="soon")
