@@ -235,8 +235,18 @@ class HookSpec:
     # its rows in units of flat_rows (harness.engines.stitch, fed by EngineRequest.flat_rows); a raw read of the
     # canonical rank is left as it is.
     flat_rows: int | None = None
+    # The same tensor read where the engine's module tree keeps apart what this read takes from a fused module: vLLM's
+    # Transformers backend fuses HF's q_proj / k_proj / v_proj into ``qkv_proj`` and gate_proj / up_proj into
+    # ``gate_up_proj`` only where its fusers match the HF class's traced forward, which depends on the line (which
+    # lines keep which apart: docs/evidence/vllm-lines.md), so the tree does.  The engine is asked for both reads; the
+    # plan keeps this one only where the primary module is not in the loaded tree and this one's is
+    # (harness.values.plan.Plan.reads_found), and the report says so.  Never a silent fallback: both name the same
+    # tensor, declared by the overlay row (overlays.tree.BACKEND_FUSED).
+    unfused: "HookSpec | None" = None
 
     def __post_init__(self) -> None:
+        if self.unfused is not None and self.unfused.unfused is not None:
+            raise ValueError("HookSpec.unfused is one alternative read, not a chain")
         if self.flat_rows is not None and self.flat_rows < 1:
             raise ValueError(f"HookSpec.flat_rows {self.flat_rows} is not a positive head count")
         if not 0 <= self.call < self.per_forward:
@@ -272,6 +282,10 @@ class HookSpec:
         """The engine parameters this hook's conversion and comparison read."""
         out = [p for c in self.convert if isinstance(c, UnfoldNorm) for p in (c.param, c.bias) if p]
         return out + ([self.routing.bias] if self.routing is not None and self.routing.bias else [])
+
+    def engine_reads(self) -> list["HookSpec"]:
+        """This read and its :attr:`unfused` alternative, each one the engine is asked to record."""
+        return [self] if self.unfused is None else [self, self.unfused]
 
     def with_convert(self, *convert: Conversion) -> "HookSpec":
         return replace(self, convert=tuple(convert))

@@ -560,6 +560,13 @@ def alibi_slopes(n_heads: int) -> tuple[float, ...]:
     return tuple(slopes)
 
 
+# What vLLM's Transformers backend fuses (vllm/model_executor/models/transformers/fusers: QKVFuser, GLUFuser) from HF's
+# own projections, which a line whose fusers do not match the HF class keeps apart (HookSpec.unfused): fused module ->
+# the HF projections whose outputs it concatenates, in column order.
+BACKEND_FUSED: dict[str, tuple[str, ...]] = {"qkv_proj": ("q_proj", "k_proj", "v_proj"),
+                                              "gate_up_proj": ("gate_proj", "up_proj")}
+
+
 def transformers_backend(tree: Tree, nonfiring: tuple[NonFiring, ...]) -> Tree:
     """``tree`` as vLLM's Transformers modeling backend runs it: HF's modules (vLLM layers swapped
     in) see ``[1, T, ...]`` (every read starts with ``DropBatch``), HF attention modules return
@@ -753,15 +760,27 @@ class TreeOverlay(Overlay):
     # -- the builder ------------------------------------------------------------------------------------
     def _add(self, specs: dict[str, HookSpec], hook: str, module: str, read: str, convert: tuple, width: int,
              references: References = (), routing: Routing | None = None, token_dim: int | None = None,
-             flat: bool = False, flat_rows: int | None = None) -> None:
+             flat: bool = False, flat_rows: int | None = None, part: int | None = None) -> None:
         layer = layer_of(hook)  # a row's override names a per-layer hook as a template ("blocks.{i}....")
         references = tuple((ref, name.replace("{i}", str(layer)) if name and layer is not None else name)
                            for ref, name in dict(self.tree.references).get(hook_kind(hook), references))
         references = (*references, *((ref, None) for ref in self.tree.refused_references))  # Tree.refused_references
         if hook_kind(hook) in dict(self.tree.hook_names):  # Tree.hook_names: TransformerLens's name of the hook
             hook = f"blocks.{layer}.{dict(self.tree.hook_names)[hook_kind(hook)]}"
-        specs[hook] = HookSpec(module, read, (*(() if flat else self.tree.batch), *convert), width,
-                               references=references, routing=routing, token_dim=token_dim, flat_rows=flat_rows)
+        batch = () if flat else self.tree.batch
+        specs[hook] = HookSpec(module, read, (*batch, *convert), width, references=references, routing=routing,
+                               token_dim=token_dim, flat_rows=flat_rows,
+                               unfused=self._unfused(module, read, (*batch, *convert[1:]), width, part, convert))
+
+    def _unfused(self, module: str, read: str, convert: tuple, width: int, part: int | None,
+                 fused_convert: tuple) -> HookSpec | None:
+        """The read of part ``part`` of a fused projection from HF's own projection (:data:`BACKEND_FUSED`), where
+        the row is the Transformers backend's and the fused read starts by cutting that part's columns; else None."""
+        parent, _, name = module.rpartition(".")
+        if (self.tree.implementation != "transformers" or part is None or name not in BACKEND_FUSED
+                or not fused_convert or not isinstance(fused_convert[0], Cols)):
+            return None
+        return HookSpec(f"{parent}.{BACKEND_FUSED[name][part]}", read, convert, width)
 
     @staticmethod
     def _routing(mlp: Mlp, cfg: Any, router: str) -> Routing | None:
@@ -820,9 +839,9 @@ class TreeOverlay(Overlay):
 
         def add(kind: str, module: str, read: str, convert: tuple = (), width: int = D,
                 references: References = (), routing: Routing | None = None, token_dim: int | None = None,
-                flat: bool = False, flat_rows: int | None = None) -> None:
+                flat: bool = False, flat_rows: int | None = None, part: int | None = None) -> None:
             self._add(specs, f"{b}.{kind}", module, read, convert, width, references, routing, token_dim, flat,
-                      flat_rows)
+                      flat_rows, part)
 
         def norm(kind: str, attr: str, read: str) -> None:
             if t.norm_hook == "hook_out":  # Tree.norm_hook: the norm's output as is, under its own hook_out
@@ -901,9 +920,9 @@ class TreeOverlay(Overlay):
                 add("mlp.hook_pre", f"{M or L}.{mlp.gate_proj}", "out[0]", (), dm)
                 add("mlp.hook_pre_linear", up, "out[0]", (), dm)
             else:
-                add("mlp.hook_pre", up, "out[0]", (Cols(0, dm),) if mlp.kind == GATED else (), dm)
+                add("mlp.hook_pre", up, "out[0]", (Cols(0, dm),) if mlp.kind == GATED else (), dm, part=0)
             if mlp.kind == GATED and not mlp.gate_proj:
-                add("mlp.hook_pre_linear", up, "out[0]", (Cols(dm, 2 * dm),), dm)
+                add("mlp.hook_pre_linear", up, "out[0]", (Cols(dm, 2 * dm),), dm, part=1)
             add("mlp.hook_post", down, "in[0]", (), dm)
         mlp_out = (M, "out") if M else (down, "out[0]")
         add("mlp.hook_out", *mlp_out, references=mlp_alias)
@@ -919,8 +938,10 @@ class TreeOverlay(Overlay):
         add("attn.hook_in", A, "in.hidden_states")
         if t.attention.qkv_layout == MLA:
             self._mla(add, A, cfg, d)
-        for x, module, convert, width in self._qkv(A, d, q, kv, qh, kh):
-            add(f"attn.hook_{x}", module, "out[0]", convert, width)
+        # part: q / k / v of a fused qkv_proj, read from HF's own projection where the backend keeps them apart
+        unfusable = t.attention.qkv_layout == FUSED and not t.attention.qk_rows_halved
+        for j, (x, module, convert, width) in enumerate(self._qkv(A, d, q, kv, qh, kh)):
+            add(f"attn.hook_{x}", module, "out[0]", convert, width, part=j if unfusable else None)
         if t.attention.output_gate:  # Attention.output_gate: each head's second half, flat as TL's q_gate
             hd = d["head_dim"]
             add("attn.hook_q_gate", f"{A}.{t.attention.qkv}", "out[0]",
@@ -1137,5 +1158,5 @@ class TreeOverlay(Overlay):
 
 __all__ = ["ALIBI", "Attention", "GdnMixer", "ShortConv", "FUSED", "FUSED_PAIR", "GATED", "GEMMA_RMS", "LAYER_NORM", "MLA", "MOE", "Mlp", "NO_AFFINE",
            "Norms", "NormKind", "PARALLEL", "PER_HEAD", "PLAIN", "PLAIN_STREAM", "POST_NORM", "QK_PER_HEAD", "QK_PER_HEAD_HEADS_FIRST", "QK_PER_HEAD_WEIGHTS", "QK_WHOLE", "RMS",
-           "Residual", "SCORES_FROM_QK", "SCORES_FROM_ROTATED", "SEPARATE", "SPARSEMIXER", "STREAM_PAIR", "Scale", "Tree",
+           "BACKEND_FUSED", "Residual", "SCORES_FROM_QK", "SCORES_FROM_ROTATED", "SEPARATE", "SPARSEMIXER", "STREAM_PAIR", "Scale", "Tree",
            "TreeOverlay", "alibi_slopes", "transformers_backend"]

@@ -63,9 +63,9 @@ EXPECTED: dict[LineRun, dict[str, Expect]] = {
     LineRun("0.30.0"): {
         "llama": _PASS, "qwen3": _PASS, "gemma": _PASS, "mixtral": _PASS, "falcon": _PASS, "ministral3": _PASS,
         "deepseek_v2": _PASS,
-        "olmo3": Expect("error", "no such module in vLLM's model tree (TransformersForCausalLM)",
-                        "the line runs Olmo3ForCausalLM through its Transformers backend, where the overlay reads "
-                        "vLLM's native tree (0.27.1 and 0.32.0 run it natively)"),
+        # the line runs both through its Transformers backend, whose loaded tree keeps q / k / v apart: they are read
+        # from HF's own projections (overlays.base.HookSpec.unfused; docs/evidence/vllm-lines.md)
+        "olmo3": _PASS, "smollm3": _PASS,
     },
     LineRun("0.30.0", "bfloat16"): {"smollm2": _PASS},  # a real trained model (its packaged GGUF), as on 0.32.0
     LineRun("0.30.0", subject="vllm-lens"): {

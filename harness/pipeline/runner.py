@@ -432,6 +432,10 @@ def _run_engines(run: ModelRun, variant: Variant, work_root: Path | None, hooks,
                 beside.stop()
             raise
         _subject_phases(phases, run.subject.meta)
+        # the reads the loaded tree answers: a fused projection this line's Transformers backend keeps apart is read
+        # from HF's own projections (overlays.base.HookSpec.unfused), and the report says which hooks were
+        plan, result.unfused_reads = plan.reads_found(run.subject.meta.get("missing_modules"))
+        run.plan = plan
         serving = run.subject.meta.get("serving")
         if serving:  # decode: the references run teacher-forced on prompt + generated tokens
             result.serving = {k: v for k, v in serving.items() if k != "sequences"}

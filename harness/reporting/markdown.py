@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.comparison.known_vllm_bugs import explains
 from harness.comparison.verdict import stored_margin, summary_of
+from harness.vocab.hooks import hook_kind
 
 # How a row's status is decided: the rule has one home, docs/concepts.md (reports land in
 # <repo>/reports/<model>/ by default, so the link is relative to that)
@@ -139,6 +140,7 @@ def _header(result: dict, s: dict) -> list[str]:
         f"| kernel path | {_kernel_line(result)} |",
         f"| architecture | `{result['architecture']}` |",
         f"| overlay | `{result['overlay']}` |",
+        *([f"| unfused reads | {_unfused_line(result['unfused_reads'])} |"] if result.get("unfused_reads") else []),
         f"| checkpoint | {result['source']}: `{result['checkpoint']}` |",
         *([f"| provenance | {_provenance(result['provenance'])} |"] if result.get("provenance") else []),
         f"| dtype / seed | {result['dtype']} / {result.get('seed')} |",
@@ -158,6 +160,13 @@ def _header(result: dict, s: dict) -> list[str]:
         "",
         *prompt_lines(result),
     ]
+
+
+def _unfused_line(hooks: list[str]) -> str:
+    """The hooks read from HF's own projections (harness.values.plan.Plan.reads_found), by kind."""
+    kinds = ", ".join(dict.fromkeys(f"`{hook_kind(h)}`" for h in hooks))
+    return (f"{len(hooks)} hooks ({kinds}) read from HF's own q/k/v or gate/up projections: this vLLM line's "
+            "Transformers backend did not fuse them (overlays.base.HookSpec.unfused)")
 
 
 def _hook_rows(result: dict) -> list[str]:

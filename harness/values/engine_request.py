@@ -61,7 +61,8 @@ def run_request(target: Target, variant: Variant, plan: Plan, prompts: list[list
     subject_request = SUBJECTS[variant.subject].request_fn()  # harness.engines.subjects; None: the overlay's reads
     if subject_request is not None:
         return subject_request(request, plan.specs)
-    specs = plan.specs.values()
+    # each read and its unfused alternative (overlays.base.HookSpec.unfused): the plan keeps the one the tree has
+    specs = [r for s in plan.specs.values() for r in s.engine_reads()]
     return replace(request, reads=[(s.module, s.read) for s in specs], params=[p for s in specs for p in s.params()],
                    row_dims={s.raw_key: s.raw_token_dim for s in specs if s.raw_token_dim},
                    flat_rows={s.raw_key: s.flat_rows for s in specs if s.flat_rows})

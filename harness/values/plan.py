@@ -14,7 +14,7 @@ no bridge name is captured only as a derived hook's input and makes no row at al
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from harness.engines.subjects import SUBJECTS
 from overlays import NoOverlayError
@@ -197,6 +197,18 @@ class Plan:
         spec = self.specs.get(hook)
         return 1 if spec is not None and any(isinstance(c, SwapAxes) and 0 in (c.dim0, c.dim1)
                                              for c in spec.convert) else 0
+
+    def reads_found(self, missing_modules: list[str] | None) -> tuple["Plan", list[str]]:
+        """This plan with each read whose module the loaded tree lacks (``missing_modules``, the engine's) swapped for
+        its unfused alternative where that one's module is there (overlays.base.HookSpec.unfused), and the hooks so
+        swapped, in plan order.  A read with neither stays, and never fires (the evaluator names the missing module)."""
+        missing = set(missing_modules or ())
+        swapped = [h for h, s in self.specs.items()
+                   if s.unfused is not None and s.module in missing and s.unfused.module not in missing]
+        if not swapped:
+            return self, []
+        specs = {h: (s.unfused if h in swapped else s) for h, s in self.specs.items()}
+        return replace(self, specs=specs), swapped
 
     def nonfiring_rows(self) -> list[dict]:
         return [{"template": nf.template, "hooks": expand_layers(nf.template, self.n_layers), "reason": nf.reason}

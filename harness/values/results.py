@@ -109,6 +109,8 @@ class ModelResult:
     # a documented reference bug the references ran corrected downstream of (harness.references.reference:
     # "group-wise gated norm", known_issues.GATED_NORM_BUGS); None: the references ran as they are
     reference_corrected: str | None = None
+    # hooks read from HF's unfused projections because the loaded tree has no fused one (harness.values.plan.Plan.reads_found)
+    unfused_reads: list[str] = field(default_factory=list)
     # the model's verdict and counts, decided once when the run ends (harness.comparison.verdict)
     summary: dict = field(default_factory=dict)
 
