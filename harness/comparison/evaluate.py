@@ -138,8 +138,9 @@ class _Evaluation:
                 problem = f"{hook}: vLLM hook on {spec.module!r} ({spec.read}) never fired"
                 if spec.module in (self.subject.meta.get("missing_modules") or []):
                     engine = (self.subject.meta.get("device_info") or {}).get("engine") or {}
-                    problem += (f": no such module in vLLM's model tree ({engine.get('model_class', 'model class unknown')}"
-                                f"); the overlay describes another implementation of this architecture")
+                    problem += (f": no such module in vLLM's model tree ({engine.get('model_class', 'model class unknown')})"
+                                + (f", nor {spec.unfused.module!r}, its unfused read" if spec.unfused is not None else "")
+                                + "; the overlay describes another implementation of this architecture")
                 raise NoValue(problem)
             out.append(convert(spec, self._canonical(p, spec, raw, n_tokens), self.subject.params))
         return out
