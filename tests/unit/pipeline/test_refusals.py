@@ -298,7 +298,7 @@ def test_a_checkpoint_by_path_meets_its_architectures_missing_op_by_its_name():
 
     family = target_for_family(FAMILIES["mamba"])
     candidates = refusals_of_architecture(family.architecture)
-    assert [(f, r.run_words) for f, r in candidates] == [("mamba", "selective_scan_fwd")]
+    assert [(f, r.run_words) for f, r in candidates] == [("mamba", ("selective_scan_fwd",))]
     target = replace(family, name="mine", source="path", refused=None, candidate_refusals=candidates)
     error = "SubjectError: AttributeError: '_OpNamespace' '_C' object has no attribute 'selective_scan_fwd'"
     skipped = refused_as_candidate(target, Variant(device="cpu"), error)
@@ -308,10 +308,34 @@ def test_a_checkpoint_by_path_meets_its_architectures_missing_op_by_its_name():
 
 
 def test_run_words_are_what_a_runs_own_error_can_show():
-    assert Refusal("r", says="no float32").run_words == "no float32"
-    assert Refusal("r").run_words is None  # a boot refusal that pins no words: nothing to match
-    assert Refusal("r", probe="op:selective_scan_fwd").run_words == "selective_scan_fwd"
-    assert Refusal("r", probe="import:vllm.model_executor.models.qwen3_5").run_words is None
+    assert Refusal("r", says="no float32").run_words == ("no float32",)
+    assert Refusal("r").run_words == ()  # a boot refusal that pins no words: nothing to match
+    assert Refusal("r", probe="op:selective_scan_fwd").run_words == ("selective_scan_fwd",)
+    assert Refusal("r", probe="import:vllm.model_executor.models.qwen3_5").run_words == ()
+    assert Refusal("r", says=("oneDNN's words", "torch's words")).run_words == ("oneDNN's words", "torch's words")
+
+
+@pytest.mark.parametrize("said, verdict", [
+    ("RuntimeError: expected scalar type Float but found Half", "skipped"),  # oneDNN's GEMM (the AMX host)
+    ("RuntimeError: expected m1 and m2 to have the same dtype, but got: float != c10::Half", "skipped"),  # torch's
+    ("RuntimeError: CUDA out of memory", "error"),  # neither: another failure
+])
+def test_a_refusal_whose_words_differ_by_kernel_path_holds_in_either(monkeypatch, tmp_path, said, verdict):
+    """apertus in float16: the same failure in oneDNN's words on an AMX CPU and in torch's elsewhere (measured on an
+    AVX-512 host without AMX and under emulated AVX2): either holds the refusal, other words do not."""
+    from harness.models.targets import target_for_family
+    from harness.pipeline.refusals import recheck_dtype
+    from harness.values.results import ModelResult
+
+    _boot_failing_with(monkeypatch, said)
+    target, variant = target_for_family(FAMILIES["apertus"]), Variant(dtype="float16")
+    result = ModelResult(target.name, target.architecture, target.overlay_name, "synthetic", str(target.checkpoint),
+                         variant.dtype, target.seed, device=variant.device)
+    recheck_dtype(target, variant, result, tmp_path)
+    if verdict == "skipped":
+        assert not result.error and said.split(": ", 1)[1] in result.skipped
+    else:
+        assert not result.skipped and "no longer hold" in result.error and " or " in result.error
 
 
 def test_a_checkpoint_with_no_overlay_that_vllm_refused_at_discovery_carries_the_rows_refusal():
