@@ -255,8 +255,6 @@ class Refusal:
         unknown = [d for d in self.devices if d not in REFUSAL_DEVICES]
         if not self.devices or unknown:
             raise ValueError(f"Refusal.devices {self.devices!r}: one or more of {REFUSAL_DEVICES}")
-        if isinstance(self.says, list):
-            object.__setattr__(self, "says", tuple(self.says))
         if self.words and self.probe != "boot":
             raise ValueError(f"Refusal.says is re-checked against a boot's error: probe {self.probe!r} is no boot")
         kind, _, name = self.probe.partition(":")

@@ -222,6 +222,20 @@ def test_a_checkpoint_by_paths_inherited_dtype_refusal_is_rechecked_by_booting_i
         assert not done and not result.skipped
 
 
+def _rechecked_dtype(monkeypatch, tmp_path, family: str, dtype: str, said):
+    """The result of re-checking ``family``'s declared ``dtype`` refusal where the boot fails saying ``said``."""
+    from harness.models.targets import target_for_family
+    from harness.pipeline.refusals import recheck_dtype
+    from harness.values.results import ModelResult
+
+    _boot_failing_with(monkeypatch, said)
+    target, variant = target_for_family(FAMILIES[family]), Variant(dtype=dtype)
+    result = ModelResult(target.name, target.architecture, target.overlay_name, "synthetic", str(target.checkpoint),
+                         variant.dtype, target.seed, device=variant.device)
+    recheck_dtype(target, variant, result, tmp_path)
+    return result
+
+
 @pytest.mark.parametrize("said, verdict", [
     ("ValueError: The model type 'glm4' does not support float16. Reason: Numerical instability. Please use "
      "bfloat16 or float32 instead.", "skipped"),
@@ -229,15 +243,7 @@ def test_a_checkpoint_by_paths_inherited_dtype_refusal_is_rechecked_by_booting_i
     (None, "error"),  # it booted: the declaration is stale
 ])
 def test_a_rows_dtype_refusal_is_rechecked_by_its_words(monkeypatch, tmp_path, said, verdict):
-    from harness.models.targets import target_for_family
-    from harness.pipeline.refusals import recheck_dtype
-    from harness.values.results import ModelResult
-
-    _boot_failing_with(monkeypatch, said)
-    target, variant = target_for_family(FAMILIES["glm4"]), Variant(dtype="float16")
-    result = ModelResult(target.name, target.architecture, target.overlay_name, "synthetic", str(target.checkpoint),
-                         variant.dtype, target.seed, device=variant.device)
-    recheck_dtype(target, variant, result, tmp_path)
+    result = _rechecked_dtype(monkeypatch, tmp_path, "glm4", "float16", said)
     if verdict == "skipped":
         assert not result.error and "Numerical instability" in result.skipped and " -- harness" not in result.skipped
     else:
@@ -323,15 +329,7 @@ def test_run_words_are_what_a_runs_own_error_can_show():
 def test_a_refusal_whose_words_differ_by_kernel_path_holds_in_either(monkeypatch, tmp_path, said, verdict):
     """apertus in float16: the same failure in oneDNN's words on an AMX CPU and in torch's elsewhere (measured on an
     AVX-512 host without AMX and under emulated AVX2): either holds the refusal, other words do not."""
-    from harness.models.targets import target_for_family
-    from harness.pipeline.refusals import recheck_dtype
-    from harness.values.results import ModelResult
-
-    _boot_failing_with(monkeypatch, said)
-    target, variant = target_for_family(FAMILIES["apertus"]), Variant(dtype="float16")
-    result = ModelResult(target.name, target.architecture, target.overlay_name, "synthetic", str(target.checkpoint),
-                         variant.dtype, target.seed, device=variant.device)
-    recheck_dtype(target, variant, result, tmp_path)
+    result = _rechecked_dtype(monkeypatch, tmp_path, "apertus", "float16", said)
     if verdict == "skipped":
         assert not result.error and said.split(": ", 1)[1] in result.skipped
     else:
