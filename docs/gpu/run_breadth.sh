@@ -25,6 +25,9 @@
 #      on under default graphs) and phimoe (unembed only) in fp32 (ieee) and bf16 eager; apertus, whose q/k-norm
 #      reads moved to the rotary's input after step 3, and modernbert_mlm, whose refusal (the Transformers backend's
 #      words before 0.30) now covers CUDA, bf16, eager and default graphs.
+#   9. (STEPS=9, not in the default) steps 6-8 for a short lease, eager first: GLM-5's boot probe beside
+#      nemotron_h_moe, minimax_m2 and phimoe in fp32 (ieee) and bf16 eager, then nemotron_h_moe, minimax_m2, smollm3,
+#      gemma3n_text, apertus and modernbert_mlm in bf16 under default graphs.
 # BUDGET_S bounds the steps together (default 1100 s); STEPS=3 runs step 3 only (default 123), STEP3_MODES=compiled
 # its default graphs only; each leaves reports
 # in reports/ as it goes.  The packaged real checkpoints (gemma3_270m) are not on the host: not in step 3.
@@ -55,6 +58,12 @@ fi
 [[ ${STEPS:-123} == *7* ]] && step smollm3,gemma3n_text "--dtype bfloat16 --modes eager,compiled"
 [[ ${STEPS:-123} == *8* ]] && step minimax_m2,phimoe "--dtype float32,bfloat16 --precision ieee --modes eager"
 [[ ${STEPS:-123} == *8* ]] && step apertus,modernbert_mlm "--dtype bfloat16 --modes eager,compiled"
+if [[ ${STEPS:-123} == *9* ]]; then
+  timeout 480 python3 scripts/boot_probe.py --model glm_moe_dsa --every 100 --limit 440 >"$WORK/log-glm5-boot.txt" 2>&1 &
+  step nemotron_h_moe,minimax_m2,phimoe "--dtype float32,bfloat16 --precision ieee --modes eager"
+  step nemotron_h_moe,minimax_m2,smollm3,gemma3n_text,apertus,modernbert_mlm "--dtype bfloat16 --modes compiled"
+  wait
+fi
 [[ ${STEPS:-123} == *4* ]] && step arcee,gpt_bigcode,jais2,hunyuan_v1_dense,seed_oss,olmo,olmo3,phi \
   "--dtype bfloat16 --modes eager,compiled"
 touch "$WORK/DONE"
