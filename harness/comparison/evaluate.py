@@ -149,7 +149,7 @@ class _Evaluation:
         """The raw read of one prompt in ``[T, ...]`` rows: the first call's, or every call stitched."""
         if spec.calls != "all":
             # the spec's call (HookSpec.call; value()), heads unfolded from the rows where a line folds them
-            return subject_to_canonical(unflatten_rows(spec.flat_rows, first), n_tokens)
+            return subject_to_canonical(unflatten_rows(spec.flat_rows, first), n_tokens, spec.raw_token_dim)
         calls = [unflatten_rows(spec.flat_rows, first)]
         while (nxt := self.subject.read(p, spec.raw_key, len(calls))) is not None:
             calls.append(unflatten_rows(spec.flat_rows, nxt))

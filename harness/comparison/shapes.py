@@ -22,9 +22,13 @@ def reference_to_canonical(name: str, tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().cpu()
 
 
-def subject_to_canonical(tensor: torch.Tensor, n_tokens: int) -> torch.Tensor:
-    """Keep the request's rows (an engine may pad the token dim)."""
-    return tensor[:n_tokens]
+def subject_to_canonical(tensor: torch.Tensor, n_tokens: int, token_dim: int = 0) -> torch.Tensor:
+    """Keep the request's rows (an engine may pad the token dim: a CUDA graph's forward is padded to its captured
+    size) along ``token_dim``, the raw read's token dim (``HookSpec.raw_token_dim``: 1 where vLLM's Transformers
+    backend runs HF modules on ``[1, T, ...]``).  Trap: cut along dim 0 such a read keeps the padding."""
+    if tensor.dim() <= token_dim:
+        return tensor
+    return tensor.narrow(token_dim, 0, min(n_tokens, tensor.shape[token_dim]))
 
 
 def unflatten_rows(flat_rows: int | None, raw: torch.Tensor) -> torch.Tensor:

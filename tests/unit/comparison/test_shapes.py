@@ -39,6 +39,21 @@ def test_subject_keeps_the_requests_rows():
     assert subject_to_canonical(t, 10).shape == (10, 4)
 
 
+def test_a_batch_first_read_is_cut_along_its_token_dim():
+    """vLLM 0.20.2's Transformers backend under CUDA graphs: HF modules run on [1, T_padded, d] (a 7-token prompt in
+    the graph of 8), which a cut along dim 0 left padded ("subject shape (8, 128) != reference shape (7, 128)")."""
+    from overlays.base import DropBatch, HookSpec
+
+    padded = torch.arange(8 * 4, dtype=torch.float32).view(1, 8, 4)
+    spec = HookSpec("model.layers.0.self_attn.q_proj", "out", (DropBatch(),))
+    out = subject_to_canonical(padded, 7, spec.raw_token_dim)
+    assert out.shape == (1, 7, 4) and torch.equal(out, padded[:, :7])
+    assert subject_to_canonical(padded, 7).shape == (1, 8, 4)  # dim 0, the old cut: the padding kept
+    heads_first = torch.zeros(1, 2, 8, 4)  # HF's heads-first [1, heads, T, d] (HookSpec.token_dim 2)
+    assert subject_to_canonical(heads_first, 7, 2).shape == (1, 2, 7, 4)
+    assert subject_to_canonical(torch.tensor(3.0), 7, 1).shape == ()  # no token dim: as it is
+
+
 def test_a_reference_set_of_expert_ids_is_sorted_like_vllms():
     ids = torch.tensor([[[3, 1], [0, 2]]])  # [batch 1, T, k] in the router's score order
     assert reference_to_canonical("blocks.1.mlp.gate.hook_expert_indices", ids).tolist() == [[1, 3], [0, 2]]
