@@ -284,6 +284,10 @@ class Refusal:
             return (self.probe[3:],)
         return self.words if self.probe == "boot" else ()
 
+    def run_said_in(self, text: str) -> str | None:
+        """The :attr:`run_words` a run's error ``text`` holds (the first found), else None."""
+        return next((w for w in self.run_words if w in text), None)
+
     @property
     def hf_model_type(self) -> str | None:
         """The model_type of an ``"hf:<model_type>"`` probe (no checkpoint can be built), else None."""

@@ -194,7 +194,7 @@ def _refused_at_discovery(architecture: str, error: str) -> Refusal | None:
     Such a checkpoint has no overlay to run on, and the refusal covers its devices as declared: its runs re-check
     it by booting (harness.pipeline.refusals.recheck_architecture), as the row's do."""
     for family, refusal in refusals_of_architecture(architecture):
-        if any(w in error for w in refusal.run_words):
+        if refusal.run_said_in(error):
             return replace(refusal, reason=f"{refusal.reason} (declared by the family row {family!r}; vLLM refused "
                                            "this checkpoint in those words when its module tree was looked up)")
     return None

@@ -141,7 +141,7 @@ def refused_as_candidate(target: Target, variant: Variant, error: str) -> str | 
     error, unchanged, is its result.  Nothing is probed first (that row's refusal may need a config the checkpoint
     does not have): the run's own boot is the check."""
     for family, refusal in getattr(target, "candidate_refusals", ()):
-        words = next((w for w in refusal.run_words if w in error), None)
+        words = refusal.run_said_in(error)
         if variant.device in refusal.devices and words:
             said = _line_saying(error, words) or words
             return (f"not run: vLLM refuses this checkpoint on {variant.device} ({said[:300]}); the family row "

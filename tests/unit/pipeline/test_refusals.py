@@ -319,6 +319,11 @@ def test_run_words_are_what_a_runs_own_error_can_show():
     assert Refusal("r", probe="op:selective_scan_fwd").run_words == ("selective_scan_fwd",)
     assert Refusal("r", probe="import:vllm.model_executor.models.qwen3_5").run_words == ()
     assert Refusal("r", says=("oneDNN's words", "torch's words")).run_words == ("oneDNN's words", "torch's words")
+    assert Refusal("r", says=("oneDNN's words", "torch's words")).run_said_in("RuntimeError: torch's words") == \
+        "torch's words"
+    assert Refusal("r", probe="op:selective_scan_fwd").run_said_in("no attribute 'selective_scan_fwd'") == \
+        "selective_scan_fwd"
+    assert Refusal("r").run_said_in("anything") is None
 
 
 @pytest.mark.parametrize("said, verdict", [
