@@ -75,6 +75,7 @@ from harness.comparison.shapes import reference_to_canonical
 from harness.vocab.hook_rules import heads_first
 from harness.engines.timing import profile_call
 from harness.phases import Phases
+from harness.references.config_mends import config_mend
 from harness.memory import trim_heap
 from harness.spill import SpilledTensors
 from harness.values.plan import ReferenceInputs
@@ -145,11 +146,22 @@ def _bridge_tokenizer(checkpoint: str):
         return AutoTokenizer.from_pretrained(checkpoint, use_fast=True, trust_remote_code=False)
 
 
+@lru_cache(maxsize=4)
+def _config_mend(checkpoint: str):
+    """``(ConfigMend, overrides)`` where the installed transformers reads ``checkpoint``'s config wrong
+    (harness.references.config_mends), else None: once per checkpoint and process."""
+    from transformers import AutoConfig
+
+    return config_mend(AutoConfig.from_pretrained(checkpoint))
+
+
 def _boot_bridge(checkpoint: Path, dtype: torch.dtype, device: str, round_through: torch.dtype | None = None):
     from transformer_lens.model_bridge import TransformerBridge
 
+    mended = _config_mend(str(checkpoint))
     bridge = TransformerBridge.boot_transformers(str(checkpoint), device=device, dtype=dtype,
-                                                 tokenizer=_bridge_tokenizer(str(checkpoint)))
+                                                 tokenizer=_bridge_tokenizer(str(checkpoint)),
+                                                 **({"hf_config_overrides": mended[1]} if mended else {}))
     _float64_safe(bridge.original_model, dtype)
     round_weights(bridge.original_model, round_through)
     group_wise_gated_norm(bridge.original_model)  # a reference bug corrected downstream (Mamba-2, n_groups > 1)
@@ -725,6 +737,12 @@ def _load_hf(checkpoint: Path, dtype: torch.dtype, device: str, round_through: t
     # on a GPU, loaded straight there: loading on the host first made the 8B-shaped model's fp64 truth
     # run peak at 80 GB of host memory (docs/gpu/evidence/llama3-8b-shaped-fp32)
     where = {"device_map": device} if device.startswith("cuda") else {}
+    mended = _config_mend(str(checkpoint))
+    if mended:  # harness.references.config_mends: the config as the checkpoint defines it
+        config = transformers.AutoConfig.from_pretrained(str(checkpoint))
+        for key, value in mended[1].items():
+            setattr(config, key, value)
+        where["config"] = config
     model = getattr(transformers, hf_class).from_pretrained(str(checkpoint), dtype=dtype, attn_implementation="eager",
                                                             **where)
     group_wise_gated_norm(model)  # a reference bug corrected downstream (Mamba-2, n_groups > 1)
@@ -915,8 +933,11 @@ def _run_dtype_hf(job: _Job, timing_repeats: int):
         hf_model = _load_hf(job.checkpoint, job.dtype, job.device, hf_class=job.inputs.hf_class)
         n_layers = int(getattr(hf_model.config, "num_hidden_layers", 0) or 0)
         job.meta["layout_config"] = layout_config(hf_model.config)  # where a reference layout bug can show
-        if group_wise_gated_norm(hf_model):  # every reference ran corrected (module doc of the function)
-            job.meta["reference_corrected"] = GROUP_WISE_GATED_NORM
+        corrected = [GROUP_WISE_GATED_NORM] if group_wise_gated_norm(hf_model) else []  # every reference ran so
+        mended = _config_mend(str(job.checkpoint))  # (the function's doc; harness.references.config_mends)
+        corrected += [f"{mended[0].label} ({mended[0].reason})"] if mended else []
+        if corrected:
+            job.meta["reference_corrected"] = "; ".join(corrected)
         hf, logprobs = {}, {}
         for p, toks in enumerate(job.prompts):
             hf[p], logprobs[p] = _hf_run(hf_model, toks, job.device, n_layers, job.types(p), job.inputs.output,

@@ -106,8 +106,9 @@ class ModelResult:
     serving: dict = field(default_factory=dict)
     # stored references (--references-dir, harness.references.stored): loaded or computed, and where
     references_stored: dict = field(default_factory=dict)
-    # a documented reference bug the references ran corrected downstream of (harness.references.reference:
-    # "group-wise gated norm", known_issues.GATED_NORM_BUGS); None: the references ran as they are
+    # the documented reference bugs the references ran corrected for, "; "-joined (harness.references.reference:
+    # "group-wise gated norm", known_issues.GATED_NORM_BUGS; a config mend's label and reason,
+    # harness.references.config_mends); None: the references ran as they are
     reference_corrected: str | None = None
     # hooks read from HF's unfused projections because the loaded tree has no fused one (harness.values.plan.Plan.reads_found)
     unfused_reads: list[str] = field(default_factory=list)
