@@ -116,6 +116,7 @@ from .modernbert import ModernBertOverlay
 from .roberta import RobertaOverlay
 # -- imports: refusals42 --
 from .falcon_mamba import FalconMambaOverlay
+from .glm_moe_dsa import GlmMoeDsaOverlay
 # -- imports: jamba --
 from .jamba import JambaOverlay
 # -- imports: gemma3n --
@@ -212,6 +213,7 @@ OVERLAYS: dict[str, TreeOverlay] = {
     "RobertaForMaskedLM": RobertaOverlay(),  # encoder: BERT's tree under model., no MLM head (overlays/roberta.py)
     # -- overlays: refusals42 --
     "FalconMambaForCausalLM": FalconMambaOverlay(),  # vLLM's MambaForCausalLM (CUDA only) + weightless dt / B / C norms
+    "GlmMoeDsaForCausalLM": GlmMoeDsaOverlay(),  # GLM-5: GLM-4.7-Flash's MLA + MoE, sparse attention (CUDA only)
     # -- overlays: jamba --
     "JambaForCausalLM": JambaOverlay(),  # Mamba-1 or attention, dense MLP or MoE, by layer (CUDA only; no Tree row)
     # -- overlays: gemma3n --

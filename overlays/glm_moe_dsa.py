@@ -3,12 +3,11 @@ DeepSeek sparse attention (DSA) -- the :data:`GLM_MOE_DSA` row, :data:`overlays.
 run by DeepSeek's layer, with the router's choice compared against HF.
 
 Status: written from vLLM 0.20.2's source and checked against HF's and TransformerLens's modules on the CPU
-(tests/unit/overlays/test_glm_moe_dsa.py), **not registered** in overlays/__init__.py until it runs on a GPU.  Left
-before it can: the family row's config must carry ``rope_interleave`` / ``indexer_rope_interleave`` (true, as the
-released config.json); vLLM hands one rotary module to MLA and the indexer, called twice per layer, which the worker's
-n-th-call-is-n-th-layer rule for shared modules cannot split (``hook_rot_q`` / ``hook_rot_k`` would need reading at
-the MLA core's input instead); the indexer's own reads (:data:`INDEXER_READS`) need a Tree field; and the fp8
-indexer (below) may pick other keys than HF's where two scores are within fp8's rounding.
+(tests/unit/overlays/test_glm_moe_dsa.py); registered for the CUDA line (the CPU refuses sparse attention: the
+family row).  The family row's config carries ``rope_interleave`` / ``indexer_rope_interleave`` (true, as the released
+config.json) and ``index_topk`` 128: vLLM 0.20.2's sparse MLA kernel takes the top-k in blocks of 128 ("NUM_TOPK_TOKENS
+(8) must be divisible by BLOCK_N (128)" at 8), and the long prompt's 248 tokens keep the choice meaningful.  The
+indexer's own reads (:data:`INDEXER_READS`) need a Tree field, not offered yet.
 
 vLLM 0.20.2 runs it as ``deepseek_v2.GlmMoeDsaForCausalLM`` (= ``DeepseekV2ForCausalLM``; ``is_v32`` because the
 config has ``index_topk``).  Its module tree, layer ``model.layers.{i}`` (``DeepseekV2DecoderLayer``, fused add-norms,
@@ -43,8 +42,8 @@ Hook by hook (what differs from :mod:`overlays.glm4_moe_lite` / :mod:`overlays.d
   ``DeepseekV2MoE`` reads ``scoring_func`` / ``topk_method`` from the config (the family row sets them as released);
   HF always scores sigmoid plus ``e_score_correction_bias``: the row's ``SIGMOID_BIAS``.
 - ``attn.hook_z``: TL splits ``o_proj``'s input by ``head_dim``, which ``GlmMoeDsaConfig`` sets to
-  ``qk_rope_head_dim``: the DeepSeek layout bug (harness.comparison.known_issues.LAYOUT_BUGS must list this
-  architecture too).
+  ``qk_rope_head_dim``: the DeepSeek layout bug (harness.comparison.known_issues.LAYOUT_BUGS lists this
+  architecture).
 - ``attn.hook_v``: the sparse backends run every token absorbed (MQA over the 576-wide latent cache), prefill
   included, so ``kv_b_proj`` is never called: non-firing by the CUDA MLA backend (harness.engines.mla_backends).
 - Indexer internals: ``wq_b``, ``wk_weights_proj`` (columns = HF's ``wk`` / ``weights_proj``) and ``k_norm`` are
@@ -56,10 +55,10 @@ Hook by hook (what differs from :mod:`overlays.glm4_moe_lite` / :mod:`overlays.d
   ``indexer_rope_interleave: true`` (released; what HF computes) the indexer's rope is the *same module object* as
   ``rotary_emb``, on every layer, called twice per layer (MLA's q [T, H, 64], then the indexer's [T, 32, 64]); the
   worker assigns a shared module's n-th call to the n-th layer's path (harness.engines.reads.sibling_paths), so
-  ``hook_rot_q`` / ``hook_rot_k`` at ``rotary_emb`` would take the indexer's calls for later layers.  Without the
-  flag the two modules differ (reads correct) but vLLM's indexer rotates NeoX halves where HF rotates pairs: its
-  selection is not GLM-5's.  Fix (a Tree field, not here): read the MLA rope parts at ``mla_attn.mla_attn``'s
-  inputs (``in[0][..., nope:]``, ``in[2]``), per layer and unshared.
+  ``rotary_emb``'s outputs would be the indexer's calls for later layers.  ``hook_rot_q`` / ``hook_rot_k`` are read
+  at the MLA core's inputs instead (``Attention.mla_rot_at_core``: ``in[0][..., nope:]`` and ``in[2]``), per layer
+  and unshared.  Without the flag the two modules differ, but vLLM's indexer rotates NeoX halves where HF rotates
+  pairs: its selection is not GLM-5's.
 - Non-firing: ``attn.hook_topk_indices`` and ``attn.hook_dsa_mask`` (:data:`_NO_TOPK`, :data:`_NO_MASK`), and
   DeepSeek's ``hook_k`` / scores / pattern / per-expert hooks.
 - Selection, fp8 (:data:`_NO_TOPK`): vLLM's indexer quantizes the indexer query to fp8 e4m3 per 128-element group
@@ -103,6 +102,7 @@ INDEXER_READS = (
 
 GLM_MOE_DSA = replace(
     GLM4_MOE_LITE, name="glm_moe_dsa", references=_HF_ROUTER,
+    attention=replace(GLM4_MOE_LITE.attention, mla_rot_at_core=True),
     nonfiring=(*GLM4_MOE_LITE.nonfiring, NonFiring("blocks.{i}.attn.hook_topk_indices", _NO_TOPK),
                NonFiring("blocks.{i}.attn.hook_dsa_mask", _NO_MASK)),
 )

@@ -208,6 +208,11 @@ class Attention:
     # config key that, when true, says the reference rotates de-interleaved (HF DeepSeek-V3's
     # rope_interleave) while vLLM rotates adjacent pairs in place: the rope dims get DeInterleave
     rope_deinterleave_key: str | None = None
+    # MLA only: hook_rot_q / hook_rot_k read at ``mla_core``'s inputs (q's rope columns of in[0], the rope key in[2])
+    # instead of ``rotary``'s outputs: GLM-5, whose rotary module vLLM's get_rope cache hands to the indexer too (one
+    # object, called twice per layer), so its calls cannot be told apart by order; ``mla_core`` is per layer and
+    # takes the rotated parts
+    mla_rot_at_core: bool = False
     # the per-layer module whose inputs [0] / [1] are the q / k attention takes (vLLM's ``attn``), read as
     # hook_rot_q / hook_rot_k instead of ``rotary``'s output: Cohere2, whose rotary module vLLM shares across
     # layers and skips on the NoPE layers, so its calls cannot be told apart by order; on a NoPE layer the
@@ -1126,8 +1131,12 @@ class TreeOverlay(Overlay):
             module = f"{A}.{norm}"
             add(f"attn.hook_{x}_latent", module, "out", (), int(width))
             add(f"attn.{norm}.hook_normalized", module, "out", (self.unfold(module),), int(width))
-        add("attn.hook_rot_q", f"{A}.{att.rotary}", "out[0]", rot, H * rope)
-        add("attn.hook_rot_k", f"{A}.{att.rotary}", "out[1]", rot, rope)
+        if att.mla_rot_at_core:  # Attention.mla_rot_at_core: [T, H, nope + rope] -> the rope columns; [T, 1, rope]
+            add("attn.hook_rot_q", f"{A}.{att.mla_core}", "in[0]", (Cols(nope, nope + rope), *rot), H * rope)
+            add("attn.hook_rot_k", f"{A}.{att.mla_core}", "in[2]", rot, rope)
+        else:
+            add("attn.hook_rot_q", f"{A}.{att.rotary}", "out[0]", rot, H * rope)
+            add("attn.hook_rot_k", f"{A}.{att.rotary}", "out[1]", rot, rope)
         add("attn.hook_q", f"{A}.{att.mla_core}", "in[0]", (*q_rot, SwapAxes(0, 1)), H * (nope + rope))
         add("attn.hook_v", f"{A}.{att.mla_kv_up}", "out[0]",
             (Heads(H, nope + v_dim), Cols(nope, nope + v_dim), SwapAxes(0, 1)), H * v_dim)

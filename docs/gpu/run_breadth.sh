@@ -28,6 +28,10 @@
 #   9. (STEPS=9, not in the default) steps 6-8 for a short lease, eager first: GLM-5's boot probe beside
 #      nemotron_h_moe, minimax_m2 and phimoe in fp32 (ieee) and bf16 eager, then nemotron_h_moe, minimax_m2, smollm3,
 #      gemma3n_text, apertus and modernbert_mlm in bf16 under default graphs.
+#   a. (STEPS=a, not in the default) the CUDA rows left after step 9, eager first: GLM-5 (its overlay, index_topk
+#      128) in bf16, minimax_m2 (references with rotary_dim's partial rotary, harness/references/config_mends.py) in
+#      fp32 (ieee) eager, smollm3 (single-prompt reads cut along their own token dim) in bf16 under default graphs;
+#      then GLM-5 and minimax_m2 in bf16 under default graphs.
 # BUDGET_S bounds the steps together (default 1100 s); STEPS=3 runs step 3 only (default 123), STEP3_MODES=compiled
 # its default graphs only; each leaves reports
 # in reports/ as it goes.  The packaged real checkpoints (gemma3_270m) are not on the host: not in step 3.
@@ -63,6 +67,12 @@ if [[ ${STEPS:-123} == *9* ]]; then
   step nemotron_h_moe,minimax_m2,phimoe "--dtype float32,bfloat16 --precision ieee --modes eager"
   step nemotron_h_moe,minimax_m2,smollm3,gemma3n_text,apertus,modernbert_mlm "--dtype bfloat16 --modes compiled"
   wait
+fi
+if [[ ${STEPS:-123} == *a* ]]; then
+  step glm_moe_dsa "--dtype bfloat16 --modes eager"
+  step minimax_m2 "--dtype float32 --precision ieee --modes eager"
+  step smollm3 "--dtype bfloat16 --modes compiled"
+  step glm_moe_dsa,minimax_m2 "--dtype bfloat16 --modes compiled"
 fi
 [[ ${STEPS:-123} == *4* ]] && step arcee,gpt_bigcode,jais2,hunyuan_v1_dense,seed_oss,olmo,olmo3,phi \
   "--dtype bfloat16 --modes eager,compiled"

