@@ -7,7 +7,9 @@ Status: written from vLLM 0.20.2's source and checked against HF's and Transform
 family row).  The family row's config carries ``rope_interleave`` / ``indexer_rope_interleave`` (true, as the released
 config.json) and ``index_topk`` 128: vLLM 0.20.2's sparse MLA kernel takes the top-k in blocks of 128 ("NUM_TOPK_TOKENS
 (8) must be divisible by BLOCK_N (128)" at 8), and the long prompt's 248 tokens keep the choice meaningful.  The
-indexer's own reads (:data:`INDEXER_READS`) need a Tree field, not offered yet.
+indexer's own reads (:data:`INDEXER_READS`) need a Tree field, not offered yet.  Serving: stitched runs take the
+sparse backend's 64-token KV blocks (harness.engines.serving.block_size); ``preempt`` cannot preempt with them
+(:data:`_PREEMPT_BLOCK`).
 
 vLLM 0.20.2 runs it as ``deepseek_v2.GlmMoeDsaForCausalLM`` (= ``DeepseekV2ForCausalLM``; ``is_v32`` because the
 config has ``index_topk``).  Its module tree, layer ``model.layers.{i}`` (``DeepseekV2DecoderLayer``, fused add-norms,
@@ -90,6 +92,12 @@ _NO_TOPK = ("vLLM's indexer returns topk_indices_buffer, one [max_num_batched_to
 _NO_MASK = ("vLLM's sparse MLA kernel takes the top-k indices directly (FlashMLA sparse); the additive 0 / -inf "
             "index mask TransformerLens builds from them is never formed")
 
+_PREEMPT_BLOCK = ("vLLM's sparse MLA backend (FLASHMLA_SPARSE) takes KV blocks of 64 tokens only "
+                  "(harness.engines.mla_backends.kernel_block_size), and in the scheme's 8 decode steps no prompt of "
+                  "the set crosses a 64-token boundary (7 -> 15, 16 -> 24, 29 -> 37, 248 -> 256 tokens): no request "
+                  "needs a new block, so none can be preempted (measured: 'no request crossed into a new block "
+                  "while decoding')")
+
 # Tree field proposal (report): (hook, vLLM module under self_attn, read, columns or None, HF module under
 # self_attn); references ("bridge", None), ("compat", None), ("hf", <hook>) read at HF's module (Overlay.hf_reads).
 INDEXER_READS = (
@@ -103,6 +111,7 @@ INDEXER_READS = (
 GLM_MOE_DSA = replace(
     GLM4_MOE_LITE, name="glm_moe_dsa", references=_HF_ROUTER,
     attention=replace(GLM4_MOE_LITE.attention, mla_rot_at_core=True),
+    serving_not_applicable=(("preempt", _PREEMPT_BLOCK),),
     nonfiring=(*GLM4_MOE_LITE.nonfiring, NonFiring("blocks.{i}.attn.hook_topk_indices", _NO_TOPK),
                NonFiring("blocks.{i}.attn.hook_dsa_mask", _NO_MASK)),
 )

@@ -94,6 +94,21 @@ def uses_mla(hf_config: Any) -> bool:
     return getattr(text, "kv_lora_rank", None) is not None
 
 
+# vLLM 0.20.2's sparse MLA backend on CUDA (FLASHMLA_SPARSE, the one DeepSeek sparse attention runs on) takes KV blocks
+# of 64 only (FlashMLASparseBackend.get_supported_kernel_block_sizes); a stitched serving run's 16 boots no backend
+# ("No valid attention backend found ... FLASHMLA_SPARSE: [block_size not supported]")
+SPARSE_MLA_BLOCK_SIZE = 64
+
+
+def kernel_block_size(config: Mapping[str, Any] | None, device: str) -> int | None:
+    """The KV block size ``config``'s attention backend takes on ``device`` where it dictates one (sparse MLA on CUDA:
+    an MLA config with ``index_topk``), else None.  ``config``: the checkpoint's config.json as a dict."""
+    text = (config or {}).get("text_config") or config or {}
+    if device == "cuda" and text.get("kv_lora_rank") is not None and text.get("index_topk") is not None:
+        return SPARSE_MLA_BLOCK_SIZE
+    return None
+
+
 def engine_kwargs(name: str) -> dict[str, Any]:
     """``LLM(...)`` arguments that pin backend ``name`` (none for vLLM's own pick)."""
     request = BACKENDS[name].request

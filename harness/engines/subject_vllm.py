@@ -200,7 +200,7 @@ def _serve(llm, req: EngineRequest, scheme, k: int, vocab: int, out_dir: Path, t
         "coverage": [c.to_dict() for c in coverage], "num_cached_tokens": cached,
         # log-prob rows vLLM returned for no request (prefix-cache: the cached request's last prompt rows)
         "logprob_rows_missing": {p: rows for p, rows in missing_rows.items() if rows},
-        "engine": engine_kwargs(scheme, req.device, req.prompt_lengths),
+        "engine": engine_kwargs(scheme, req.device, req.prompt_lengths, _config(req)),
     }
     _check_scheme(scheme, coverage, cached, generated)
     return raw, logprobs
@@ -270,12 +270,17 @@ def _rss(meta: dict, stage: str) -> None:
     meta.setdefault("rss_mib", {})[stage] = psutil.Process().memory_info().rss / 2**20
 
 
+def _config(req: EngineRequest) -> dict | None:
+    """The checkpoint's config.json as a dict (None where it has none)."""
+    config_path = Path(req.checkpoint) / "config.json"
+    return json.loads(config_path.read_text()) if config_path.is_file() else None
+
+
 def _kv_bytes(req: EngineRequest) -> int:
     """The KV cache for this model and these prompts (harness.engines.vllm_compat.kv_cache_bytes)."""
     from harness.engines.vllm_compat import kv_cache_bytes
 
-    config_path = Path(req.checkpoint) / "config.json"
-    config = json.loads(config_path.read_text()) if config_path.is_file() else None
+    config = _config(req)
     dtype_bytes = 4 if req.dtype in ("float32", "float") else 2
     total = sum(req.prompt_lengths) + 64  # + generated tokens of the serving schemes
     return kv_cache_bytes(config, dtype_bytes, int(req.max_model_len), total)
@@ -333,7 +338,7 @@ def main(request_path: str) -> int:
         defaults={"skip_tokenizer_init": True},
         version=dict(device=device, tp=tp, compiled=not req.enforce_eager, kv_bytes=_kv_bytes(req),
                      executor=req.executor),
-        overrides=(engine_kwargs(SCHEMES[req.serving], device, req.prompt_lengths),
+        overrides=(engine_kwargs(SCHEMES[req.serving], device, req.prompt_lengths, _config(req)),
                    {"runner": "pooling"} if encoder else {},
                    req.llm_overrides),
     )

@@ -201,3 +201,16 @@ def test_v2_prompt_logits_over_every_position_are_taken_whole():
     assert torch.equal(stitch_calls([sampled, prompt], 4), prompt)  # vLLM 0.20 V2: [1, T] rows
     with pytest.raises(ValueError):
         stitch_calls([sampled, prompt[:2]], 4)
+
+
+def test_sparse_mla_on_cuda_takes_the_backends_64_token_blocks():
+    """vLLM 0.20.2's FLASHMLA_SPARSE takes KV blocks of 64 only: a stitched GLM-5 run on CUDA asks for them (at 16 no
+    backend boots), a dense MLA model and the CPU keep theirs."""
+    from harness.engines.serving import SCHEMES, block_size, engine_kwargs, tight_blocks
+
+    glm5 = {"kv_lora_rank": 512, "index_topk": 128}
+    assert block_size("cuda", glm5) == 64 and block_size("cuda", {"kv_lora_rank": 512}) == 16
+    assert block_size("cpu", glm5) == 32 and block_size("cuda") == 16
+    assert engine_kwargs(SCHEMES["chunked"], "cuda", [7, 16], glm5)["block_size"] == 64
+    assert tight_blocks([7, 16, 29, 248], "cuda", glm5) == 1 + 1 + 1 + 1 + 4
+    assert engine_kwargs(SCHEMES["single"], "cuda", [7], glm5) == {}

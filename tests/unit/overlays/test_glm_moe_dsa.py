@@ -162,3 +162,14 @@ def test_hf_and_tl_names_exist(cfg, specs, hf_modules, bridge_cache):
     # TL's hook_z by head_dim (= qk_rope_head_dim): the DeepSeek layout bug
     assert bridge_cache["blocks.1.attn.hook_z"].shape[-1] == cfg.head_dim == cfg.qk_rope_head_dim != cfg.v_head_dim
     assert {hook_kind(h) for h in specs} >= {"attn.hook_v", "mlp.shared_experts.hook_pre", "attn.hook_kv_latent"}
+
+
+def test_preempt_is_declared_not_applicable_with_the_backends_block():
+    from harness.models.targets import target_for_family
+    from harness.pipeline.runner import not_applicable
+    from harness.values.variant import Variant
+
+    target = target_for_family(FAMILIES["glm_moe_dsa"])
+    assert "64 tokens" in not_applicable(target, Variant(device="cuda", dtype="bfloat16", serving="preempt"))
+    for scheme in ("chunked", "prefix-cache", "decode"):  # run on the H100 (docs/gpu/evidence/breadth-2026-12-05)
+        assert not_applicable(target, Variant(device="cuda", dtype="bfloat16", serving=scheme)) is None
