@@ -22,9 +22,9 @@ def test_missing_model_path(tmp_path):
 
 
 def test_model_path_without_overlay(tmp_path):
-    (tmp_path / "config.json").write_text('{"architectures": ["GlmMoeDsaForCausalLM"]}')  # GLM-5: no overlay yet
+    (tmp_path / "config.json").write_text('{"architectures": ["DeepseekV4ForCausalLM"]}')  # DeepSeek-V4: no overlay
     p = _pytest("--model-path", str(tmp_path))
-    assert p.returncode != 0 and "GlmMoeDsaForCausalLM" in p.stderr and "overlays/__init__.py" in p.stderr
+    assert p.returncode != 0 and "DeepseekV4ForCausalLM" in p.stderr and "overlays/__init__.py" in p.stderr
 
 
 def test_collection_one_item_per_model_reference_hook():
