@@ -46,6 +46,10 @@ layer's (:func:`_mamba1_mixer_hooks`).  A layer's attention scores and pattern a
 softmax (:func:`_attention_softmax_hooks`): the ``hf`` reference of the derived ``attn.hook_attn_scores`` /
 ``attn.hook_pattern``, which gates them where TransformerLens's scores hook holds the pattern (known_issues).
 
+A config the installed transformers reads wrong (:mod:`harness.references.config_mends`: MiniMax-M2's legacy
+``rotary_dim`` under transformers 5.17) is mended before every reference model is built, HF's and the bridge's
+alike, and ``meta["reference_corrected"]`` says so, as it does for the Mamba-2 group-wise gated norm.
+
 An encoder (the plan's :class:`overlays.base.Encoder`): HF's model is built with its ``hf_class``
 (``AutoModelForMaskedLM``) instead of a causal LM, every engine gets the prompts' token types
 (``token_type_ids``, the same ones vLLM is given), and a chaotic token sets its whole prompt aside
