@@ -156,7 +156,11 @@ def _config_mend(checkpoint: str):
     (harness.references.config_mends), else None: once per checkpoint and process."""
     from transformers import AutoConfig
 
-    return config_mend(AutoConfig.from_pretrained(checkpoint))
+    try:
+        config = AutoConfig.from_pretrained(checkpoint)
+    except (OSError, ValueError, KeyError):  # the model's own loader says why, in its words, right after
+        return None
+    return config_mend(config)
 
 
 def _boot_bridge(checkpoint: Path, dtype: torch.dtype, device: str, round_through: torch.dtype | None = None):
