@@ -192,7 +192,10 @@ def _refused_at_discovery(architecture: str, error: str) -> Refusal | None:
     """A family row's refusal of ``architecture`` (one that a run's own engine error can show) whose words vLLM's
     boot said while looking up a ``--model-path`` checkpoint's module tree (``error``), naming the row, else None.
     Such a checkpoint has no overlay to run on, and the refusal covers its devices as declared: its runs re-check
-    it by booting (harness.pipeline.refusals.recheck_architecture), as the row's do."""
+    it by booting (harness.pipeline.refusals.recheck_architecture), as the row's do.  That boot is not this one
+    again: discovery asks float32 with no run's options (harness.engines.discovery), each re-check asks its run's
+    own engine request (dtype, engine options, environment: refusals.probe_request), which may be answered
+    otherwise."""
     for family, refusal in refusals_of_architecture(architecture):
         if refusal.run_said_in(error):
             return replace(refusal, reason=f"{refusal.reason} (declared by the family row {family!r}; vLLM refused "
