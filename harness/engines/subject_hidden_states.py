@@ -332,7 +332,7 @@ def main(request_path: str) -> int:
 
     from harness.engines.subject import one_batch_layout, write_single_file_outputs
 
-    from harness.engines.subject_vllm import _device_info, _kv_bytes, _logprob_matrix, _logprob_rows
+    from harness.engines.subject_vllm import _config, _device_info, _kv_bytes, _logprob_matrix, _logprob_rows
     from harness.engines.vllm_compat import sampling_kwargs
     from harness.logprob_request import LOGPROB_TOP_K
 
@@ -347,7 +347,8 @@ def main(request_path: str) -> int:
     dtype_bytes = 4 if req.dtype == "float32" else 2
     tokens_total = int(req.max_model_len) + sum(len(t) for t in prompts) + 64
     version = dict(device=device, compiled=not req.enforce_eager,
-                   kv_bytes=kv_bytes(_kv_bytes(req), len(ids), int(export.hidden_size), dtype_bytes, tokens_total))
+                   kv_bytes=kv_bytes(_kv_bytes(req, _config(req)), len(ids), int(export.hidden_size), dtype_bytes,
+                                     tokens_total))
     store = out_dir / "hidden_states"
     t0 = time.perf_counter()
     llm = boot_llm(model=req.checkpoint, dtype=req.dtype, max_model_len=req.max_model_len,

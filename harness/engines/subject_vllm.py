@@ -135,15 +135,17 @@ def _device_info() -> dict:
     return info
 
 
-def _serve(llm, req: EngineRequest, scheme, k: int, vocab: int, out_dir: Path, tp_stats: dict, meta: dict):
-    """Drive the engine the way ``scheme`` serves (harness.engines.serving), capture every forward,
+def _serve(llm, req: EngineRequest, scheme, k: int, vocab: int, out_dir: Path, tp_stats: dict, meta: dict,
+           engine: dict):
+    """Drive the engine the way ``scheme`` serves (harness.engines.serving; ``engine``: the scheme's ``LLM(...)``
+    arguments it was booted with), capture every forward,
     and stitch the captures back into each prompt's positions (harness.engines.stitch).  Returns
     ``raw`` (``"{prompt}:{read key}#{call}"``) and log-prob matrices for the compared sequences
     (prompt + generated tokens but the last); ``meta["serving"]`` says where every position came
     from.  Raises when the engine never did what the scheme exists to test."""
     from vllm import SamplingParams
 
-    from harness.engines.serving import PREFIX_HOLDBACK, engine_kwargs
+    from harness.engines.serving import PREFIX_HOLDBACK
     from harness.engines.stitch import stitch
     from harness.engines.vllm_compat import sampling_kwargs
 
@@ -200,7 +202,7 @@ def _serve(llm, req: EngineRequest, scheme, k: int, vocab: int, out_dir: Path, t
         "coverage": [c.to_dict() for c in coverage], "num_cached_tokens": cached,
         # log-prob rows vLLM returned for no request (prefix-cache: the cached request's last prompt rows)
         "logprob_rows_missing": {p: rows for p, rows in missing_rows.items() if rows},
-        "engine": engine_kwargs(scheme, req.device, req.prompt_lengths, _config(req)),
+        "engine": engine,
     }
     _check_scheme(scheme, coverage, cached, generated)
     return raw, logprobs
@@ -276,11 +278,11 @@ def _config(req: EngineRequest) -> dict | None:
     return json.loads(config_path.read_text()) if config_path.is_file() else None
 
 
-def _kv_bytes(req: EngineRequest) -> int:
-    """The KV cache for this model and these prompts (harness.engines.vllm_compat.kv_cache_bytes)."""
+def _kv_bytes(req: EngineRequest, config: dict | None) -> int:
+    """The KV cache for this model (``config``: its config.json) and these prompts
+    (harness.engines.vllm_compat.kv_cache_bytes)."""
     from harness.engines.vllm_compat import kv_cache_bytes
 
-    config = _config(req)
     dtype_bytes = 4 if req.dtype in ("float32", "float") else 2
     total = sum(req.prompt_lengths) + 64  # + generated tokens of the serving schemes
     return kv_cache_bytes(config, dtype_bytes, int(req.max_model_len), total)
@@ -324,6 +326,8 @@ def main(request_path: str) -> int:
     rank_count = "eager" if eager_rank_count(device) else "vLLM's compiled"  # vllm_compat.eager_rank_count
     if os.environ.get(STALL_ENV):  # test instrumentation (module doc)
         time.sleep(float(os.environ[STALL_ENV]))
+    config = _config(req)  # read once: the KV estimate and the scheme's block size both need it
+    serving_engine = engine_kwargs(SCHEMES[req.serving], device, req.prompt_lengths, config)
     t_boot = time.perf_counter()
     llm = boot_llm(
         model=req.checkpoint,
@@ -336,9 +340,9 @@ def main(request_path: str) -> int:
         # llm_overrides can turn it off: an embedding model's pooling runner builds vLLM's scoring IO processor,
         # which reads the tokenizer's pad id (harness.values.engine_request.run_request)
         defaults={"skip_tokenizer_init": True},
-        version=dict(device=device, tp=tp, compiled=not req.enforce_eager, kv_bytes=_kv_bytes(req),
+        version=dict(device=device, tp=tp, compiled=not req.enforce_eager, kv_bytes=_kv_bytes(req, config),
                      executor=req.executor),
-        overrides=(engine_kwargs(SCHEMES[req.serving], device, req.prompt_lengths, _config(req)),
+        overrides=(serving_engine,
                    {"runner": "pooling"} if encoder else {},
                    req.llm_overrides),
     )
@@ -370,7 +374,7 @@ def main(request_path: str) -> int:
     logprobs, calls, tp_stats = {}, {}, {}
     scheme = SCHEMES[req.serving]
     if scheme.stitched:
-        raw, logprobs = _serve(llm, req, scheme, k, vocab, out_dir, tp_stats, meta)
+        raw, logprobs = _serve(llm, req, scheme, k, vocab, out_dir, tp_stats, meta, serving_engine)
         _save_captures(raw, out_dir, "serving")
         del raw
     if encoder:

@@ -354,7 +354,7 @@ def main(request_path: str) -> int:
     from vllm import SamplingParams
 
     from harness.engines.subject import one_batch_layout, write_single_file_outputs
-    from harness.engines.subject_vllm import _device_info, _kv_bytes, _logprob_matrix, _logprob_rows
+    from harness.engines.subject_vllm import _config, _device_info, _kv_bytes, _logprob_matrix, _logprob_rows
     from harness.engines.vllm_compat import sampling_kwargs
     from harness.logprob_request import LOGPROB_TOP_K
 
@@ -368,7 +368,7 @@ def main(request_path: str) -> int:
                   "vllm_lens_version": md.version("vllm-lens"), "layers": asked}
     t0 = time.perf_counter()
     llm = boot_llm(model=req.checkpoint, dtype=req.dtype, max_model_len=req.max_model_len, enforce_eager=True,
-                   version=dict(device=device, kv_bytes=_kv_bytes(req)),
+                   version=dict(device=device, kv_bytes=_kv_bytes(req, _config(req))),
                    overrides=({"skip_tokenizer_init": True}, req.llm_overrides))
     meta["boot_s"] = time.perf_counter() - t0
     meta["device_info"] = _device_info()
